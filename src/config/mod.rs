@@ -1,0 +1,167 @@
+//! The configuration file: what an operator writes, and the checked model the daemon runs.
+//!
+//! Loading has three stages, so every mistake is reported with the JSON path that holds it:
+//! 1. [`strict_json`] parses the text and refuses duplicate keys;
+//! 2. serde deserializes the raw shape ([`raw`]) with unknown keys denied and the path of a
+//!    wrong type tracked;
+//! 3. [`validate`] checks ranges and cross-field rules, collecting *every* problem, and
+//!    normalizes both accepted shapes (single-sink and multi-sink) into one [`Config`].
+
+pub mod destination;
+pub mod raw;
+pub mod strict_json;
+pub mod validate;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use destination::{DestinationConfig, FileConfig, SqliteConfig, SqliteSynchronous};
+pub use raw::{
+    CreateStreamConfig, DeliverPolicy, DeliveryConfig, HttpConfig, IdempotencyKey, Jitter,
+    LogFormat, LoggingConfig, RawConfig, Retention, RetryConfig, SourceConfig, StorageKind,
+};
+
+/// One problem in a config file, located by its JSON path (`sinks.orders.delivery.batch_size`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    /// Dotted JSON path; `[i]` for array elements; empty for the document root.
+    pub path: String,
+    /// What is wrong, including the offending value where that helps.
+    pub message: String,
+}
+
+impl fmt::Display for Issue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Why a config could not be loaded. Every variant maps to exit code 78.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read at all.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file named on the command line.
+        path: PathBuf,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// The file was read but is wrong; all problems are listed.
+    #[error("invalid config {}:\n{}", .path.display(), render_issues(.issues))]
+    Invalid {
+        /// The file named on the command line.
+        path: PathBuf,
+        /// Every problem found, in document order where possible.
+        issues: Vec<Issue>,
+    },
+}
+
+fn render_issues(issues: &[Issue]) -> String {
+    issues
+        .iter()
+        .map(|i| format!("  {i}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The NATS connection settings every sink shares.
+#[derive(Debug, Clone)]
+pub struct NatsConfig {
+    /// Server URLs to try, in order.
+    pub servers: Vec<String>,
+    /// Client connection name, visible in the server's connection list.
+    pub name: String,
+    /// How long the first connect may take before start-up fails with exit 69.
+    pub connect_timeout_ms: u64,
+    /// Upper bound of the delay between reconnect attempts.
+    pub reconnect_delay_max_ms: u64,
+    /// Reconnect attempts before giving up; `None` retries forever.
+    pub max_reconnects: Option<usize>,
+    /// Timeout for JetStream API requests (stream/consumer info, publish acks).
+    pub request_timeout_ms: u64,
+    /// User name for user/password authentication.
+    pub user: Option<String>,
+    /// Environment variable holding the password.
+    pub password_env: Option<String>,
+    /// Environment variable holding a bearer token.
+    pub token_env: Option<String>,
+    /// Path of a `.creds` file (JWT + NKey seed).
+    pub creds_file: Option<PathBuf>,
+}
+
+/// One configured sink after validation: a source binding, delivery settings and a destination.
+#[derive(Debug, Clone)]
+pub struct SinkSpec {
+    /// The configured name; the `sink` label of every metric.
+    pub name: String,
+    /// Where the messages come from.
+    pub source: SourceConfig,
+    /// Batching, retries and shutdown behaviour.
+    pub delivery: DeliveryConfig,
+    /// Where the messages go.
+    pub destination: DestinationConfig,
+}
+
+/// A validated configuration, whichever shape the file used.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Shared NATS connection settings.
+    pub nats: NatsConfig,
+    /// The metrics and health endpoint.
+    pub http: HttpConfig,
+    /// Log level and format.
+    pub logging: LoggingConfig,
+    /// Sinks in name order.
+    pub sinks: Vec<SinkSpec>,
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_json_str(&text).map_err(|issues| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            issues,
+        })
+    }
+
+    /// Parses and validates config text; the issues carry JSON paths.
+    pub fn from_json_str(text: &str) -> Result<Config, Vec<Issue>> {
+        let value = strict_json::parse(text).map_err(|message| {
+            vec![Issue {
+                path: String::new(),
+                message: format!("not valid JSON: {message}"),
+            }]
+        })?;
+        let raw: RawConfig = deserialize_at("", value).map_err(|i| vec![i])?;
+        validate::validate(raw)
+    }
+}
+
+/// Deserializes `value` as `T`, reporting a failure at `prefix` + the path inside `value`.
+pub(crate) fn deserialize_at<T: serde::de::DeserializeOwned>(
+    prefix: &str,
+    value: serde_json::Value,
+) -> Result<T, Issue> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let inner = err.path().to_string();
+        let path = match (prefix.is_empty(), inner.as_str()) {
+            (_, ".") => prefix.to_string(),
+            (true, _) => inner,
+            (false, _) if inner.starts_with('[') => format!("{prefix}{inner}"),
+            (false, _) => format!("{prefix}.{inner}"),
+        };
+        Issue {
+            path,
+            message: err.into_inner().to_string(),
+        }
+    })
+}

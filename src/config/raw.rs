@@ -1,0 +1,462 @@
+//! The config file's shape, close to what the operator typed.
+//!
+//! Every struct denies unknown keys so a misspelt option is an error, not a silent default.
+//! Durations are integers with the unit in the key name. Sections that a later release
+//! implements are accepted as raw JSON here and refused by validation with a clear
+//! "not supported yet", never ignored.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::destination::DestinationConfig;
+
+/// The whole file. Exactly one of `sinks` (multi-sink shape) or `sink` (single-sink shape)
+/// must be present.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// NATS connection; in the single-sink shape also the stream, consumer and subject.
+    pub nats: RawNats,
+    /// The metrics and health HTTP endpoint.
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// Log level and format.
+    #[serde(default)]
+    pub logging: LoggingConfig,
+    /// Multi-sink shape: named sinks, each with its own source, delivery and destination.
+    #[serde(default)]
+    pub sinks: Option<BTreeMap<String, RawSink>>,
+    /// Single-sink shape: delivery settings of the one sink (named `default`).
+    #[serde(default)]
+    pub delivery: Option<DeliveryConfig>,
+    /// Single-sink shape: the destination of the one sink.
+    #[serde(default)]
+    #[schemars(with = "Option<DestinationConfig>")]
+    pub sink: Option<Value>,
+    /// Single-sink shape: message metadata rules (not supported yet).
+    #[serde(default)]
+    pub message_metadata: Option<Value>,
+    /// Single-sink shape: dead-letter queue (not supported yet).
+    #[serde(default)]
+    pub dead_letter: Option<Value>,
+}
+
+/// The `nats` section.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawNats {
+    /// Server URLs, e.g. `["nats://127.0.0.1:4222"]`. Default: that one URL.
+    #[serde(default)]
+    pub servers: Option<Vec<String>>,
+    /// Single-sink shape: one server URL (an alternative to `servers`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Client connection name. Default `jetsink`.
+    #[serde(default = "default_client_name")]
+    pub name: String,
+    /// Time allowed for the first connection, in milliseconds. Default 5000.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Longest delay between reconnect attempts, in milliseconds. Default 5000.
+    #[serde(default = "default_reconnect_delay_max_ms")]
+    pub reconnect_delay_max_ms: u64,
+    /// Reconnect attempts before giving up; absent or null retries forever.
+    #[serde(default)]
+    pub max_reconnects: Option<usize>,
+    /// Timeout of JetStream API requests and publish acknowledgements, in milliseconds.
+    /// Default 5000.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// User name for password authentication.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Name of the environment variable holding the password.
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// Name of the environment variable holding an authentication token.
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// Path of a NATS `.creds` file.
+    #[serde(default)]
+    pub creds_file: Option<String>,
+    /// Single-sink shape: the stream to read.
+    #[serde(default)]
+    pub stream: Option<String>,
+    /// Single-sink shape: the durable consumer name.
+    #[serde(default)]
+    pub consumer: Option<String>,
+    /// Single-sink shape: the consumer's filter subject.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// Single-sink shape: consumer AckWait in milliseconds.
+    #[serde(default)]
+    pub ack_wait_ms: Option<u64>,
+    /// Single-sink shape: consumer MaxDeliver (-1 = unlimited).
+    #[serde(default)]
+    pub max_deliver: Option<i64>,
+    /// Single-sink shape: consumer MaxAckPending (-1 = unlimited).
+    #[serde(default)]
+    pub max_ack_pending: Option<i64>,
+    /// Single-sink shape: create the stream when it is missing.
+    #[serde(default)]
+    pub create_stream: Option<CreateStreamConfig>,
+}
+
+/// One entry of `sinks`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawSink {
+    /// The stream and durable consumer this sink reads.
+    pub source: SourceConfig,
+    /// Batching, retry and shutdown settings.
+    #[serde(default)]
+    pub delivery: DeliveryConfig,
+    /// Where committed messages go: `{"type": "sqlite" | "file", ...}`.
+    #[schemars(with = "DestinationConfig")]
+    pub destination: Value,
+    /// Message metadata rules (not supported yet).
+    #[serde(default)]
+    pub message_metadata: Option<Value>,
+    /// Dead-letter queue (not supported yet).
+    #[serde(default)]
+    pub dead_letter: Option<Value>,
+    /// Payload encryption (not supported yet).
+    #[serde(default)]
+    pub encryption: Option<Value>,
+    /// Job-queue result publication (not supported yet).
+    #[serde(default)]
+    pub results: Option<Value>,
+}
+
+/// The stream and durable pull consumer a sink reads.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Stream name. It must exist unless `create_stream` is given.
+    pub stream: String,
+    /// Filter subject of the consumer (a string or a one-element list). Empty: every
+    /// subject of the stream.
+    #[serde(default, deserialize_with = "one_or_many")]
+    #[schemars(with = "Vec<String>")]
+    pub subjects: Vec<String>,
+    /// Durable consumer name; created when missing, checked for unsafe drift when present.
+    pub consumer: String,
+    /// Consumer AckWait in milliseconds: how long a delivered, unacknowledged message waits
+    /// before redelivery. Default 30000.
+    #[serde(default = "default_ack_wait_ms")]
+    pub ack_wait_ms: u64,
+    /// Consumer MaxDeliver: deliveries before the server gives up on a message; -1 unlimited.
+    /// Default -1.
+    #[serde(default = "minus_one")]
+    pub max_deliver: i64,
+    /// Consumer MaxAckPending: delivered but unacknowledged messages allowed; -1 unlimited.
+    /// Default 10000; must be at least `delivery.batch_size`.
+    #[serde(default = "default_max_ack_pending")]
+    pub max_ack_pending: i64,
+    /// Consumer redelivery backoff steps in milliseconds (replaces AckWait per attempt).
+    #[serde(default)]
+    pub backoff_ms: Vec<u64>,
+    /// Where a new consumer starts: `all` (default), `new`, `last`, `last_per_subject`.
+    #[serde(default)]
+    pub deliver_policy: DeliverPolicy,
+    /// Create the stream with these settings when it does not exist.
+    #[serde(default)]
+    pub create_stream: Option<CreateStreamConfig>,
+}
+
+/// Where a newly created consumer starts reading.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliverPolicy {
+    /// From the first message in the stream.
+    #[default]
+    All,
+    /// Only messages published after the consumer is created.
+    New,
+    /// From the last message in the stream.
+    Last,
+    /// From the last message of each subject.
+    LastPerSubject,
+}
+
+/// Settings for creating a missing stream.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateStreamConfig {
+    /// Subjects the stream captures. Default: the source's filter subjects.
+    #[serde(default)]
+    pub subjects: Vec<String>,
+    /// `limits` (default), `workqueue` or `interest`.
+    #[serde(default)]
+    pub retention: Retention,
+    /// `file` (default) or `memory`.
+    #[serde(default)]
+    pub storage: StorageKind,
+    /// Replicas in a cluster, 1 to 5. Default 1.
+    #[serde(default = "one")]
+    pub replicas: usize,
+    /// Maximum message age in milliseconds; 0 keeps messages forever. Default 0.
+    #[serde(default)]
+    pub max_age_ms: u64,
+    /// Window in milliseconds in which a repeated `Nats-Msg-Id` is dropped. Default 120000.
+    #[serde(default = "default_duplicate_window_ms")]
+    pub duplicate_window_ms: u64,
+}
+
+/// Stream retention policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Retention {
+    /// Keep messages until limits (age, size, count) remove them.
+    #[default]
+    Limits,
+    /// Remove a message once a consumer acknowledges it (job queue).
+    Workqueue,
+    /// Keep a message while some consumer has not acknowledged it.
+    Interest,
+}
+
+/// Stream storage backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageKind {
+    /// On disk; survives a server restart.
+    #[default]
+    File,
+    /// In memory; lost on a server restart.
+    Memory,
+}
+
+/// How a sink batches, retries and shuts down.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// Most messages per fetched batch (and per destination transaction), 1 to 10000.
+    /// Default 500.
+    #[serde(default = "default_batch_size")]
+    pub batch_size: usize,
+    /// Most payload bytes per fetched batch, 1 KiB to 64 MiB. Default 8 MiB. A single
+    /// larger message is still fetched on its own.
+    #[serde(default = "default_max_batch_bytes")]
+    pub max_batch_bytes: usize,
+    /// Longest wait for messages when the stream is idle, in milliseconds (10 to 60000;
+    /// below the source's AckWait). Default 1000.
+    #[serde(default = "default_batch_timeout_ms")]
+    pub batch_timeout_ms: u64,
+    /// On SIGTERM/SIGINT, how long the batch in hand may still take to commit, in
+    /// milliseconds; after it the batch is left unacknowledged for redelivery. Default 10000.
+    #[serde(default = "default_shutdown_timeout_ms")]
+    pub shutdown_timeout_ms: u64,
+    /// The key that makes a write idempotent: `stream_sequence` (`<stream>:<sequence>`,
+    /// default) or `message_id` (the `Nats-Msg-Id` header, falling back to the stream
+    /// sequence when a message has none).
+    #[serde(default)]
+    pub idempotency_key: IdempotencyKey,
+    /// Backoff between attempts while the destination fails transiently.
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// Priority lanes (not supported yet).
+    #[serde(default)]
+    pub priority_lanes: Option<Value>,
+    /// Delayed-NAK randomizer (not supported yet).
+    #[serde(default)]
+    pub randomizer: Option<Value>,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            batch_size: default_batch_size(),
+            max_batch_bytes: default_max_batch_bytes(),
+            batch_timeout_ms: default_batch_timeout_ms(),
+            shutdown_timeout_ms: default_shutdown_timeout_ms(),
+            idempotency_key: IdempotencyKey::default(),
+            retry: RetryConfig::default(),
+            priority_lanes: None,
+            randomizer: None,
+        }
+    }
+}
+
+/// Which value identifies a message for idempotent writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IdempotencyKey {
+    /// `<stream>:<stream_sequence>`: unique per stored message, stable across redeliveries.
+    #[default]
+    StreamSequence,
+    /// The publisher's `Nats-Msg-Id`, so a message republished with the same id is
+    /// written once; falls back to `<stream>:<stream_sequence>` without the header.
+    MessageId,
+}
+
+/// Capped exponential backoff with jitter.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    /// First delay in milliseconds, 1 to 60000. Default 100.
+    #[serde(default = "default_initial_backoff_ms")]
+    pub initial_backoff_ms: u64,
+    /// Largest delay in milliseconds, at least `initial_backoff_ms`, at most 3600000.
+    /// Default 30000.
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+    /// Factor between successive delays, 1.0 to 10.0. Default 2.0.
+    #[serde(default = "default_multiplier")]
+    pub multiplier: f64,
+    /// `none`, `full` (default: uniform in [0, delay]) or `equal` (delay/2 + uniform in
+    /// [0, delay/2]).
+    #[serde(default)]
+    pub jitter: Jitter,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            initial_backoff_ms: default_initial_backoff_ms(),
+            max_backoff_ms: default_max_backoff_ms(),
+            multiplier: default_multiplier(),
+            jitter: Jitter::default(),
+        }
+    }
+}
+
+/// How much randomness is mixed into a backoff delay.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Jitter {
+    /// Exactly the computed delay.
+    None,
+    /// Uniform in [0, delay].
+    #[default]
+    Full,
+    /// Half the delay plus uniform in [0, delay/2].
+    Equal,
+}
+
+/// The `/metrics`, `/healthz` and `/readyz` endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Serve the endpoint at all. Default true.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Address and port to listen on. Default `127.0.0.1:9464`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            enabled: true,
+            listen: default_listen(),
+        }
+    }
+}
+
+/// Log settings.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoggingConfig {
+    /// `trace`, `debug`, `info` (default), `warn` or `error`. `RUST_LOG` overrides it.
+    #[serde(default = "default_level")]
+    pub level: String,
+    /// `text` (default) or `json` (one object per line, for log shippers).
+    #[serde(default)]
+    pub format: LogFormat,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig {
+            level: default_level(),
+            format: LogFormat::default(),
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged, expecting = "a subject string or a list of subject strings")]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+fn default_client_name() -> String {
+    "jetsink".into()
+}
+fn default_connect_timeout_ms() -> u64 {
+    5_000
+}
+fn default_reconnect_delay_max_ms() -> u64 {
+    5_000
+}
+fn default_request_timeout_ms() -> u64 {
+    5_000
+}
+pub(crate) fn default_ack_wait_ms() -> u64 {
+    30_000
+}
+pub(crate) fn minus_one() -> i64 {
+    -1
+}
+pub(crate) fn default_max_ack_pending() -> i64 {
+    10_000
+}
+fn one() -> usize {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_duplicate_window_ms() -> u64 {
+    120_000
+}
+fn default_batch_size() -> usize {
+    500
+}
+fn default_max_batch_bytes() -> usize {
+    8 * 1024 * 1024
+}
+fn default_batch_timeout_ms() -> u64 {
+    1_000
+}
+fn default_shutdown_timeout_ms() -> u64 {
+    10_000
+}
+fn default_initial_backoff_ms() -> u64 {
+    100
+}
+fn default_max_backoff_ms() -> u64 {
+    30_000
+}
+fn default_multiplier() -> f64 {
+    2.0
+}
+fn default_listen() -> String {
+    "127.0.0.1:9464".into()
+}
+fn default_level() -> String {
+    "info".into()
+}

@@ -1,0 +1,140 @@
+//! A JSON reader that refuses duplicate object keys.
+//!
+//! `serde_json` keeps the last of two equal keys without a word, so a config with
+//! `"batch_size"` written twice would silently run with whichever came last. Operators
+//! edit these files by hand; a duplicate is almost always a merge mistake, so it is an
+//! error naming the JSON path of the object that holds it. NaN and Infinity are not
+//! JSON and `serde_json` already rejects them.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// Parses `text` as JSON, failing on any duplicate key with its path.
+pub fn parse(text: &str) -> Result<Value, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = ValueSeed {
+        path: String::new(),
+    }
+    .deserialize(&mut de)
+    .map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+struct ValueSeed {
+    path: String,
+}
+
+fn child(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for ValueSeed {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValueSeed {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom(format!("{}: not a finite number", self.path)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(ValueSeed {
+            path: format!("{}[{}]", self.path, out.len()),
+        })? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = child(&self.path, &key);
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format!("{path}: duplicate key `{key}`")));
+            }
+            let value = map.next_value_seed(ValueSeed { path })?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_key_is_rejected_with_its_path() {
+        let err = parse(r#"{"sinks": {"a": {"delivery": {"batch_size": 1, "batch_size": 2}}}}"#)
+            .unwrap_err();
+        assert!(
+            err.contains("sinks.a.delivery.batch_size: duplicate key `batch_size`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_key_inside_an_array_names_the_index() {
+        let err = parse(r#"{"l": [{"x": 1}, {"x": 1, "x": 2}]}"#).unwrap_err();
+        assert!(err.contains("l[1].x: duplicate key"), "{err}");
+    }
+
+    #[test]
+    fn nan_and_infinity_are_not_json() {
+        assert!(parse(r#"{"a": NaN}"#).is_err());
+        assert!(parse(r#"{"a": Infinity}"#).is_err());
+    }
+
+    #[test]
+    fn trailing_garbage_is_rejected() {
+        assert!(parse(r#"{"a": 1} x"#).is_err());
+    }
+
+    #[test]
+    fn ordinary_documents_round_trip() {
+        let v = parse(r#"{"a": [1, -2, 3.5, "x", null, true], "b": {}}"#).unwrap();
+        assert_eq!(v["a"][2], serde_json::json!(3.5));
+    }
+}

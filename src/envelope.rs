@@ -1,0 +1,224 @@
+//! The normalized form of one JetStream message, as every destination sees it.
+//!
+//! Destinations never touch the raw NATS message (and so can never ACK it). Normalization
+//! is a pure function of the delivery metadata, headers and payload, so it is tested and
+//! fuzzed without a server. The payload is a reference-counted [`Bytes`]: normalizing does
+//! not copy it.
+
+use bytes::Bytes;
+use time::OffsetDateTime;
+
+use crate::config::IdempotencyKey;
+
+/// The header a publisher sets to deduplicate publishes; recorded as `message_id`.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+
+/// One message, ready to be written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// The subject the message was published on.
+    pub subject: String,
+    /// The stream that stored it.
+    pub stream: String,
+    /// The durable consumer that delivered it.
+    pub consumer: String,
+    /// Its sequence in the stream: stable across redeliveries.
+    pub stream_sequence: u64,
+    /// Its sequence in this consumer's deliveries: grows with each redelivery.
+    pub consumer_sequence: u64,
+    /// How many times it has been delivered, this delivery included (1 = first).
+    pub delivered: u64,
+    /// When the server stored it.
+    pub published_at: OffsetDateTime,
+    /// Headers in arrival order of their names, each with all its values.
+    pub headers: Vec<(String, Vec<String>)>,
+    /// The publisher's `Nats-Msg-Id`, if any.
+    pub message_id: Option<String>,
+    /// What makes a write idempotent (`<stream>:<stream_sequence>` by default).
+    pub idempotency_key: String,
+    /// The payload, shared with the NATS message, never copied.
+    pub payload: Bytes,
+}
+
+/// Delivery metadata taken from the JetStream reply subject.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    /// Stream name.
+    pub stream: &'a str,
+    /// Consumer name.
+    pub consumer: &'a str,
+    /// Stream sequence.
+    pub stream_sequence: u64,
+    /// Consumer sequence.
+    pub consumer_sequence: u64,
+    /// Delivery count as the server reports it.
+    pub delivered: i64,
+    /// Server store time.
+    pub published: OffsetDateTime,
+}
+
+/// Builds an [`Envelope`]. `headers` are `(name, value)` pairs in arrival order; repeated
+/// names are grouped under the first occurrence.
+pub fn normalize<'h>(
+    subject: &str,
+    delivery: Delivery<'_>,
+    headers: impl IntoIterator<Item = (&'h str, &'h str)>,
+    payload: Bytes,
+    key: IdempotencyKey,
+) -> Envelope {
+    let mut grouped: Vec<(String, Vec<String>)> = Vec::new();
+    for (name, value) in headers {
+        match grouped.iter_mut().find(|(n, _)| n == name) {
+            Some((_, values)) => values.push(value.to_string()),
+            None => grouped.push((name.to_string(), vec![value.to_string()])),
+        }
+    }
+    let message_id = grouped
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(MSG_ID_HEADER))
+        .and_then(|(_, v)| v.last())
+        .filter(|v| !v.is_empty())
+        .cloned();
+    let idempotency_key = match (key, &message_id) {
+        (IdempotencyKey::MessageId, Some(id)) => id.clone(),
+        _ => format!("{}:{}", delivery.stream, delivery.stream_sequence),
+    };
+    Envelope {
+        subject: subject.to_string(),
+        stream: delivery.stream.to_string(),
+        consumer: delivery.consumer.to_string(),
+        stream_sequence: delivery.stream_sequence,
+        consumer_sequence: delivery.consumer_sequence,
+        delivered: delivery.delivered.max(1) as u64,
+        published_at: delivery.published,
+        headers: grouped,
+        message_id,
+        idempotency_key,
+        payload,
+    }
+}
+
+/// Formats a time as RFC 3339 with nanoseconds in UTC, the form every destination stores.
+pub fn rfc3339(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.nanosecond()
+    )
+}
+
+impl Envelope {
+    /// Headers as a JSON object of name → list of values, the stored form.
+    pub fn headers_json(&self) -> serde_json::Value {
+        let map: serde_json::Map<String, serde_json::Value> = self
+            .headers
+            .iter()
+            .map(|(n, v)| (n.clone(), serde_json::Value::from(v.clone())))
+            .collect();
+        serde_json::Value::Object(map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn delivery(seq: u64, delivered: i64) -> Delivery<'static> {
+        Delivery {
+            stream: "ORDERS",
+            consumer: "sink",
+            stream_sequence: seq,
+            consumer_sequence: seq + 10,
+            delivered,
+            published: OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_789)
+                .unwrap(),
+        }
+    }
+
+    #[test]
+    fn default_key_is_stream_and_sequence() {
+        let e = normalize(
+            "orders.new",
+            delivery(42, 1),
+            [],
+            Bytes::from_static(b"{}"),
+            IdempotencyKey::StreamSequence,
+        );
+        assert_eq!(e.idempotency_key, "ORDERS:42");
+        assert_eq!(e.consumer_sequence, 52);
+        assert_eq!(e.message_id, None);
+    }
+
+    #[test]
+    fn message_id_key_uses_the_header_and_falls_back_without_it() {
+        let with = normalize(
+            "s",
+            delivery(7, 1),
+            [("Nats-Msg-Id", "order-9")],
+            Bytes::new(),
+            IdempotencyKey::MessageId,
+        );
+        assert_eq!(with.idempotency_key, "order-9");
+        assert_eq!(with.message_id.as_deref(), Some("order-9"));
+        let without = normalize(
+            "s",
+            delivery(7, 1),
+            [],
+            Bytes::new(),
+            IdempotencyKey::MessageId,
+        );
+        assert_eq!(without.idempotency_key, "ORDERS:7");
+    }
+
+    #[test]
+    fn repeated_header_names_keep_every_value_in_order() {
+        let e = normalize(
+            "s",
+            delivery(1, 3),
+            [("A", "1"), ("B", "x"), ("A", "2")],
+            Bytes::new(),
+            IdempotencyKey::StreamSequence,
+        );
+        assert_eq!(
+            e.headers,
+            vec![
+                ("A".to_string(), vec!["1".to_string(), "2".to_string()]),
+                ("B".to_string(), vec!["x".to_string()])
+            ]
+        );
+        assert_eq!(e.delivered, 3);
+        assert_eq!(
+            e.headers_json(),
+            serde_json::json!({"A": ["1", "2"], "B": ["x"]})
+        );
+    }
+
+    #[test]
+    fn timestamps_keep_nanoseconds_in_utc() {
+        let t = OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_789).unwrap();
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123456789Z");
+    }
+
+    proptest! {
+        #[test]
+        fn any_payload_and_headers_normalize_without_loss(
+            payload in proptest::collection::vec(any::<u8>(), 0..512),
+            headers in proptest::collection::vec(("[A-Za-z-]{1,8}", "[ -~]{0,16}"), 0..8),
+            seq in 1u64..u64::MAX,
+        ) {
+            let pairs: Vec<(&str, &str)> = headers.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            let e = normalize("s", delivery(seq, 1), pairs.clone(), Bytes::from(payload.clone()), IdempotencyKey::StreamSequence);
+            prop_assert_eq!(&e.payload[..], &payload[..]);
+            let total: usize = e.headers.iter().map(|(_, v)| v.len()).sum();
+            prop_assert_eq!(total, pairs.len());
+            prop_assert_eq!(e.idempotency_key, format!("ORDERS:{seq}"));
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Destinations ("sinks"): the [`Sink`] trait every destination implements, its error
+//! classes, and the registry that builds one from config.
+//!
+//! A sink writes and commits; it never ACKs and never sees a NATS message. The runner
+//! (`pipeline::runner`) turns each outcome into ACK, retry or rejection. A new destination
+//! is one folder here and one `impl Sink`.
+
+pub mod file;
+pub mod sqlite;
+pub mod util;
+
+use async_trait::async_trait;
+
+use crate::config::DestinationConfig;
+use crate::envelope::Envelope;
+
+/// Why a write or open failed, classified so the runner knows what redelivery means.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SinkError {
+    /// The destination is unavailable or busy (I/O error, lock, disk full, timeout, 5xx).
+    /// Nothing of the batch is committed; the runner keeps the batch, backs off and
+    /// retries it, and stops fetching meanwhile.
+    #[error("transient: {message}")]
+    Transient {
+        /// What failed, without payload contents or secrets.
+        message: String,
+    },
+    /// The destination refuses specific content (constraint violation, a value it cannot
+    /// store). Nothing of the batch is committed. `index`, when known, is the position in
+    /// the batch of a message that caused it; the runner isolates the culprits by retrying
+    /// smaller parts of the batch.
+    #[error("permanent: {message}")]
+    Permanent {
+        /// Position of an offending message in the batch, if the destination can tell.
+        index: Option<usize>,
+        /// What was refused, without payload contents or secrets.
+        message: String,
+    },
+    /// The destination is set up in a way retrying cannot fix (a table with an
+    /// incompatible schema, a path that is not a directory). Fails start-up with exit 78.
+    #[error("misconfigured: {message}")]
+    Misconfigured {
+        /// What is wrong and where.
+        message: String,
+    },
+}
+
+impl SinkError {
+    /// A transient error with a message.
+    pub fn transient(message: impl Into<String>) -> SinkError {
+        SinkError::Transient {
+            message: message.into(),
+        }
+    }
+
+    /// The metric label of this error's class.
+    pub fn class(&self) -> &'static str {
+        match self {
+            SinkError::Transient { .. } => "transient",
+            SinkError::Permanent { .. } => "permanent",
+            SinkError::Misconfigured { .. } => "misconfigured",
+        }
+    }
+}
+
+/// A durable destination.
+///
+/// Calls happen from one task, one at a time. Implementations may block the thread inside
+/// [`tokio::task::block_in_place`] for file and embedded-database I/O (the daemon runs a
+/// multi-threaded runtime).
+#[async_trait]
+pub trait Sink: Send {
+    /// Connects or creates what the destination needs (directory, table). Called once at
+    /// start-up, where an error stops the daemon (exit 69 for `Transient`, 78 for
+    /// `Misconfigured`), and again by the runner before retrying after a transient failure.
+    async fn open(&mut self) -> Result<(), SinkError>;
+
+    /// Writes and commits the whole batch. `Ok` means every envelope is durable (fsync'd,
+    /// committed) and the runner may ACK them all. An error means none of the batch may be
+    /// considered written, although some rows may be: writing the same envelope again must
+    /// leave the destination as if it was written once (idempotency on
+    /// [`Envelope::idempotency_key`]).
+    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError>;
+
+    /// Cheap check that the destination is still usable, for `/readyz` and for deciding
+    /// when a failing destination has come back.
+    async fn health(&mut self) -> Result<(), SinkError>;
+}
+
+/// Builds the destination a config describes. Nothing is opened yet.
+pub fn build(config: &DestinationConfig) -> Box<dyn Sink> {
+    match config {
+        DestinationConfig::Sqlite(c) => Box::new(sqlite::SqliteSink::new(c.clone())),
+        DestinationConfig::File(c) => Box::new(file::FileSink::new(c.clone())),
+    }
+}
