@@ -1,1 +1,208 @@
-fn main() {}
+//! The `jetsink` binary: parses the command line, sets up logging and the shutdown signal,
+//! calls the library, and maps errors to exit codes (0 ok, 2 usage, 78 config, 69
+//! dependency unavailable, 1 other).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tokio::sync::watch;
+
+use jetsink::config::{Config, LogFormat};
+use jetsink::{app, exit, logging, publish};
+
+#[derive(Parser)]
+#[command(name = "jetsink", version, about = "Moves messages from NATS JetStream into durable destinations, ACKing each only after it is committed.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon until SIGTERM or SIGINT.
+    Run {
+        /// The JSON config file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Check a config file offline and print what it would do.
+    Validate {
+        /// The JSON config file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Print the JSON Schema of the config file.
+    Schema,
+    /// Publish test messages, awaiting every PubAck.
+    Publish {
+        /// NATS server URL.
+        #[arg(long, default_value = "nats://127.0.0.1:4222")]
+        server: String,
+        /// Subject to publish on (a stream must capture it).
+        #[arg(long)]
+        subject: String,
+        /// Number of messages.
+        #[arg(long, default_value_t = 1000)]
+        count: u64,
+        /// Payload size in bytes.
+        #[arg(long, default_value_t = 200)]
+        size: usize,
+        /// Messages per second (default: as fast as PubAcks return).
+        #[arg(long)]
+        rate: Option<u64>,
+        /// Publishes awaiting their PubAck at once.
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
+        window: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    let code = runtime.block_on(dispatch(cli.command));
+    // Blocking destination calls may still be finishing after a shutdown timeout.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    ExitCode::from(code)
+}
+
+async fn dispatch(command: Command) -> u8 {
+    match command {
+        Command::Run { config } => run(config).await,
+        Command::Validate { config } => match Config::load(&config) {
+            Ok(cfg) => {
+                println!("{} is valid\n{}", config.display(), cfg.summary());
+                exit::OK
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                exit::CONFIG
+            }
+        },
+        Command::Schema => {
+            let schema = schemars::schema_for!(jetsink::config::RawConfig);
+            match serde_json::to_string_pretty(&schema) {
+                Ok(text) => {
+                    println!("{text}");
+                    exit::OK
+                }
+                Err(e) => {
+                    eprintln!("error: cannot render the schema: {e}");
+                    exit::FAILURE
+                }
+            }
+        }
+        Command::Publish {
+            server,
+            subject,
+            count,
+            size,
+            rate,
+            window,
+        } => {
+            logging::init("warn", LogFormat::Text);
+            let client = match async_nats::ConnectOptions::new()
+                .connection_timeout(Duration::from_secs(5))
+                .connect(server.as_str())
+                .await
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: cannot connect to NATS at {server}: {e}");
+                    return exit::UNAVAILABLE;
+                }
+            };
+            let js = async_nats::jetstream::new(client.clone());
+            let plan = publish::PublishPlan {
+                subject,
+                count,
+                size,
+                rate,
+                window: window as usize,
+            };
+            match publish::publish(&js, &plan).await {
+                Ok(r) => {
+                    println!(
+                        "published {} messages of {} bytes to {} in {:.2}s ({:.0} msg/s)",
+                        r.acknowledged,
+                        plan.size,
+                        plan.subject,
+                        r.elapsed.as_secs_f64(),
+                        r.rate()
+                    );
+                    exit::OK
+                }
+                Err(e) => {
+                    eprintln!("error: {e} (is there a stream capturing this subject? `jetsink run` creates one when the config has source.create_stream)");
+                    exit::UNAVAILABLE
+                }
+            }
+        }
+    }
+}
+
+async fn run(path: PathBuf) -> u8 {
+    let config = match Config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::CONFIG;
+        }
+    };
+    logging::init(&config.logging.level, config.logging.format);
+    let grace = config
+        .sinks
+        .iter()
+        .map(|s| s.delivery.shutdown_timeout_ms)
+        .max()
+        .unwrap_or(0);
+    let (tx, rx) = watch::channel(false);
+    let signalled = tokio::spawn(wait_for_signal(tx));
+    let daemon = app::run(config, rx);
+    tokio::pin!(daemon);
+    let result = tokio::select! {
+        r = &mut daemon => r,
+        _ = async {
+            // Once a signal arrived, bound the wait for the runners to settle.
+            let _ = signalled.await;
+            tokio::time::sleep(Duration::from_millis(grace) + Duration::from_secs(5)).await;
+        } => Err(app::AppError::Other("shutdown did not finish in time; unacked messages will be redelivered".into())),
+    };
+    match result {
+        Ok(()) => {
+            tracing::info!("stopped cleanly");
+            exit::OK
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "jetsink stopped with an error");
+            e.exit_code()
+        }
+    }
+}
+
+/// Turns the first SIGTERM or SIGINT into the shutdown signal.
+async fn wait_for_signal(tx: watch::Sender<bool>) {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = term => tracing::info!("SIGTERM received; stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; stopping"),
+    }
+    let _ = tx.send(true);
+}

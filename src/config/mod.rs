@@ -165,3 +165,47 @@ pub(crate) fn deserialize_at<T: serde::de::DeserializeOwned>(
         }
     })
 }
+
+impl Config {
+    /// A short, secret-free description of what the config will do, for `validate`.
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "nats: {} (client name {})\nhttp: {}\nsinks: {}\n",
+            self.nats.servers.join(", "),
+            self.nats.name,
+            if self.http.enabled {
+                self.http.listen.as_str()
+            } else {
+                "disabled"
+            },
+            self.sinks.len()
+        );
+        for s in &self.sinks {
+            let filter = s
+                .source
+                .subjects
+                .first()
+                .map(String::as_str)
+                .unwrap_or("(every subject)");
+            let create = match &s.source.create_stream {
+                Some(c) => format!(" (created if missing: {:?}, {:?})", c.retention, c.storage)
+                    .to_lowercase(),
+                None => " (must exist)".to_string(),
+            };
+            out.push_str(&format!(
+                "  {name}:\n    stream:      {stream}{create}\n    consumer:    {consumer} (filter {filter}, ack_wait {aw} ms, max_deliver {md}, max_ack_pending {map})\n    delivery:    batch {bs}, {bytes} bytes max, wait {bt} ms\n    destination: {dest}\n",
+                name = s.name,
+                stream = s.source.stream,
+                consumer = s.source.consumer,
+                aw = s.source.ack_wait_ms,
+                md = s.source.max_deliver,
+                map = s.source.max_ack_pending,
+                bs = s.delivery.batch_size,
+                bytes = s.delivery.max_batch_bytes,
+                bt = s.delivery.batch_timeout_ms,
+                dest = s.destination.describe(),
+            ));
+        }
+        out
+    }
+}

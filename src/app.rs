@@ -1,0 +1,143 @@
+//! `jetsink run`: connect, bind every sink, open every destination, start one runner per
+//! sink and the HTTP endpoint, then wait for shutdown.
+//!
+//! Start-up is all-or-nothing: a sink that cannot bind or open stops the daemon with a
+//! clear error and an exit code that says whether the config (78) or a dependency (69) is
+//! at fault, before any message is fetched.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::config::Config;
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::nats::{bind, connect};
+use crate::pipeline::Runner;
+use crate::server::{self, ServerState};
+use crate::sinks::{self, SinkError};
+
+/// Why the daemon stopped with an error; each kind has its exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The configuration cannot work (exit 78).
+    #[error("{0}")]
+    Config(String),
+    /// NATS or a destination is not reachable at start-up (exit 69).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Anything else (exit 1).
+    #[error("{0}")]
+    Other(String),
+}
+
+impl AppError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AppError::Config(_) => crate::exit::CONFIG,
+            AppError::Unavailable(_) => crate::exit::UNAVAILABLE,
+            AppError::Other(_) => crate::exit::FAILURE,
+        }
+    }
+}
+
+/// Runs the daemon until `shutdown` turns true and every runner has settled its batch.
+pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), AppError> {
+    let metrics = Metrics::new();
+    let client = connect(&config.nats, &metrics)
+        .await
+        .map_err(|e| match e {
+            crate::nats::ConnectError::Credentials { .. } => AppError::Config(e.to_string()),
+            crate::nats::ConnectError::Unreachable { .. } => AppError::Unavailable(e.to_string()),
+        })?;
+    let info = client.server_info();
+    tracing::info!(server = %info.server_name, version = %info.version, jetstream = info.jetstream, "connected to NATS");
+    if !info.jetstream {
+        return Err(AppError::Unavailable(format!(
+            "NATS server {} ({}) has JetStream disabled; start it with -js",
+            info.server_name, info.version
+        )));
+    }
+    let js = async_nats::jetstream::ContextBuilder::new()
+        .timeout(Duration::from_millis(config.nats.request_timeout_ms))
+        .build(client.clone());
+    let health = Health::default();
+
+    let listener = if config.http.enabled {
+        let l = server::bind(&config.http.listen).await.map_err(|e| {
+            AppError::Unavailable(format!("http.listen: cannot listen on {}: {e}", config.http.listen))
+        })?;
+        Some(l)
+    } else {
+        None
+    };
+
+    let mut runners = Vec::new();
+    for spec in &config.sinks {
+        let bound = bind(&js, &spec.name, &spec.source).await.map_err(|e| {
+            if e.is_config() {
+                AppError::Config(e.to_string())
+            } else {
+                AppError::Unavailable(e.to_string())
+            }
+        })?;
+        let sink_health = health.sink(&spec.name);
+        sink_health.set_bound(true);
+        let mut sink = sinks::build(&spec.destination);
+        sink.open().await.map_err(|e| {
+            let text = format!(
+                "sink {}: cannot open destination {}: {e}",
+                spec.name,
+                spec.destination.describe()
+            );
+            match e {
+                SinkError::Misconfigured { .. } => AppError::Config(text),
+                _ => AppError::Unavailable(text),
+            }
+        })?;
+        sink_health.destination_ok();
+        tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
+        runners.push(Runner::new(
+            spec.clone(),
+            js.clone(),
+            bound.consumer,
+            sink,
+            metrics.sink(&spec.name),
+            sink_health,
+            shutdown.clone(),
+        ));
+    }
+
+    let http = listener.map(|l| {
+        let state = ServerState {
+            metrics: metrics.clone(),
+            health: health.clone(),
+            client: client.clone(),
+        };
+        tokio::spawn(server::serve(l, state, shutdown.clone()))
+    });
+
+    let mut set = JoinSet::new();
+    for r in runners {
+        set.spawn(r.run());
+    }
+    let mut failure = None;
+    while let Some(res) = set.join_next().await {
+        if let Err(e) = res {
+            tracing::error!(error = %e, "a sink loop panicked; its unacked messages will be redelivered");
+            failure = Some(AppError::Other(format!("a sink loop panicked: {e}")));
+        }
+    }
+    if let Err(e) = client.flush().await {
+        tracing::warn!(error = %e, "final flush failed; unsent ACKs lead to idempotent redelivery");
+    }
+    if let Some(h) = http {
+        let _ = h.await;
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

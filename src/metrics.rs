@@ -1,0 +1,260 @@
+//! Every metric jetsink exports, in one registry, with one function per event.
+//!
+//! Names follow Prometheus conventions with the `jetsink_` prefix. The only labels are the
+//! configured sink name and small fixed enums (`outcome`, `class`); never a subject,
+//! message id or payload, so cardinality stays bounded whatever the traffic.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// The process-wide registry and metric families.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    fetched: IntCounterVec,
+    acked: IntCounterVec,
+    batches: IntCounterVec,
+    write_seconds: HistogramVec,
+    errors: IntCounterVec,
+    commit_lag: HistogramVec,
+    inflight: IntGaugeVec,
+    rejected: IntCounterVec,
+    fetch_errors: IntCounterVec,
+    ack_errors: IntCounterVec,
+    nats_connected: IntGauge,
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| panic!("metric {name} is malformed: {e}"));
+    register(registry, Box::new(c.clone()), name);
+    c
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> HistogramVec {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), &["sink"])
+        .unwrap_or_else(|e| panic!("metric {name} is malformed: {e}"));
+    register(registry, Box::new(h.clone()), name);
+    h
+}
+
+fn register(registry: &Registry, c: Box<dyn prometheus::core::Collector>, name: &str) {
+    // Names are constants of this module; a clash is a programming error found by the
+    // unit test below, not something input can cause.
+    registry
+        .register(c)
+        .unwrap_or_else(|e| panic!("metric {name} registered twice: {e}"));
+}
+
+const SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every family.
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let r = &registry;
+        let inflight = IntGaugeVec::new(
+            Opts::new(
+                "jetsink_inflight_messages",
+                "Messages fetched and not yet ACKed or released, per sink.",
+            ),
+            &["sink"],
+        )
+        .unwrap_or_else(|e| panic!("inflight gauge: {e}"));
+        register(r, Box::new(inflight.clone()), "jetsink_inflight_messages");
+        let nats_connected = IntGauge::new(
+            "jetsink_nats_connected",
+            "1 while the NATS connection is up, 0 while it is reconnecting.",
+        )
+        .unwrap_or_else(|e| panic!("connected gauge: {e}"));
+        register(r, Box::new(nats_connected.clone()), "jetsink_nats_connected");
+        let build = IntGaugeVec::new(
+            Opts::new("jetsink_build_info", "Always 1; the labels say which build runs."),
+            &["version"],
+        )
+        .unwrap_or_else(|e| panic!("build info: {e}"));
+        register(r, Box::new(build.clone()), "jetsink_build_info");
+        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+
+        Metrics {
+            fetched: counter(
+                r,
+                "jetsink_messages_fetched_total",
+                "Messages received from JetStream, redeliveries included.",
+                &["sink"],
+            ),
+            acked: counter(
+                r,
+                "jetsink_messages_acked_total",
+                "Messages ACKed after their batch was committed.",
+                &["sink"],
+            ),
+            batches: counter(
+                r,
+                "jetsink_batches_total",
+                "Batches by outcome: committed, retried (transient failure), isolated (some messages rejected), abandoned (shutdown).",
+                &["sink", "outcome"],
+            ),
+            write_seconds: histogram(
+                r,
+                "jetsink_sink_write_seconds",
+                "Time of one write_batch call, commit included.",
+                SECONDS.to_vec(),
+            ),
+            errors: counter(
+                r,
+                "jetsink_sink_errors_total",
+                "Destination errors by class: transient, permanent, misconfigured.",
+                &["sink", "class"],
+            ),
+            commit_lag: histogram(
+                r,
+                "jetsink_commit_lag_seconds",
+                "From the server storing a message to its batch committing.",
+                SECONDS.to_vec(),
+            ),
+            inflight,
+            rejected: counter(
+                r,
+                "jetsink_messages_rejected_total",
+                "Messages the destination refused permanently; left unacked for redelivery.",
+                &["sink"],
+            ),
+            fetch_errors: counter(
+                r,
+                "jetsink_fetch_errors_total",
+                "Failed pull requests (disconnects, server restarts, timeouts).",
+                &["sink"],
+            ),
+            ack_errors: counter(
+                r,
+                "jetsink_ack_errors_total",
+                "ACKs that could not be sent; the message will be redelivered and deduplicated.",
+                &["sink"],
+            ),
+            nats_connected,
+            registry,
+        }
+    }
+
+    /// The handles of one sink, labelled once so the hot path does no label lookups.
+    pub fn sink(&self, name: &str) -> SinkMetrics {
+        let outcome = |o: &str| self.batches.with_label_values(&[name, o]);
+        let class = |c: &str| self.errors.with_label_values(&[name, c]);
+        SinkMetrics {
+            fetched: self.fetched.with_label_values(&[name]),
+            acked: self.acked.with_label_values(&[name]),
+            batches_committed: outcome("committed"),
+            batches_retried: outcome("retried"),
+            batches_isolated: outcome("isolated"),
+            batches_abandoned: outcome("abandoned"),
+            write_seconds: self.write_seconds.with_label_values(&[name]),
+            errors_transient: class("transient"),
+            errors_permanent: class("permanent"),
+            errors_misconfigured: class("misconfigured"),
+            commit_lag: self.commit_lag.with_label_values(&[name]),
+            inflight: self.inflight.with_label_values(&[name]),
+            rejected: self.rejected.with_label_values(&[name]),
+            fetch_errors: self.fetch_errors.with_label_values(&[name]),
+            ack_errors: self.ack_errors.with_label_values(&[name]),
+        }
+    }
+
+    /// Records the NATS connection state.
+    pub fn set_nats_connected(&self, up: bool) {
+        self.nats_connected.set(i64::from(up));
+    }
+
+    /// The text exposition format served at `/metrics`.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let families = self.registry.gather();
+        if let Err(e) = TextEncoder::new().encode(&families, &mut buf) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// One sink's metric handles.
+#[derive(Clone)]
+pub struct SinkMetrics {
+    /// Messages received.
+    pub fetched: IntCounter,
+    /// Messages ACKed.
+    pub acked: IntCounter,
+    /// Batches committed whole.
+    pub batches_committed: IntCounter,
+    /// Write attempts that failed transiently and were retried.
+    pub batches_retried: IntCounter,
+    /// Batches in which some messages were rejected.
+    pub batches_isolated: IntCounter,
+    /// Batches left for redelivery at shutdown.
+    pub batches_abandoned: IntCounter,
+    /// Duration of write_batch.
+    pub write_seconds: Histogram,
+    /// Transient destination errors.
+    pub errors_transient: IntCounter,
+    /// Permanent destination errors.
+    pub errors_permanent: IntCounter,
+    /// Configuration errors found by the destination.
+    pub errors_misconfigured: IntCounter,
+    /// Publish → commit latency.
+    pub commit_lag: Histogram,
+    /// Messages held.
+    pub inflight: IntGauge,
+    /// Messages rejected.
+    pub rejected: IntCounter,
+    /// Failed pulls.
+    pub fetch_errors: IntCounter,
+    /// Failed ACK sends.
+    pub ack_errors: IntCounter,
+}
+
+impl SinkMetrics {
+    /// Counts one destination error by its class.
+    pub fn sink_error(&self, err: &crate::sinks::SinkError) {
+        match err {
+            crate::sinks::SinkError::Transient { .. } => self.errors_transient.inc(),
+            crate::sinks::SinkError::Permanent { .. } => self.errors_permanent.inc(),
+            crate::sinks::SinkError::Misconfigured { .. } => self.errors_misconfigured.inc(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_renders_with_the_sink_label() {
+        let m = Metrics::new();
+        let s = m.sink("orders");
+        s.fetched.inc_by(3);
+        s.batches_committed.inc();
+        s.commit_lag.observe(0.01);
+        m.set_nats_connected(true);
+        let text = m.render();
+        for name in [
+            "jetsink_messages_fetched_total{sink=\"orders\"} 3",
+            "jetsink_batches_total{outcome=\"committed\",sink=\"orders\"} 1",
+            "jetsink_commit_lag_seconds_bucket",
+            "jetsink_nats_connected 1",
+            "jetsink_build_info{version=",
+            "jetsink_inflight_messages{sink=\"orders\"} 0",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Pulls one bounded batch from a durable consumer.
+//!
+//! A pull is always bounded three ways: message count, bytes, and an `expires` the server
+//! honours, plus a local timeout around it, so a lost pull can never hold a message until
+//! AckWait. No heartbeat is requested (it stalls `fetch` on nats-server 2.9).
+//!
+//! Strategy: first a no-wait pull returns whatever is ready at once (full batches under
+//! load, no added latency). When nothing is ready, a long poll for a single message waits
+//! up to the batch timeout; as soon as one arrives, a second no-wait pull takes whatever
+//! followed it. An idle sink therefore sleeps in the server, and a message arriving on an
+//! idle stream is written within milliseconds instead of waiting for a batch to fill. The
+//! long poll carries no byte limit, so a single message larger than `max_batch_bytes` is
+//! still delivered on its own.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::Message;
+use futures::StreamExt;
+use tokio::time::Instant;
+
+/// Bounds of one batch.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchLimits {
+    /// Most messages.
+    pub max_messages: usize,
+    /// Most payload bytes (a single larger message still comes alone).
+    pub max_bytes: usize,
+    /// Longest wait when nothing is ready.
+    pub wait: Duration,
+}
+
+/// Extra time past a pull's `expires` before the local timeout gives up on it.
+const GRACE: Duration = Duration::from_millis(2_000);
+/// `expires` of a no-wait pull: the server answers at once anyway.
+const NO_WAIT_EXPIRES: Duration = Duration::from_millis(5_000);
+
+/// Pulls up to `limits` messages. An empty result means the stream had nothing for this
+/// consumer during `limits.wait`.
+pub async fn fetch_batch(
+    consumer: &PullConsumer,
+    limits: FetchLimits,
+) -> Result<Vec<Message>, async_nats::Error> {
+    let (ready, err) = no_wait(consumer, limits.max_messages, limits.max_bytes).await?;
+    if !ready.is_empty() {
+        return Ok(ready);
+    }
+    if let Some(e) = err {
+        if !is_size_limit(&e) {
+            return Err(e);
+        }
+    }
+    let batch = consumer
+        .batch()
+        .max_messages(1)
+        .expires(limits.wait)
+        .messages()
+        .await?;
+    let (mut first, err) = drain(batch, limits.wait + GRACE).await;
+    if first.is_empty() {
+        return match err {
+            Some(e) => Err(e),
+            None => Ok(first),
+        };
+    }
+    let used: usize = first.iter().map(|m| m.payload.len()).sum();
+    if limits.max_messages > 1 && used < limits.max_bytes {
+        // Whatever fails here is only "no more right now": the first message is kept.
+        if let Ok((rest, _)) = no_wait(consumer, limits.max_messages - 1, limits.max_bytes - used).await {
+            first.extend(rest);
+        }
+    }
+    Ok(first)
+}
+
+async fn no_wait(
+    consumer: &PullConsumer,
+    max_messages: usize,
+    max_bytes: usize,
+) -> Result<(Vec<Message>, Option<async_nats::Error>), async_nats::Error> {
+    let batch = consumer
+        .fetch()
+        .max_messages(max_messages)
+        .max_bytes(max_bytes)
+        .expires(NO_WAIT_EXPIRES)
+        .messages()
+        .await?;
+    Ok(drain(batch, NO_WAIT_EXPIRES + GRACE).await)
+}
+
+/// Collects a pull's messages until it ends, fails or times out locally.
+async fn drain<S>(mut batch: S, limit: Duration) -> (Vec<Message>, Option<async_nats::Error>)
+where
+    S: futures::Stream<Item = Result<Message, async_nats::Error>> + Unpin,
+{
+    let deadline = Instant::now() + limit;
+    let mut out = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, batch.next()).await {
+            Ok(Some(Ok(m))) => out.push(m),
+            Ok(Some(Err(e))) => return (out, Some(e)),
+            Ok(None) => return (out, None),
+            Err(_) => {
+                let e: async_nats::Error = format!("pull did not finish within {limit:?}").into();
+                return (out, Some(e));
+            }
+        }
+    }
+}
+
+/// The server ends a byte-bounded pull with a 409 when the next message does not fit.
+fn is_size_limit(e: &async_nats::Error) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    text.contains("maxbytes") || text.contains("max bytes")
+}

@@ -1,0 +1,126 @@
+//! `jetsink publish`: a test and benchmark publisher that awaits every PubAck.
+//!
+//! Up to `window` publishes are in flight at once so the PubAck round trips overlap; a
+//! message counts as published only once the stream has acknowledged it. Payloads are
+//! JSON objects padded to the requested size (or plain text below 24 bytes), so every
+//! destination stores them in their readable form.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use bytes::Bytes;
+
+/// What to publish.
+#[derive(Debug, Clone)]
+pub struct PublishPlan {
+    /// Subject of every message.
+    pub subject: String,
+    /// How many messages.
+    pub count: u64,
+    /// Payload size in bytes.
+    pub size: usize,
+    /// Messages per second; `None` publishes as fast as acks come back.
+    pub rate: Option<u64>,
+    /// Publishes awaiting their PubAck at once.
+    pub window: usize,
+}
+
+/// Why publishing stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// No stream captures the subject, or the server refused the message.
+    #[error("publish to {subject} failed after {done} acknowledged messages: {message}")]
+    Rejected {
+        /// The subject.
+        subject: String,
+        /// Messages acknowledged before the failure.
+        done: u64,
+        /// The server's or client's reason.
+        message: String,
+    },
+}
+
+/// The result of a finished run.
+#[derive(Debug, Clone, Copy)]
+pub struct PublishReport {
+    /// Messages acknowledged by the stream.
+    pub acknowledged: u64,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+impl PublishReport {
+    /// Messages per second.
+    pub fn rate(&self) -> f64 {
+        self.acknowledged as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// A payload of exactly `size` bytes for message `n`.
+pub fn payload(n: u64, size: usize) -> Bytes {
+    let head = format!("{{\"n\":{n},\"pad\":\"");
+    if size < head.len() + 2 {
+        let mut text = format!("{n:0>width$}", width = size).into_bytes();
+        text.truncate(size);
+        return Bytes::from(text);
+    }
+    let mut v = Vec::with_capacity(size);
+    v.extend_from_slice(head.as_bytes());
+    v.resize(size - 2, b'x');
+    v.extend_from_slice(b"\"}");
+    Bytes::from(v)
+}
+
+/// Publishes the plan, awaiting every PubAck.
+pub async fn publish(js: &jetstream::Context, plan: &PublishPlan) -> Result<PublishReport, PublishError> {
+    let started = Instant::now();
+    let mut inflight = VecDeque::with_capacity(plan.window);
+    let mut done = 0u64;
+    let fail = |done: u64, e: &dyn std::fmt::Display| PublishError::Rejected {
+        subject: plan.subject.clone(),
+        done,
+        message: e.to_string(),
+    };
+    for n in 0..plan.count {
+        if let Some(rate) = plan.rate.filter(|r| *r > 0) {
+            let due = started + Duration::from_secs_f64(n as f64 / rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let ack = js
+            .publish(plan.subject.clone(), payload(n, plan.size))
+            .await
+            .map_err(|e| fail(done, &e))?;
+        inflight.push_back(ack);
+        if inflight.len() >= plan.window {
+            if let Some(a) = inflight.pop_front() {
+                a.await.map_err(|e| fail(done, &e))?;
+                done += 1;
+            }
+        }
+    }
+    while let Some(a) = inflight.pop_front() {
+        a.await.map_err(|e| fail(done, &e))?;
+        done += 1;
+    }
+    Ok(PublishReport {
+        acknowledged: done,
+        elapsed: started.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_have_the_requested_size_and_are_json_when_large_enough() {
+        for size in [0usize, 1, 5, 23, 24, 25, 200, 4096] {
+            let p = payload(12345, size);
+            assert_eq!(p.len(), size, "size {size}");
+        }
+        let p = payload(7, 200);
+        let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+        assert_eq!(v["n"], 7);
+    }
+}

@@ -1,0 +1,81 @@
+//! The HTTP endpoint: `/metrics` for Prometheus, `/healthz` (the loops are alive) and
+//! `/readyz` (NATS connected, every consumer bound, every destination usable).
+//!
+//! It shares nothing with the data path but the metrics registry and the health state, so
+//! a slow scrape can never delay an ACK.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use async_nats::connection::State;
+use axum::extract::State as AxumState;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::health::{Health, Report};
+use crate::metrics::Metrics;
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct ServerState {
+    /// The registry rendered at `/metrics`.
+    pub metrics: Metrics,
+    /// Liveness and readiness of the sinks.
+    pub health: Health,
+    /// The shared NATS client, for its connection state.
+    pub client: async_nats::Client,
+}
+
+/// Binds the listener now, so a taken port fails start-up rather than later.
+pub async fn bind(listen: &str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(listen).await
+}
+
+/// Serves until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, state: ServerState, mut shutdown: watch::Receiver<bool>) {
+    let addr: Option<SocketAddr> = listener.local_addr().ok();
+    if let Some(a) = addr {
+        tracing::info!(listen = %a, "http endpoint listening (/metrics, /healthz, /readyz)");
+    }
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(state);
+    let stop = async move {
+        let _ = shutdown.wait_for(|s| *s).await;
+    };
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+        tracing::error!(error = %e, "http endpoint failed");
+    }
+}
+
+async fn metrics(AxumState(s): AxumState<ServerState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        s.metrics.render(),
+    )
+        .into_response()
+}
+
+fn answer(report: Report) -> Response {
+    let code = if report.ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(report)).into_response()
+}
+
+async fn healthz(AxumState(s): AxumState<ServerState>) -> Response {
+    answer(s.health.liveness(Instant::now()))
+}
+
+async fn readyz(AxumState(s): AxumState<ServerState>) -> Response {
+    let connected = s.client.connection_state() == State::Connected;
+    answer(s.health.readiness(connected))
+}
