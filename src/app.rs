@@ -46,12 +46,10 @@ impl AppError {
 /// Runs the daemon until `shutdown` turns true and every runner has settled its batch.
 pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), AppError> {
     let metrics = Metrics::new();
-    let client = connect(&config.nats, &metrics)
-        .await
-        .map_err(|e| match e {
-            crate::nats::ConnectError::Credentials { .. } => AppError::Config(e.to_string()),
-            crate::nats::ConnectError::Unreachable { .. } => AppError::Unavailable(e.to_string()),
-        })?;
+    let client = connect(&config.nats, &metrics).await.map_err(|e| match e {
+        crate::nats::ConnectError::Credentials { .. } => AppError::Config(e.to_string()),
+        crate::nats::ConnectError::Unreachable { .. } => AppError::Unavailable(e.to_string()),
+    })?;
     let info = client.server_info();
     tracing::info!(server = %info.server_name, version = %info.version, jetstream = info.jetstream, "connected to NATS");
     if !info.jetstream {
@@ -67,7 +65,10 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
 
     let listener = if config.http.enabled {
         let l = server::bind(&config.http.listen).await.map_err(|e| {
-            AppError::Unavailable(format!("http.listen: cannot listen on {}: {e}", config.http.listen))
+            AppError::Unavailable(format!(
+                "http.listen: cannot listen on {}: {e}",
+                config.http.listen
+            ))
         })?;
         Some(l)
     } else {
@@ -75,7 +76,11 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     };
 
     let mut runners = Vec::new();
-    for spec in &config.sinks {
+    // Sinks that create their stream bind first, so another sink may read that stream
+    // without repeating `create_stream`.
+    let mut order: Vec<&crate::config::SinkSpec> = config.sinks.iter().collect();
+    order.sort_by_key(|s| s.source.create_stream.is_none());
+    for spec in order {
         let bound = bind(&js, &spec.name, &spec.source).await.map_err(|e| {
             if e.is_config() {
                 AppError::Config(e.to_string())
@@ -130,8 +135,14 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
             failure = Some(AppError::Other(format!("a sink loop panicked: {e}")));
         }
     }
-    if let Err(e) = client.flush().await {
-        tracing::warn!(error = %e, "final flush failed; unsent ACKs lead to idempotent redelivery");
+    match tokio::time::timeout(Duration::from_secs(5), client.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "final flush failed; unsent ACKs lead to idempotent redelivery")
+        }
+        Err(_) => tracing::warn!(
+            "final flush timed out (NATS unreachable); unsent ACKs lead to idempotent redelivery"
+        ),
     }
     if let Some(h) = http {
         let _ = h.await;

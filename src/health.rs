@@ -115,7 +115,8 @@ pub struct SinkHealth {
 impl SinkHealth {
     /// The loop is alive.
     pub fn beat(&self) {
-        self.health.update(&self.name, |s| s.heartbeat = Instant::now());
+        self.health
+            .update(&self.name, |s| s.heartbeat = Instant::now());
     }
 
     /// The consumer is (or is no longer) bound.
@@ -155,7 +156,10 @@ mod tests {
         assert!(!h.readiness(false).ok);
         s.destination_failed("disk full");
         let r = h.readiness(true);
-        assert_eq!(r.problems, vec!["sink a: destination unavailable: disk full"]);
+        assert_eq!(
+            r.problems,
+            vec!["sink a: destination unavailable: disk full"]
+        );
     }
 
     #[test]

@@ -13,7 +13,11 @@ use jetsink::config::{Config, LogFormat};
 use jetsink::{app, exit, logging, publish};
 
 #[derive(Parser)]
-#[command(name = "jetsink", version, about = "Moves messages from NATS JetStream into durable destinations, ACKing each only after it is committed.")]
+#[command(
+    name = "jetsink",
+    version,
+    about = "Moves messages from NATS JetStream into durable destinations, ACKing each only after it is committed."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,7 +64,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -78,9 +78,16 @@ impl Metrics {
             "1 while the NATS connection is up, 0 while it is reconnecting.",
         )
         .unwrap_or_else(|e| panic!("connected gauge: {e}"));
-        register(r, Box::new(nats_connected.clone()), "jetsink_nats_connected");
+        register(
+            r,
+            Box::new(nats_connected.clone()),
+            "jetsink_nats_connected",
+        );
         let build = IntGaugeVec::new(
-            Opts::new("jetsink_build_info", "Always 1; the labels say which build runs."),
+            Opts::new(
+                "jetsink_build_info",
+                "Always 1; the labels say which build runs.",
+            ),
             &["version"],
         )
         .unwrap_or_else(|e| panic!("build info: {e}"));

@@ -73,7 +73,10 @@ pub fn payload(n: u64, size: usize) -> Bytes {
 }
 
 /// Publishes the plan, awaiting every PubAck.
-pub async fn publish(js: &jetstream::Context, plan: &PublishPlan) -> Result<PublishReport, PublishError> {
+pub async fn publish(
+    js: &jetstream::Context,
+    plan: &PublishPlan,
+) -> Result<PublishReport, PublishError> {
     let started = Instant::now();
     let mut inflight = VecDeque::with_capacity(plan.window);
     let mut done = 0u64;

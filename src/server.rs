@@ -49,14 +49,20 @@ pub async fn serve(listener: TcpListener, state: ServerState, mut shutdown: watc
     let stop = async move {
         let _ = shutdown.wait_for(|s| *s).await;
     };
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+    {
         tracing::error!(error = %e, "http endpoint failed");
     }
 }
 
 async fn metrics(AxumState(s): AxumState<ServerState>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         s.metrics.render(),
     )
         .into_response()

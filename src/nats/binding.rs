@@ -28,20 +28,12 @@ pub enum BindError {
         stream: String,
     },
     /// The existing consumer differs in a way that is unsafe to change (exit 78).
-    #[error("sink {sink}: existing consumer {consumer} on stream {stream} has {field} = {existing}, but the config wants {wanted}; delete the consumer or change the config")]
+    #[error("sink {sink}: existing consumer {detail}; delete the consumer or change the config")]
     Drift {
         /// Sink name.
         sink: String,
-        /// Stream name.
-        stream: String,
-        /// Consumer name.
-        consumer: String,
-        /// The differing setting.
-        field: &'static str,
-        /// Its value on the server.
-        existing: String,
-        /// Its value in the config.
-        wanted: String,
+        /// Which consumer, which setting, its value on the server and in the config.
+        detail: String,
     },
     /// A JetStream API call failed (exit 69 at start-up).
     #[error("sink {sink}: {action} failed: {message}")]
@@ -159,11 +151,17 @@ pub async fn bind(
         Err(e) => {
             let missing = match e.kind() {
                 ConsumerInfoErrorKind::NotFound => true,
-                ConsumerInfoErrorKind::JetStream(j) => j.error_code() == ErrorCode::CONSUMER_NOT_FOUND,
+                ConsumerInfoErrorKind::JetStream(j) => {
+                    j.error_code() == ErrorCode::CONSUMER_NOT_FOUND
+                }
                 _ => false,
             };
             if !missing {
-                return Err(api(sink, format!("looking up consumer {}", source.consumer), e));
+                return Err(api(
+                    sink,
+                    format!("looking up consumer {}", source.consumer),
+                    e,
+                ));
             }
             tracing::info!(sink, consumer = %source.consumer, "creating durable consumer");
             stream
@@ -206,13 +204,12 @@ pub fn check_drift(
     source: &SourceConfig,
     existing: &consumer::Config,
 ) -> Result<(), BindError> {
-    let drift = |field, existing: String, wanted: String| BindError::Drift {
+    let drift = |field: &str, existing: String, wanted: String| BindError::Drift {
         sink: sink.to_string(),
-        stream: source.stream.clone(),
-        consumer: source.consumer.clone(),
-        field,
-        existing,
-        wanted,
+        detail: format!(
+            "{} on stream {} has {field} = {existing}, but the config wants {wanted}",
+            source.consumer, source.stream
+        ),
     };
     if let Some(subject) = &existing.deliver_subject {
         return Err(drift(
@@ -229,13 +226,14 @@ pub fn check_drift(
         ));
     }
     let wanted_filter = source.subjects.first().cloned().unwrap_or_default();
-    let existing_filter = if existing.filter_subject.is_empty() && existing.filter_subjects.len() == 1 {
-        existing.filter_subjects[0].clone()
-    } else if !existing.filter_subjects.is_empty() {
-        existing.filter_subjects.join(",")
-    } else {
-        existing.filter_subject.clone()
-    };
+    let existing_filter =
+        if existing.filter_subject.is_empty() && existing.filter_subjects.len() == 1 {
+            existing.filter_subjects[0].clone()
+        } else if !existing.filter_subjects.is_empty() {
+            existing.filter_subjects.join(",")
+        } else {
+            existing.filter_subject.clone()
+        };
     if existing_filter != wanted_filter {
         let show = |s: &str| {
             if s.is_empty() {
@@ -244,7 +242,11 @@ pub fn check_drift(
                 s.to_string()
             }
         };
-        return Err(drift("filter_subject", show(&existing_filter), show(&wanted_filter)));
+        return Err(drift(
+            "filter_subject",
+            show(&existing_filter),
+            show(&wanted_filter),
+        ));
     }
     Ok(())
 }
@@ -285,7 +287,8 @@ mod tests {
 
     #[test]
     fn a_different_filter_is_refused_naming_both_values() {
-        let err = check_drift("x", &source("a.>"), &existing("b.>", AckPolicy::Explicit)).unwrap_err();
+        let err =
+            check_drift("x", &source("a.>"), &existing("b.>", AckPolicy::Explicit)).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("filter_subject = b.>"), "{text}");
         assert!(text.contains("wants a.>"), "{text}");

@@ -64,7 +64,9 @@ pub async fn connect(cfg: &NatsConfig, metrics: &Metrics) -> Result<Client, Conn
         .request_timeout(Some(Duration::from_millis(cfg.request_timeout_ms)))
         .max_reconnects(cfg.max_reconnects)
         .reconnect_delay_callback(move |attempts| {
-            let exp = 2u64.saturating_pow(attempts.min(16) as u32).saturating_mul(50);
+            let exp = 2u64
+                .saturating_pow(attempts.min(16) as u32)
+                .saturating_mul(50);
             Duration::from_millis(exp).min(max_delay)
         })
         .event_callback(move |event| {
@@ -90,13 +92,13 @@ pub async fn connect(cfg: &NatsConfig, metrics: &Metrics) -> Result<Client, Conn
                 }
             }
         });
-    let client = opts
-        .connect(cfg.servers.clone())
-        .await
-        .map_err(|source| ConnectError::Unreachable {
-            servers: cfg.servers.join(","),
-            source,
-        })?;
+    let client =
+        opts.connect(cfg.servers.clone())
+            .await
+            .map_err(|source| ConnectError::Unreachable {
+                servers: cfg.servers.join(","),
+                source,
+            })?;
     metrics.set_nats_connected(true);
     Ok(client)
 }

@@ -66,7 +66,9 @@ pub async fn fetch_batch(
     let used: usize = first.iter().map(|m| m.payload.len()).sum();
     if limits.max_messages > 1 && used < limits.max_bytes {
         // Whatever fails here is only "no more right now": the first message is kept.
-        if let Ok((rest, _)) = no_wait(consumer, limits.max_messages - 1, limits.max_bytes - used).await {
+        if let Ok((rest, _)) =
+            no_wait(consumer, limits.max_messages - 1, limits.max_bytes - used).await
+        {
             first.extend(rest);
         }
     }

@@ -49,7 +49,10 @@ mod tests {
     #[test]
     fn huge_attempt_numbers_stay_at_the_cap() {
         let mut rng = StdRng::seed_from_u64(1);
-        assert_eq!(backoff(&cfg(Jitter::None), u32::MAX, &mut rng), Duration::from_secs(5));
+        assert_eq!(
+            backoff(&cfg(Jitter::None), u32::MAX, &mut rng),
+            Duration::from_secs(5)
+        );
     }
 
     proptest! {

@@ -58,7 +58,10 @@ pub struct Runner {
 /// How a write attempt loop ended.
 enum Written {
     Committed,
-    Refused { index: Option<usize>, message: String },
+    Refused {
+        index: Option<usize>,
+        message: String,
+    },
     Abandoned,
 }
 
@@ -78,6 +81,7 @@ impl Runner {
             client: js.client(),
             metrics: metrics.clone(),
             reject_delay: Duration::from_millis(spec.delivery.retry.max_backoff_ms),
+            flush_timeout: Duration::from_secs(5),
         };
         Runner {
             spec,
@@ -213,11 +217,16 @@ impl Runner {
     /// Gives every message of the batch its outcome.
     async fn settle(&mut self, envelopes: &[Envelope], ackers: &[Acker]) {
         // Ranges still to write, in order; pushed in reverse so they pop in order.
-        let mut todo: Vec<Range<usize>> = vec![0..envelopes.len()];
+        let mut todo: Vec<Range<usize>> = Vec::with_capacity(8);
+        todo.push(0..envelopes.len());
         let mut isolated = false;
         while let Some(range) = todo.pop() {
             match self.write(envelopes, ackers, range.clone()).await {
-                Written::Committed => self.acks.ack(&envelopes[range.clone()], &ackers[range]).await,
+                Written::Committed => {
+                    self.acks
+                        .ack(&envelopes[range.clone()], &ackers[range])
+                        .await
+                }
                 Written::Abandoned => {
                     // Release this range and everything not yet written.
                     let rest = todo.iter().cloned();
@@ -231,7 +240,8 @@ impl Runner {
                 Written::Refused { index, message } => {
                     isolated = true;
                     if range.len() == 1 {
-                        self.acks.reject(&envelopes[range.start], &ackers[range.start], &message)
+                        self.acks
+                            .reject(&envelopes[range.start], &ackers[range.start], &message)
                             .await;
                         continue;
                     }
@@ -249,7 +259,12 @@ impl Runner {
     }
 
     /// Writes `range` until it commits, is refused, or shutdown abandons it.
-    async fn write(&mut self, envelopes: &[Envelope], ackers: &[Acker], range: Range<usize>) -> Written {
+    async fn write(
+        &mut self,
+        envelopes: &[Envelope],
+        ackers: &[Acker],
+        range: Range<usize>,
+    ) -> Written {
         let part = &envelopes[range.clone()];
         let ack_wait = Duration::from_millis(self.spec.source.ack_wait_ms);
         let mut last_progress = Instant::now();
@@ -257,7 +272,9 @@ impl Runner {
         loop {
             let started = Instant::now();
             let result = self.sink.write_batch(part).await;
-            self.metrics.write_seconds.observe(started.elapsed().as_secs_f64());
+            self.metrics
+                .write_seconds
+                .observe(started.elapsed().as_secs_f64());
             let err = match result {
                 Ok(()) => {
                     if attempt > 0 {
@@ -293,7 +310,9 @@ impl Runner {
                             }
                         }
                         if last_progress.elapsed() >= ack_wait / 2 {
-                            self.acks.release(&ackers[range.clone()], AckKind::Progress).await;
+                            self.acks
+                                .release(&ackers[range.clone()], AckKind::Progress)
+                                .await;
                             last_progress = Instant::now();
                         }
                         let now = Instant::now();
@@ -323,9 +342,20 @@ struct Acks {
     client: async_nats::Client,
     metrics: SinkMetrics,
     reject_delay: Duration,
+    flush_timeout: Duration,
 }
 
 impl Acks {
+    /// Pushes queued acknowledgements to the socket. Bounded: while NATS is disconnected
+    /// a flush would wait for the reconnect, and the loop must stay responsive to shutdown.
+    async fn flush(&self) -> Result<(), String> {
+        match tokio::time::timeout(self.flush_timeout, self.client.flush()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no flush within {:?}", self.flush_timeout)),
+        }
+    }
+
     async fn ack(&self, envelopes: &[Envelope], ackers: &[Acker]) {
         let now = OffsetDateTime::now_utc();
         for (e, a) in envelopes.iter().zip(ackers) {
@@ -338,7 +368,7 @@ impl Acks {
             self.metrics.commit_lag.observe(lag);
         }
         self.metrics.acked.inc_by(envelopes.len() as u64);
-        if let Err(err) = self.client.flush().await {
+        if let Err(err) = self.flush().await {
             tracing::warn!(sink = %self.sink, error = %err, "flushing ACKs failed; unsent ACKs lead to idempotent redelivery");
         }
     }
@@ -351,7 +381,7 @@ impl Acks {
                 tracing::debug!(sink = %self.sink, error = %err, "could not send {kind:?}");
             }
         }
-        if let Err(err) = self.client.flush().await {
+        if let Err(err) = self.flush().await {
             tracing::debug!(sink = %self.sink, error = %err, "flush failed");
         }
     }

@@ -1,27 +1,17 @@
-//! SQLite destination (placeholder until implemented).
-use super::{Sink, SinkError};
-use crate::config::SqliteConfig;
-use crate::envelope::Envelope;
-use async_trait::async_trait;
-/// SQLite.
-pub struct SqliteSink {
-    _c: SqliteConfig,
-}
-impl SqliteSink {
-    /// New, unopened.
-    pub fn new(c: SqliteConfig) -> Self {
-        SqliteSink { _c: c }
-    }
-}
-#[async_trait]
-impl Sink for SqliteSink {
-    async fn open(&mut self) -> Result<(), SinkError> {
-        Err(SinkError::transient("todo"))
-    }
-    async fn write_batch(&mut self, _b: &[Envelope]) -> Result<(), SinkError> {
-        Err(SinkError::transient("todo"))
-    }
-    async fn health(&mut self) -> Result<(), SinkError> {
-        Err(SinkError::transient("todo"))
-    }
-}
+//! SQLite destination: one table, one transaction per batch, idempotent on the envelope's
+//! key, committed in WAL mode before the runner ACKs.
+//!
+//! It is split so that the parts that decide correctness can be read and tested alone:
+//! `classify` is the pure mapping from SQLite errors to retry-or-reject (a wrong answer
+//! loses or blocks messages), `schema` owns the table's shape and the check of a table that
+//! already exists, and `sink` holds the connection lifecycle and the guards against writing
+//! into a database file that was moved or deleted while open.
+
+mod classify;
+mod schema;
+mod sink;
+#[cfg(test)]
+mod tests;
+
+pub use classify::classify;
+pub use sink::SqliteSink;

@@ -1,0 +1,293 @@
+//! The SQLite [`Sink`]: connection lifecycle, one transaction per batch, and the guards that
+//! keep a commit from landing anywhere but the configured database file.
+//!
+//! SQLite calls block, so every one runs inside [`tokio::task::block_in_place`]. After a
+//! transient failure the connection is dropped and the next call reopens it, so a retry
+//! never inherits a half-finished transaction or a handle to a file that is gone. Reopening
+//! never creates anything: once a database has been opened, its disappearance is an error
+//! until it is restored (or jetsink restarts), not a reason to start an empty one.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
+use time::OffsetDateTime;
+
+use super::classify::classify;
+use super::schema;
+use crate::config::SqliteConfig;
+use crate::envelope::{rfc3339, Envelope};
+use crate::sinks::util::file_identity::FileIdentity;
+use crate::sinks::util::io_error;
+use crate::sinks::{Sink, SinkError};
+
+/// Writes envelopes as rows of one SQLite table, a transaction per batch, idempotent on
+/// [`Envelope::idempotency_key`].
+pub struct SqliteSink {
+    config: SqliteConfig,
+    path: PathBuf,
+    insert_sql: String,
+    conn: Option<Connection>,
+    /// The database file as last opened.
+    identity: Option<FileIdentity>,
+    /// The `-wal` file as last opened: in WAL mode commits land there first.
+    wal_identity: Option<FileIdentity>,
+    /// Whether an open has ever succeeded: from then on nothing is created.
+    opened_once: bool,
+}
+
+impl SqliteSink {
+    /// A sink for `config`. Does no I/O; [`Sink::open`] connects.
+    pub fn new(config: SqliteConfig) -> SqliteSink {
+        SqliteSink {
+            path: PathBuf::from(&config.path),
+            insert_sql: schema::insert_sql(&config.table),
+            config,
+            conn: None,
+            identity: None,
+            wal_identity: None,
+            opened_once: false,
+        }
+    }
+
+    fn wal_path(&self) -> PathBuf {
+        let mut p = OsString::from(self.path.as_os_str());
+        p.push("-wal");
+        PathBuf::from(p)
+    }
+
+    fn open_blocking(&mut self) -> Result<(), SinkError> {
+        // Close any previous connection before looking at the file.
+        self.conn = None;
+        let path_text = self.path.display().to_string();
+        if !self.opened_once {
+            if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    io_error(
+                        &format!("creating directory {} for sqlite", parent.display()),
+                        &e,
+                    )
+                })?;
+            }
+        } else {
+            match self.path.try_exists() {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(SinkError::transient(format!(
+                        "sqlite database file {path_text} disappeared after it was opened; \
+                         restore it, or restart jetsink to start a new database"
+                    )))
+                }
+                Err(e) => return Err(io_error(&format!("checking {path_text}"), &e)),
+            }
+        }
+        if self.path.is_dir() {
+            return Err(SinkError::Misconfigured {
+                message: format!("sqlite path {path_text} is a directory, not a database file"),
+            });
+        }
+
+        let conn = if self.opened_once {
+            // Never create: the existence check above could race with a removal.
+            let flags = OpenFlags::default().difference(OpenFlags::SQLITE_OPEN_CREATE);
+            Connection::open_with_flags(&self.path, flags)
+        } else {
+            Connection::open(&self.path)
+        }
+        .map_err(|e| with_context(classify(&e, None), &format!("opening {path_text}")))?;
+        configure(&conn, &self.config)
+            .map_err(|e| with_context(e, &format!("configuring {path_text}")))?;
+        schema::ensure_table(&conn, &self.config.table, &path_text)?;
+
+        let identity =
+            FileIdentity::of(&self.path).map_err(|e| io_error(&format!("stat {path_text}"), &e))?;
+        if let Some(previous) = &self.identity {
+            if *previous != identity {
+                tracing::warn!(
+                    path = %path_text,
+                    "sqlite database file was replaced since it was last opened; writing to \
+                     the file now at this path"
+                );
+            }
+        }
+        // The WAL exists once the connection has read in WAL mode; if it does not, there is
+        // nothing to guard yet.
+        self.wal_identity = FileIdentity::of(&self.wal_path()).ok();
+        self.identity = Some(identity);
+        self.conn = Some(conn);
+        self.opened_once = true;
+        tracing::info!(
+            path = %path_text,
+            table = %self.config.table,
+            synchronous = self.config.synchronous.pragma(),
+            "sqlite destination open"
+        );
+        Ok(())
+    }
+
+    /// Fails unless the database (and WAL) files at the path are the ones opened.
+    fn check_identity(&self) -> Result<(), SinkError> {
+        let check = |id: &Option<FileIdentity>| id.as_ref().map_or(Ok(()), FileIdentity::check);
+        check(&self.identity)
+            .and_then(|()| check(&self.wal_identity))
+            .map_err(|m| {
+                SinkError::transient(format!(
+                    "sqlite database changed underneath jetsink, not writing: {m}"
+                ))
+            })
+    }
+
+    fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if self.conn.is_none() {
+            self.open_blocking()?;
+        }
+        let result = self.check_identity().and_then(|()| {
+            let conn = self
+                .conn
+                .as_mut()
+                .ok_or_else(|| SinkError::transient("sqlite connection is not open"))?;
+            insert_batch(conn, &self.insert_sql, batch)
+        });
+        // A commit into a file unlinked meanwhile is no commit: check again before the
+        // runner ACKs. A retry of a batch that did land is absorbed by ON CONFLICT.
+        let result = result.and_then(|()| self.check_identity());
+        let result =
+            result.map_err(|e| with_context(e, &format!("writing to {}", self.path.display())));
+        if result.is_ok() && self.wal_identity.is_none() {
+            // The first commit created the WAL: guard it from now on.
+            self.wal_identity = FileIdentity::of(&self.wal_path()).ok();
+        }
+        self.after(result)
+    }
+
+    fn health_blocking(&mut self) -> Result<(), SinkError> {
+        if self.conn.is_none() {
+            return self.open_blocking();
+        }
+        let result = self.check_identity().and_then(|()| {
+            let conn = self
+                .conn
+                .as_ref()
+                .ok_or_else(|| SinkError::transient("sqlite connection is not open"))?;
+            conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))
+                .map(drop)
+                .map_err(|e| classify(&e, None))
+        });
+        let result =
+            result.map_err(|e| with_context(e, &format!("checking {}", self.path.display())));
+        self.after(result)
+    }
+
+    /// Drops the connection after a transient failure, or when a failure left a
+    /// transaction open, so the next call starts from a clean reopen.
+    fn after(&mut self, result: Result<(), SinkError>) -> Result<(), SinkError> {
+        if let Err(e) = &result {
+            let in_tx = self.conn.as_ref().is_some_and(|c| !c.is_autocommit());
+            if matches!(e, SinkError::Transient { .. }) || in_tx {
+                self.conn = None;
+            }
+        }
+        result
+    }
+}
+
+/// Sets the pragmas jetsink relies on.
+fn configure(conn: &Connection, config: &SqliteConfig) -> Result<(), SinkError> {
+    // rusqlite panics on a timeout above i32::MAX milliseconds.
+    let ms = config.busy_timeout_ms.min(i32::MAX as u64);
+    conn.busy_timeout(Duration::from_millis(ms))
+        .map_err(|e| classify(&e, None))?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(|e| classify(&e, None))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(SinkError::transient(format!(
+            "sqlite refused journal_mode=WAL (still {mode}); the filesystem may not support \
+             shared memory, or another process holds the database in another mode"
+        )));
+    }
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous={}",
+        config.synchronous.pragma()
+    ))
+    .map_err(|e| classify(&e, None))
+}
+
+/// Inserts the batch in one transaction and commits it. On error the transaction is
+/// dropped, which rolls it back.
+fn insert_batch(conn: &mut Connection, sql: &str, batch: &[Envelope]) -> Result<(), SinkError> {
+    let written_at = rfc3339(OffsetDateTime::now_utc());
+    // IMMEDIATE takes the write lock up front, so a competing writer is waited for under
+    // busy_timeout instead of failing mid-batch.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| classify(&e, None))?;
+    {
+        let mut stmt = tx.prepare_cached(sql).map_err(|e| classify(&e, None))?;
+        for (i, e) in batch.iter().enumerate() {
+            let published_at = rfc3339(e.published_at);
+            let headers = e.headers_json().to_string();
+            stmt.execute(params![
+                e.idempotency_key,
+                e.stream,
+                e.stream_sequence,
+                e.consumer_sequence,
+                e.subject,
+                e.delivered,
+                published_at,
+                written_at,
+                e.message_id,
+                headers,
+                &e.payload[..],
+            ])
+            .map_err(|err| classify(&err, Some(i)))?;
+        }
+    }
+    tx.commit().map_err(|e| classify(&e, None))
+}
+
+/// Prefixes an error's message with where it happened, keeping its class.
+pub(crate) fn with_context(err: SinkError, context: &str) -> SinkError {
+    match err {
+        SinkError::Transient { message } => SinkError::Transient {
+            message: format!("{context}: {message}"),
+        },
+        SinkError::Permanent { index, message } => SinkError::Permanent {
+            index,
+            message: format!("{context}: {message}"),
+        },
+        SinkError::Misconfigured { message } => SinkError::Misconfigured {
+            message: format!("{context}: {message}"),
+        },
+    }
+}
+
+#[async_trait]
+impl Sink for SqliteSink {
+    async fn open(&mut self) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| self.open_blocking())
+    }
+
+    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| self.write_blocking(batch))
+    }
+
+    async fn health(&mut self) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| self.health_blocking())
+    }
+}
+
+impl std::fmt::Debug for SqliteSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteSink")
+            .field("path", &self.path)
+            .field("table", &self.config.table)
+            .field("open", &self.conn.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,635 @@
+//! Tests of the SQLite destination: the classifier and schema rules as tables, and the sink
+//! against real databases in temporary directories, including the files being moved and
+//! removed underneath it. `block_in_place` needs the multi-threaded runtime.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use rusqlite::{ffi, Connection, TransactionBehavior};
+use time::OffsetDateTime;
+
+use super::classify::classify;
+use super::schema::{self, ColumnInfo};
+use super::SqliteSink;
+use crate::config::{IdempotencyKey, SqliteConfig, SqliteSynchronous};
+use crate::envelope::{normalize, rfc3339, Delivery, Envelope};
+use crate::sinks::{Sink, SinkError};
+
+const TABLE: &str = "jetsink_events";
+
+fn config(path: &Path, table: &str) -> SqliteConfig {
+    SqliteConfig {
+        path: path.display().to_string(),
+        table: table.to_string(),
+        synchronous: SqliteSynchronous::Full,
+        busy_timeout_ms: 5_000,
+    }
+}
+
+fn published(seq: u64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_789 + i128::from(seq)).unwrap()
+}
+
+fn envelope_with(seq: u64, delivered: i64, payload: Vec<u8>) -> Envelope {
+    let msg_id = format!("id-{seq}");
+    let mut headers = vec![("A", "1"), ("B", "x"), ("A", "2")];
+    if seq.is_multiple_of(2) {
+        headers.push(("Nats-Msg-Id", msg_id.as_str()));
+    }
+    normalize(
+        "orders.new",
+        Delivery {
+            stream: "ORDERS",
+            consumer: "sink",
+            stream_sequence: seq,
+            consumer_sequence: seq + 100,
+            delivered,
+            published: published(seq),
+        },
+        headers,
+        Bytes::from(payload),
+        IdempotencyKey::StreamSequence,
+    )
+}
+
+fn envelope(seq: u64) -> Envelope {
+    envelope_with(seq, 1, format!("{{\"n\":{seq}}}").into_bytes())
+}
+
+fn batch(seqs: std::ops::RangeInclusive<u64>) -> Vec<Envelope> {
+    seqs.map(envelope).collect()
+}
+
+#[derive(Debug)]
+struct Row {
+    key: String,
+    stream: String,
+    stream_sequence: i64,
+    consumer_sequence: i64,
+    subject: String,
+    delivered: i64,
+    published_at: String,
+    written_at: String,
+    message_id: Option<String>,
+    headers: String,
+    payload: Vec<u8>,
+    types: String,
+}
+
+fn read_rows(path: &Path, table: &str) -> Vec<Row> {
+    let conn = Connection::open(path).unwrap();
+    let sql = format!(
+        "SELECT idempotency_key, stream, stream_sequence, consumer_sequence, subject, \
+         delivered, published_at, written_at, message_id, headers, payload, \
+         typeof(stream_sequence) || ',' || typeof(consumer_sequence) || ',' || \
+         typeof(delivered) || ',' || typeof(message_id) || ',' || typeof(payload) \
+         FROM {} ORDER BY rowid",
+        schema::quote_ident(table)
+    );
+    let mut stmt = conn.prepare(&sql).unwrap();
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(Row {
+                key: r.get(0)?,
+                stream: r.get(1)?,
+                stream_sequence: r.get(2)?,
+                consumer_sequence: r.get(3)?,
+                subject: r.get(4)?,
+                delivered: r.get(5)?,
+                published_at: r.get(6)?,
+                written_at: r.get(7)?,
+                message_id: r.get(8)?,
+                headers: r.get(9)?,
+                payload: r.get(10)?,
+                types: r.get(11)?,
+            })
+        })
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    rows
+}
+
+fn keys(rows: &[Row]) -> Vec<String> {
+    rows.iter().map(|r| r.key.clone()).collect()
+}
+
+fn expected_keys(seqs: impl IntoIterator<Item = u64>) -> Vec<String> {
+    seqs.into_iter().map(|s| format!("ORDERS:{s}")).collect()
+}
+
+async fn opened(path: &Path) -> SqliteSink {
+    let mut sink = SqliteSink::new(config(path, TABLE));
+    sink.open().await.unwrap();
+    sink
+}
+
+fn assert_transient(result: Result<(), SinkError>, needle: &str) -> String {
+    match result {
+        Err(SinkError::Transient { message }) => {
+            assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+            message
+        }
+        other => panic!("expected transient containing {needle:?}, got {other:?}"),
+    }
+}
+
+fn assert_misconfigured(result: Result<(), SinkError>, needles: &[&str]) {
+    match result {
+        Err(SinkError::Misconfigured { message }) => {
+            for n in needles {
+                assert!(message.contains(n), "{message:?} lacks {n:?}");
+            }
+        }
+        other => panic!("expected misconfigured, got {other:?}"),
+    }
+}
+
+fn sqlite_err(code: i32) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(ffi::Error::new(code), Some("sqlite says no".into()))
+}
+
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+// ---------------------------------------------------------------- classification
+
+#[test]
+fn classifier_maps_every_listed_code_to_its_class() {
+    // (code, permanent?, text the message must contain)
+    let table: &[(i32, bool, &str)] = &[
+        (ffi::SQLITE_BUSY, false, "busy"),
+        (ffi::SQLITE_BUSY_SNAPSHOT, false, "busy"),
+        (ffi::SQLITE_LOCKED, false, "busy"),
+        (ffi::SQLITE_IOERR, false, "I/O"),
+        (ffi::SQLITE_IOERR_WRITE, false, "I/O"),
+        (ffi::SQLITE_IOERR_FSYNC, false, "I/O"),
+        (ffi::SQLITE_IOERR_NOMEM, false, "I/O"),
+        (ffi::SQLITE_CANTOPEN, false, "cannot open"),
+        (ffi::SQLITE_READONLY, false, "read-only"),
+        (ffi::SQLITE_FULL, false, "full"),
+        (ffi::SQLITE_PROTOCOL, false, "locking protocol"),
+        (ffi::SQLITE_NOMEM, false, "out of memory"),
+        (ffi::SQLITE_CORRUPT, false, "corrupt"),
+        (ffi::SQLITE_NOTADB, false, "corrupt"),
+        (ffi::SQLITE_ERROR, false, "sqlite"),
+        (ffi::SQLITE_INTERRUPT, false, "sqlite"),
+        (ffi::SQLITE_PERM, false, "sqlite"),
+        (ffi::SQLITE_TOOBIG, true, "size limit"),
+        (ffi::SQLITE_CONSTRAINT, true, "constraint"),
+        (ffi::SQLITE_CONSTRAINT_CHECK, true, "constraint"),
+        (ffi::SQLITE_CONSTRAINT_NOTNULL, true, "constraint"),
+        (ffi::SQLITE_CONSTRAINT_UNIQUE, true, "constraint"),
+        (ffi::SQLITE_MISMATCH, true, "wrong type"),
+    ];
+    for &(code, permanent, needle) in table {
+        let got = classify(&sqlite_err(code), Some(3));
+        match (&got, permanent) {
+            (SinkError::Permanent { index, message }, true) => {
+                assert_eq!(*index, Some(3), "code {code}");
+                assert!(message.contains(needle), "code {code}: {message:?}");
+                assert!(message.contains("index 3"), "code {code}: {message:?}");
+            }
+            (SinkError::Transient { message }, false) => {
+                assert!(message.contains(needle), "code {code}: {message:?}");
+            }
+            _ => panic!("code {code}: got {got:?}, wanted permanent={permanent}"),
+        }
+        assert!(got.to_string().contains("sqlite says no"), "code {code}");
+    }
+}
+
+#[test]
+fn classifier_handles_errors_without_an_index_or_a_sqlite_code() {
+    assert_eq!(
+        classify(&sqlite_err(ffi::SQLITE_CONSTRAINT_FOREIGNKEY), None),
+        SinkError::Permanent {
+            index: None,
+            message: "sqlite refused the batch: a table constraint refused it: sqlite says no"
+                .into()
+        }
+    );
+    let too_large =
+        rusqlite::Error::ToSqlConversionFailure(Box::new(i64::try_from(u64::MAX).unwrap_err()));
+    assert!(matches!(
+        classify(&too_large, Some(7)),
+        SinkError::Permanent { index: Some(7), .. }
+    ));
+    for unknown in [
+        rusqlite::Error::QueryReturnedNoRows,
+        rusqlite::Error::InvalidParameterCount(1, 2),
+        rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_IOERR), None),
+    ] {
+        assert_eq!(
+            classify(&unknown, Some(0)).class(),
+            "transient",
+            "{unknown:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- schema rules
+
+fn col(name: &str, decl_type: &str, not_null: bool, has_default: bool, pk: i64) -> ColumnInfo {
+    ColumnInfo {
+        name: name.into(),
+        decl_type: decl_type.into(),
+        not_null,
+        has_default,
+        pk,
+    }
+}
+
+#[test]
+fn column_rules_name_missing_and_unfillable_columns() {
+    let full: Vec<ColumnInfo> = schema::COLUMNS
+        .iter()
+        .map(|c| col(&c.to_uppercase(), "", false, false, 0))
+        .collect();
+    assert_eq!(
+        schema::column_problems(&full),
+        None,
+        "names are case-insensitive"
+    );
+
+    let without: Vec<ColumnInfo> = full
+        .iter()
+        .filter(|c| c.name != "HEADERS" && c.name != "WRITTEN_AT")
+        .cloned()
+        .collect();
+    let problem = schema::column_problems(&without).unwrap();
+    assert!(problem.contains("written_at, headers"), "{problem}");
+
+    let mut extra = full.clone();
+    extra.push(col("note", "TEXT", false, false, 0));
+    extra.push(col("tenant", "TEXT", true, true, 0));
+    extra.push(col("id", "integer", true, false, 1));
+    assert_eq!(schema::column_problems(&extra), None);
+    extra.push(col("owner", "TEXT", true, false, 0));
+    let problem = schema::column_problems(&extra).unwrap();
+    assert!(problem.contains("owner"), "{problem}");
+}
+
+#[test]
+fn statements_quote_the_table_name() {
+    assert_eq!(schema::quote_ident("order"), "\"order\"");
+    assert_eq!(schema::quote_ident("a\"b"), "\"a\"\"b\"");
+    let sql = schema::insert_sql("order");
+    assert!(
+        sql.starts_with("INSERT INTO \"order\" (idempotency_key, "),
+        "{sql}"
+    );
+    assert!(
+        sql.ends_with("?11) ON CONFLICT(idempotency_key) DO NOTHING"),
+        "{sql}"
+    );
+    assert!(schema::create_table_sql("order").contains("\"order\""));
+}
+
+// ---------------------------------------------------------------- writing
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_every_column_and_reads_back_exact_values_and_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut sink = opened(&path).await;
+    let envelopes = batch(1..=10);
+    let before = OffsetDateTime::now_utc();
+    sink.write_batch(&envelopes).await.unwrap();
+
+    let rows = read_rows(&path, TABLE);
+    assert_eq!(rows.len(), envelopes.len());
+    let written_at = rows[0].written_at.clone();
+    let parsed =
+        OffsetDateTime::parse(&written_at, &time::format_description::well_known::Rfc3339).unwrap();
+    assert!(
+        parsed >= before - time::Duration::seconds(1),
+        "{written_at}"
+    );
+    assert_eq!(written_at.len(), "2023-11-14T22:13:20.123456789Z".len());
+    for (row, e) in rows.iter().zip(&envelopes) {
+        assert_eq!(row.key, e.idempotency_key);
+        assert_eq!(row.stream, "ORDERS");
+        assert_eq!(row.stream_sequence, e.stream_sequence as i64);
+        assert_eq!(row.consumer_sequence, e.stream_sequence as i64 + 100);
+        assert_eq!(row.subject, "orders.new");
+        assert_eq!(row.delivered, 1);
+        assert_eq!(row.published_at, rfc3339(e.published_at));
+        assert_eq!(row.written_at, written_at, "one time per batch");
+        assert_eq!(row.message_id, e.message_id);
+        let headers: serde_json::Value = serde_json::from_str(&row.headers).unwrap();
+        assert_eq!(headers, e.headers_json());
+        assert_eq!(headers["A"], serde_json::json!(["1", "2"]));
+        assert_eq!(row.payload, &e.payload[..]);
+        let null_or_text = if e.message_id.is_some() {
+            "text"
+        } else {
+            "null"
+        };
+        assert_eq!(
+            row.types,
+            format!("integer,integer,integer,{null_or_text},blob")
+        );
+    }
+    assert_eq!(rows[1].message_id.as_deref(), Some("id-2"));
+    assert_eq!(rows[0].published_at, "2023-11-14T22:13:20.123456790Z");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redelivered_messages_leave_one_row_each_in_first_write_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut sink = opened(&path).await;
+    let first = batch(1..=5);
+    sink.write_batch(&first).await.unwrap();
+    sink.write_batch(&first).await.unwrap();
+    assert_eq!(keys(&read_rows(&path, TABLE)), expected_keys(1..=5));
+
+    // A redelivery overlapping the first batch, in another order and with a higher
+    // delivery count: new keys are appended, existing rows keep their first write.
+    let mut second: Vec<Envelope> = (3..=8)
+        .rev()
+        .map(|s| envelope_with(s, 2, b"again".to_vec()))
+        .collect();
+    second.rotate_left(1);
+    sink.write_batch(&second).await.unwrap();
+    let rows = read_rows(&path, TABLE);
+    let order: Vec<u64> = vec![1, 2, 3, 4, 5, 7, 6, 8];
+    assert_eq!(keys(&rows), expected_keys(order));
+    for row in &rows[..5] {
+        assert_eq!(row.delivered, 1, "{}", row.key);
+        assert_ne!(row.payload, b"again");
+    }
+    assert_eq!(rows[5].delivered, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn empty_binary_and_large_payloads_round_trip_byte_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut sink = opened(&path).await;
+    let mib: Vec<u8> = (0..1024 * 1024).map(|i| (i * 31 % 256) as u8).collect();
+    let payloads: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        vec![0xff, 0xfe, 0x00, 0xc3, 0x28, 0x00, 0x80],
+        mib,
+        b"\0".to_vec(),
+    ];
+    let envelopes: Vec<Envelope> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| envelope_with(i as u64 + 1, 1, p.clone()))
+        .collect();
+    sink.write_batch(&envelopes).await.unwrap();
+    let rows = read_rows(&path, TABLE);
+    assert_eq!(rows.len(), payloads.len());
+    for (row, p) in rows.iter().zip(&payloads) {
+        assert!(row.payload == *p, "payload of {} differs", row.key);
+        assert!(row.types.ends_with(",blob"), "{}", row.types);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn empty_batch_is_ok_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut sink = opened(&path).await;
+    sink.write_batch(&[]).await.unwrap();
+    assert!(read_rows(&path, TABLE).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keyword_table_names_work_because_they_are_quoted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut sink = SqliteSink::new(config(&path, "order"));
+    sink.open().await.unwrap();
+    sink.write_batch(&batch(1..=2)).await.unwrap();
+    assert_eq!(keys(&read_rows(&path, "order")), expected_keys(1..=2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_message_is_permanent_with_its_index_and_nothing_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        let ddl = schema::create_table_sql(TABLE).replace(
+            "payload BLOB NOT NULL",
+            "payload BLOB NOT NULL CHECK (length(payload) < 16)",
+        );
+        conn.execute_batch(&ddl).unwrap();
+    }
+    let mut sink = opened(&path).await;
+    let mut envelopes = batch(1..=3);
+    envelopes[1] = envelope_with(2, 1, b"SECRET-PAYLOAD-THAT-IS-TOO-LONG".to_vec());
+    match sink.write_batch(&envelopes).await {
+        Err(SinkError::Permanent { index, message }) => {
+            assert_eq!(index, Some(1));
+            assert!(message.contains("CHECK constraint"), "{message}");
+            assert!(!message.contains("SECRET"), "payload leaked: {message}");
+        }
+        other => panic!("expected permanent, got {other:?}"),
+    }
+    assert!(
+        read_rows(&path, TABLE).is_empty(),
+        "the batch was rolled back"
+    );
+    // The connection survives a permanent error: the rest of the batch goes in.
+    envelopes.remove(1);
+    sink.write_batch(&envelopes).await.unwrap();
+    assert_eq!(keys(&read_rows(&path, TABLE)), expected_keys([1, 3]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_locked_database_is_transient_and_the_retry_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut sink = SqliteSink::new(SqliteConfig {
+        busy_timeout_ms: 50,
+        ..config(&path, TABLE)
+    });
+    sink.open().await.unwrap();
+    let mut other = Connection::open(&path).unwrap();
+    let lock = other
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .unwrap();
+    assert_transient(sink.write_batch(&batch(1..=2)).await, "busy");
+    drop(lock);
+    sink.write_batch(&batch(1..=2)).await.unwrap();
+    assert_eq!(keys(&read_rows(&path, TABLE)), expected_keys(1..=2));
+}
+
+// ---------------------------------------------------------------- opening
+
+#[tokio::test(flavor = "multi_thread")]
+async fn first_open_creates_the_parent_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/c/jetsink.db");
+    let mut sink = opened(&path).await;
+    sink.write_batch(&batch(1..=1)).await.unwrap();
+    assert!(path.is_file());
+    sink.health().await.unwrap();
+    // Reopening an existing database is fine.
+    sink.open().await.unwrap();
+    sink.write_batch(&batch(2..=2)).await.unwrap();
+    assert_eq!(keys(&read_rows(&path, TABLE)), expected_keys(1..=2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_existing_table_missing_columns_is_misconfigured() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE jetsink_events (idempotency_key TEXT PRIMARY KEY, stream TEXT, \
+             stream_sequence INTEGER, consumer_sequence INTEGER, subject TEXT, \
+             delivered INTEGER, published_at TEXT, message_id TEXT, payload BLOB)",
+        )
+        .unwrap();
+    }
+    let mut sink = SqliteSink::new(config(&path, TABLE));
+    let path_text = path.display().to_string();
+    assert_misconfigured(
+        sink.open().await,
+        &[TABLE, &path_text, "written_at, headers"],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_existing_table_jetsink_cannot_insert_into_is_misconfigured() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let without_key = schema::create_table_sql(TABLE).replace(" PRIMARY KEY", "");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(&without_key)
+        .unwrap();
+    assert_misconfigured(
+        SqliteSink::new(config(&path, TABLE)).open().await,
+        &[TABLE, "PRIMARY KEY or UNIQUE"],
+    );
+
+    let other = dir.path().join("other.db");
+    let with_required_extra = schema::create_table_sql(TABLE).replace(
+        "payload BLOB NOT NULL",
+        "payload BLOB NOT NULL, owner TEXT NOT NULL",
+    );
+    Connection::open(&other)
+        .unwrap()
+        .execute_batch(&with_required_extra)
+        .unwrap();
+    assert_misconfigured(
+        SqliteSink::new(config(&other, TABLE)).open().await,
+        &["owner"],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_existing_table_with_extra_columns_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let ddl = schema::create_table_sql(TABLE)
+        .replace(" PRIMARY KEY NOT NULL", " NOT NULL UNIQUE")
+        .replace(
+            "(\n",
+            "(\n    id INTEGER PRIMARY KEY NOT NULL, note TEXT,\n",
+        );
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(&ddl)
+        .unwrap();
+    let mut sink = opened(&path).await;
+    sink.write_batch(&batch(1..=3)).await.unwrap();
+    sink.write_batch(&batch(1..=3)).await.unwrap();
+    assert_eq!(keys(&read_rows(&path, TABLE)), expected_keys(1..=3));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_path_that_is_a_directory_is_misconfigured() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_misconfigured(
+        SqliteSink::new(config(dir.path(), TABLE)).open().await,
+        &["is a directory"],
+    );
+}
+
+// ---------------------------------------------------------------- files moved or removed
+
+#[tokio::test(flavor = "multi_thread")]
+async fn moving_the_directory_away_is_transient_and_moving_it_back_heals() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("db");
+    let away = dir.path().join("moved");
+    let path = home.join("jetsink.db");
+    let mut sink = opened(&path).await;
+    sink.write_batch(&batch(1..=3)).await.unwrap();
+
+    std::fs::rename(&home, &away).unwrap();
+    assert_transient(sink.write_batch(&batch(4..=6)).await, "no longer reachable");
+    assert_transient(sink.write_batch(&batch(4..=6)).await, "disappeared");
+    assert_transient(sink.health().await, "disappeared");
+    assert!(!home.exists(), "nothing was created at the old path");
+    assert_eq!(
+        keys(&read_rows(&away.join("jetsink.db"), TABLE)),
+        expected_keys(1..=3),
+        "nothing of the failed batches was written"
+    );
+
+    std::fs::rename(&away, &home).unwrap();
+    sink.write_batch(&batch(4..=6)).await.unwrap();
+    sink.health().await.unwrap();
+    assert_eq!(keys(&read_rows(&path, TABLE)), expected_keys(1..=6));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removing_the_database_is_transient_and_never_starts_an_empty_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut sink = opened(&path).await;
+    sink.write_batch(&batch(1..=3)).await.unwrap();
+    for p in [path.clone(), sidecar(&path, "-wal"), sidecar(&path, "-shm")] {
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("removing {}: {e}", p.display()),
+        }
+    }
+
+    assert_transient(sink.write_batch(&batch(4..=4)).await, "no longer reachable");
+    for _ in 0..3 {
+        assert_transient(sink.write_batch(&batch(4..=4)).await, "disappeared");
+    }
+    assert_transient(sink.health().await, "disappeared");
+    assert_transient(sink.open().await, "restart jetsink");
+    assert!(!path.exists(), "no new database was created");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removing_only_the_wal_is_noticed_before_a_commit_is_acked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut sink = opened(&path).await;
+    sink.write_batch(&batch(1..=2)).await.unwrap();
+    std::fs::remove_file(sidecar(&path, "-wal")).unwrap();
+    assert_transient(sink.write_batch(&batch(3..=3)).await, "-wal");
+    // The reopen starts a fresh WAL next to the same database.
+    sink.write_batch(&batch(3..=3)).await.unwrap();
+    assert!(keys(&read_rows(&path, TABLE)).contains(&"ORDERS:3".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_opens_a_closed_sink_and_checks_an_open_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub/jetsink.db");
+    let mut sink = SqliteSink::new(config(&path, TABLE));
+    assert!(!path.exists(), "new does no I/O");
+    sink.health().await.unwrap();
+    assert!(path.is_file());
+    sink.health().await.unwrap();
+    sink.write_batch(&batch(1..=1)).await.unwrap();
+}

@@ -1,0 +1,376 @@
+//! The command line as an operator meets it: config errors name their JSON path and exit
+//! 78, an unreachable dependency exits 69, the shipped example configs validate, and the
+//! publisher and schema commands work.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+const GOOD: &str = r#"{
+  "nats": {"servers": ["nats://127.0.0.1:4222"]},
+  "sinks": {"orders": {
+    "source": {"stream": "ORDERS", "subjects": "orders.>", "consumer": "jetsink"},
+    "destination": {"type": "sqlite", "path": "data/o.db"}
+  }}
+}"#;
+
+fn validate(text: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "c.json", text);
+    let (code, out, err) = jetsink(&["validate", "--config", &path], dir.path());
+    (code, format!("{out}{err}"))
+}
+
+#[test]
+fn a_good_config_validates_and_summarizes_what_it_will_do() {
+    let (code, text) = validate(GOOD);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("orders"), "{text}");
+    assert!(text.contains("ORDERS (must exist)"), "{text}");
+    assert!(text.contains("sqlite data/o.db"), "{text}");
+}
+
+#[test]
+fn an_unknown_key_exits_78_naming_its_path() {
+    let (code, text) = validate(&GOOD.replace(
+        r#""consumer": "jetsink""#,
+        r#""consumer": "jetsink", "colour": "red""#,
+    ));
+    assert_eq!(code, 78, "{text}");
+    assert!(
+        text.contains("sinks.orders.source.colour: unknown field `colour`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_duplicate_key_exits_78_naming_its_path() {
+    let (code, text) = validate(&GOOD.replace(
+        r#""consumer": "jetsink""#,
+        r#""consumer": "a", "consumer": "b""#,
+    ));
+    assert_eq!(code, 78, "{text}");
+    assert!(
+        text.contains("sinks.orders.source.consumer: duplicate key"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_wrong_type_exits_78_naming_its_path() {
+    let (code, text) = validate(&GOOD.replace(
+        r#""consumer": "jetsink""#,
+        r#""consumer": "jetsink", "ack_wait_ms": "30s""#,
+    ));
+    assert_eq!(code, 78, "{text}");
+    assert!(
+        text.contains("sinks.orders.source.ack_wait_ms: invalid type"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_out_of_range_value_exits_78_naming_its_path_and_range() {
+    let (code, text) = validate(&GOOD.replace(
+        r#""destination""#,
+        r#""delivery": {"batch_size": 0}, "destination""#,
+    ));
+    assert_eq!(code, 78, "{text}");
+    assert!(
+        text.contains("sinks.orders.delivery.batch_size: must be between 1 and 10000, got 0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn nan_is_not_accepted() {
+    let (code, text) = validate(&GOOD.replace(
+        r#""consumer": "jetsink""#,
+        r#""consumer": "jetsink", "ack_wait_ms": NaN"#,
+    ));
+    assert_eq!(code, 78, "{text}");
+    assert!(text.contains("not valid JSON"), "{text}");
+}
+
+#[test]
+fn a_missing_config_file_exits_78() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = jetsink(
+        &["validate", "--config", "/nonexistent/jetsink.json"],
+        dir.path(),
+    );
+    assert_eq!(code, 78);
+    assert!(
+        err.contains("cannot read config file /nonexistent/jetsink.json"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, _) = jetsink(&["run"], dir.path());
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn every_shipped_example_config_validates() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().map(|e| e == "json").unwrap_or(false) {
+            let (code, out, err) =
+                jetsink(&["validate", "--config", path.to_str().unwrap()], &root);
+            assert_eq!(code, 0, "{} does not validate:\n{out}{err}", path.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "expected example configs in config/");
+}
+
+#[test]
+fn schema_is_a_json_schema_that_describes_sinks_and_destinations() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, _) = jetsink(&["schema"], dir.path());
+    assert_eq!(code, 0);
+    let schema: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let text = schema.to_string();
+    for needle in [
+        "batch_size",
+        "ack_wait_ms",
+        "rotate_bytes",
+        "synchronous",
+        "sinks",
+    ] {
+        assert!(text.contains(needle), "schema lacks {needle}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_stream_without_create_stream_exits_69_naming_it() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(
+        &server,
+        "NOPE",
+        "nope.>",
+        json!({"type": "file", "directory": "out"}),
+        json!({}),
+    );
+    cfg["sinks"]["main"]["source"]
+        .as_object_mut()
+        .unwrap()
+        .remove("create_stream");
+    let path = write_config(dir.path(), &cfg);
+    let mut d = Daemon::start(&path, dir.path());
+    let status = d
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits by itself");
+    assert_eq!(status.code(), Some(69), "{}", d.log_text());
+    assert!(
+        d.log_text().contains("stream NOPE does not exist"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_nats_server_exits_69() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let text = GOOD.replace("nats://127.0.0.1:4222", &format!("nats://127.0.0.1:{port}"));
+    let path = write(
+        dir.path(),
+        "c.json",
+        &text.replace(r#""sinks""#, r#""http": {"enabled": false}, "sinks""#),
+    );
+    let mut d = Daemon::start(std::path::Path::new(&path), dir.path());
+    let status = d
+        .wait_exit(Duration::from_secs(20))
+        .expect("exits by itself");
+    assert_eq!(status.code(), Some(69), "{}", d.log_text());
+    assert!(
+        d.log_text().contains("cannot connect to NATS"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_existing_consumer_with_another_filter_is_refused_with_exit_78() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "DRIFT", "drift.>").await;
+    js.get_stream("DRIFT")
+        .await
+        .unwrap()
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("jetsink".into()),
+            filter_subject: "drift.other".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let cfg = config(
+        &server,
+        "DRIFT",
+        "drift.>",
+        json!({"type": "file", "directory": "out"}),
+        json!({}),
+    );
+    let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    let status = d
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits by itself");
+    assert_eq!(status.code(), Some(78), "{}", d.log_text());
+    let log = d.log_text();
+    assert!(
+        log.contains("filter_subject = drift.other") && log.contains("wants drift.>"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn publish_awaits_every_ack_and_reports_the_count() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "PUB", "pub.>").await;
+    let (code, out, err) = jetsink(
+        &[
+            "publish",
+            "--server",
+            &server.url(),
+            "--subject",
+            "pub.hello",
+            "--count",
+            "1000",
+            "--size",
+            "200",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("published 1000 messages of 200 bytes"),
+        "{out}"
+    );
+    let info = js
+        .get_stream("PUB")
+        .await
+        .unwrap()
+        .get_info()
+        .await
+        .unwrap();
+    assert_eq!(info.state.messages, 1000);
+    let (code, _, err) = jetsink(
+        &[
+            "publish",
+            "--server",
+            &server.url(),
+            "--subject",
+            "nostream.hello",
+            "--count",
+            "1",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 69, "{err}");
+    assert!(err.contains("nostream.hello"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_and_health_endpoints_answer() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "HTTP", "http.>").await;
+    publish_n(&js, "http.x", 10).await;
+    let cfg = config(
+        &server,
+        "HTTP",
+        "http.>",
+        json!({"type": "sqlite", "path": "data/h.db"}),
+        json!({}),
+    );
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    let get = |path: &'static str| {
+        let listen = listen.clone();
+        async move { http_get(&listen, path).await }
+    };
+    eventually(Duration::from_secs(20), "ready", || async {
+        get("/readyz").await.0 == 200
+    })
+    .await;
+    eventually(Duration::from_secs(20), "acked 10", || async {
+        get("/metrics")
+            .await
+            .1
+            .contains("jetsink_messages_acked_total{sink=\"main\"} 10")
+    })
+    .await;
+    let (code, body) = get("/healthz").await;
+    assert_eq!(code, 200, "{body}");
+    let (_, metrics) = get("/metrics").await;
+    for name in [
+        "jetsink_messages_fetched_total{sink=\"main\"}",
+        "jetsink_batches_total{outcome=\"committed\",sink=\"main\"}",
+        "jetsink_sink_write_seconds_bucket",
+        "jetsink_commit_lag_seconds_bucket",
+        "jetsink_inflight_messages{sink=\"main\"}",
+        "jetsink_nats_connected 1",
+        "jetsink_build_info",
+    ] {
+        assert!(metrics.contains(name), "missing {name}");
+    }
+    server_kill_then_unready(&mut d, server, &listen).await;
+}
+
+async fn server_kill_then_unready(d: &mut Daemon, mut server: NatsServer, listen: &str) {
+    server.kill();
+    eventually(
+        Duration::from_secs(20),
+        "not ready without NATS",
+        || async {
+            let (code, body) = http_get(listen, "/readyz").await;
+            code == 503 && body.contains("nats: not connected")
+        },
+    )
+    .await;
+    assert!(d
+        .terminate(Duration::from_secs(15))
+        .is_some_and(|s| s.success()));
+}
+
+/// GET `path` from the daemon's endpoint: (status, body); (0, "") when nothing answers.
+async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let url = format!("http://{addr}{path}");
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build()
+            .into();
+        match agent.get(&url).call() {
+            Ok(mut r) => (
+                r.status().as_u16(),
+                r.body_mut().read_to_string().unwrap_or_default(),
+            ),
+            Err(_) => (0, String::new()),
+        }
+    })
+    .await
+    .unwrap_or((0, String::new()))
+}

@@ -1,0 +1,356 @@
+//! Shared harness for integration tests: a private `nats-server` per test, the `jetsink`
+//! binary as a child process, and small readers of what landed where.
+//!
+//! Every guard kills its process and removes its files on `Drop`, so a failing test
+//! leaves nothing running.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+
+/// Finds a free loopback port.
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+fn nats_server_binary() -> String {
+    for candidate in [
+        "nats-server",
+        "/usr/sbin/nats-server",
+        "/usr/bin/nats-server",
+    ] {
+        if Command::new(candidate)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+        {
+            return candidate.to_string();
+        }
+    }
+    panic!("nats-server is not installed: run `apt-get install -y nats-server` (the tests start their own server on a free port)");
+}
+
+/// A private JetStream server on a free port with its own store directory.
+pub struct NatsServer {
+    pub port: u16,
+    store: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    pub fn start() -> NatsServer {
+        let mut s = NatsServer {
+            port: free_port(),
+            store: tempfile::tempdir().expect("temp store dir"),
+            child: None,
+        };
+        s.spawn();
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.store.path().join("server.log")).expect("server log");
+        let child = Command::new(nats_server_binary())
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(self.store.path().join("js"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start nats-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not start on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILLs the server (the store stays).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub async fn client(&self) -> async_nats::Client {
+        async_nats::connect(self.url())
+            .await
+            .expect("connect to test nats-server")
+    }
+
+    pub async fn js(&self) -> jetstream::Context {
+        jetstream::new(self.client().await)
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A `jetsink run` child process with its log captured to a file.
+pub struct Daemon {
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+pub fn jetsink_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_jetsink")
+}
+
+impl Daemon {
+    pub fn start(config: &Path, dir: &Path) -> Daemon {
+        let log = dir.join(format!(
+            "jetsink-{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        let err = std::fs::File::create(&log).expect("daemon log");
+        let child = Command::new(jetsink_bin())
+            .args(["run", "--config"])
+            .arg(config)
+            .current_dir(dir)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("start jetsink");
+        Daemon {
+            child: Some(child),
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGKILL: no chance to ACK or flush anything.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then waits up to `within` for the exit status.
+    pub fn terminate(&mut self, within: Duration) -> Option<ExitStatus> {
+        let mut c = self.child.take()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = c.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the process to exit by itself.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let c = self.child.as_mut()?;
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = c.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `jetsink` with arguments to completion: (exit code, stdout, stderr).
+pub fn jetsink(args: &[&str], dir: &Path) -> (i32, String, String) {
+    let out = Command::new(jetsink_bin())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run jetsink");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A multi-sink config for one sink reading `stream`/`subjects` into `destination`.
+pub fn config(
+    server: &NatsServer,
+    stream: &str,
+    subject: &str,
+    destination: serde_json::Value,
+    delivery: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({
+        "nats": {"servers": [server.url()], "connect_timeout_ms": 2000},
+        "http": {"listen": format!("127.0.0.1:{}", free_port())},
+        "logging": {"level": "info"},
+        "sinks": {"main": {
+            "source": {
+                "stream": stream,
+                "subjects": subject,
+                "consumer": "jetsink",
+                "ack_wait_ms": 5000,
+                "create_stream": {"subjects": [subject]}
+            },
+            "delivery": delivery,
+            "destination": destination
+        }}
+    })
+}
+
+pub fn write_config(dir: &Path, value: &serde_json::Value) -> PathBuf {
+    let path = dir.join("jetsink.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(value).expect("json")).expect("write config");
+    path
+}
+
+/// Creates a file-storage stream capturing `subject`.
+pub async fn create_stream(js: &jetstream::Context, name: &str, subject: &str) {
+    js.get_or_create_stream(jetstream::stream::Config {
+        name: name.to_string(),
+        subjects: vec![subject.to_string()],
+        ..Default::default()
+    })
+    .await
+    .expect("create stream");
+}
+
+/// Publishes `count` JSON messages `{"i": n}` on `subject.n`-style subjects, awaiting acks.
+pub async fn publish_n(js: &jetstream::Context, subject: &str, count: usize) {
+    let mut acks = Vec::with_capacity(256);
+    for i in 0..count {
+        let ack = js
+            .publish(subject.to_string(), format!("{{\"i\":{i}}}").into())
+            .await
+            .expect("publish");
+        acks.push(ack);
+        if acks.len() == 256 {
+            for a in acks.drain(..) {
+                a.await.expect("puback");
+            }
+        }
+    }
+    for a in acks {
+        a.await.expect("puback");
+    }
+}
+
+/// (num_pending, num_ack_pending) of a consumer.
+pub async fn consumer_state(js: &jetstream::Context, stream: &str, consumer: &str) -> (u64, usize) {
+    let s = js.get_stream(stream).await.expect("stream");
+    let info = s.consumer_info(consumer).await.expect("consumer info");
+    (info.num_pending, info.num_ack_pending)
+}
+
+/// Polls `check` until it returns true or `within` passes.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Rows in a SQLite table (0 while the file does not exist or is locked).
+pub fn sqlite_count(path: &Path, table: &str) -> u64 {
+    let Ok(conn) =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    else {
+        return 0;
+    };
+    let _ = conn.busy_timeout(Duration::from_secs(2));
+    conn.query_row(&format!("SELECT COUNT(*) FROM \"{table}\""), [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map(|n| n as u64)
+    .unwrap_or(0)
+}
+
+/// Every JSON line of every `.jsonl` file in `dir`, in file-name order.
+pub fn jsonl_lines(dir: &Path) -> Vec<serde_json::Value> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().map(|e| e == "jsonl").unwrap_or(false));
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for line in text.lines() {
+            if let Ok(v) = serde_json::from_str(line) {
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
+/// Distinct idempotency keys among JSON lines.
+pub fn distinct_keys(lines: &[serde_json::Value]) -> std::collections::HashSet<String> {
+    lines
+        .iter()
+        .filter_map(|v| v["idempotency_key"].as_str().map(str::to_string))
+        .collect()
+}

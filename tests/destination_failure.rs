@@ -1,0 +1,118 @@
+//! A failing destination holds its batch: nothing is ACKed, fetching stops so delivery
+//! counts do not climb, and everything drains once the destination is back.
+//!
+//! Tests run as root in CI, where permission bits do not stop writes, so the failure is
+//! made by moving the destination's directory away (a vanished volume) and back.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+async fn delivered_so_far(js: &async_nats::jetstream::Context, stream: &str) -> (u64, usize) {
+    let s = js.get_stream(stream).await.unwrap();
+    let info = s.consumer_info("jetsink").await.unwrap();
+    (info.delivered.consumer_sequence, info.num_redelivered)
+}
+
+async fn hold_while_missing(
+    destination: serde_json::Value,
+    data_dir: &str,
+    count: impl Fn(&Path) -> u64,
+) {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "FAIL", "fail.>").await;
+    publish_n(&js, "fail.x", 500).await;
+    // ack_wait 2 s: without progress ACKs a held batch would be redelivered within the hold.
+    let mut cfg = config(
+        &server,
+        "FAIL",
+        "fail.>",
+        destination,
+        json!({"batch_size": 100, "batch_timeout_ms": 200,
+        "retry": {"initial_backoff_ms": 50, "max_backoff_ms": 300}}),
+    );
+    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(2000);
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    let data = dir.path().join(data_dir);
+    eventually(Duration::from_secs(30), "first 500 stored", || async {
+        count(&data) == 500
+    })
+    .await;
+    eventually(Duration::from_secs(10), "acked", || async {
+        consumer_state(&js, "FAIL", "jetsink").await == (0, 0)
+    })
+    .await;
+
+    let away = dir.path().join("moved-away");
+    std::fs::rename(&data, &away).unwrap();
+    publish_n(&js, "fail.x", 300).await;
+    // Let the daemon fetch one batch and fail on it.
+    eventually(Duration::from_secs(10), "a batch is held", || async {
+        consumer_state(&js, "FAIL", "jetsink").await.1 > 0
+    })
+    .await;
+    let before = delivered_so_far(&js, "FAIL").await;
+    let (_, held) = consumer_state(&js, "FAIL", "jetsink").await;
+    // Three AckWaits: any redelivery or further fetch would show up.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after = delivered_so_far(&js, "FAIL").await;
+    assert_eq!(
+        before, after,
+        "no new deliveries or redeliveries while the destination fails"
+    );
+    let (pending, ack_pending) = consumer_state(&js, "FAIL", "jetsink").await;
+    assert_eq!(
+        ack_pending, held,
+        "the held batch is neither ACKed nor released"
+    );
+    assert_eq!(
+        pending as usize + ack_pending,
+        300,
+        "nothing was ACKed while failing"
+    );
+    assert!(daemon
+        .log_text()
+        .contains("destination failed; holding the batch"));
+
+    std::fs::rename(&away, &data).unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "all 800 stored after the fix",
+        || async { count(&data) == 800 },
+    )
+    .await;
+    eventually(Duration::from_secs(10), "consumer drained", || async {
+        consumer_state(&js, "FAIL", "jetsink").await == (0, 0)
+    })
+    .await;
+    assert!(daemon
+        .terminate(Duration::from_secs(15))
+        .is_some_and(|s| s.success()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sqlite_directory_gone_holds_the_batch_and_drains_after_it_returns() {
+    hold_while_missing(
+        json!({"type": "sqlite", "path": "data/db/f.db", "table": "events"}),
+        "data/db",
+        |d| sqlite_count(&d.join("f.db"), "events"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn file_directory_gone_holds_the_batch_and_drains_after_it_returns() {
+    hold_while_missing(
+        json!({"type": "file", "directory": "data/events"}),
+        "data/events",
+        |d| distinct_keys(&jsonl_lines(d)).len() as u64,
+    )
+    .await;
+}
