@@ -30,12 +30,20 @@ pub struct Envelope {
     pub delivered: u64,
     /// When the server stored it.
     pub published_at: OffsetDateTime,
-    /// Headers in arrival order of their names, each with all its values.
+    /// Headers, each name with all its values in arrival order.
     pub headers: Vec<(String, Vec<String>)>,
     /// The publisher's `Nats-Msg-Id`, if any.
     pub message_id: Option<String>,
     /// What makes a write idempotent (`<stream>:<stream_sequence>` by default).
     pub idempotency_key: String,
+    /// Normalized priority (message metadata); `None` until metadata rules assign one.
+    pub priority: Option<String>,
+    /// The priority lane the scheduler put the message in; `None` with lanes disabled.
+    pub lane: Option<String>,
+    /// Normalized classification (message metadata).
+    pub classification: Option<String>,
+    /// Normalized labels (message metadata), in the order given.
+    pub labels: Vec<String>,
     /// The payload, shared with the NATS message, never copied.
     pub payload: Bytes,
 }
@@ -57,8 +65,9 @@ pub struct Delivery<'a> {
     pub published: OffsetDateTime,
 }
 
-/// Builds an [`Envelope`]. `headers` are `(name, value)` pairs in arrival order; repeated
-/// names are grouped under the first occurrence.
+/// Builds an [`Envelope`]. `headers` are `(name, value)` pairs; repeated names are grouped
+/// under the first occurrence. Message metadata (priority, classification, labels) is
+/// filled in by a later stage.
 pub fn normalize<'h>(
     subject: &str,
     delivery: Delivery<'_>,
@@ -94,6 +103,10 @@ pub fn normalize<'h>(
         headers: grouped,
         message_id,
         idempotency_key,
+        priority: None,
+        lane: None,
+        classification: None,
+        labels: Vec::new(),
         payload,
     }
 }

@@ -16,7 +16,7 @@ use serde::de::IgnoredAny;
 use crate::envelope::{rfc3339, Envelope};
 
 /// The keys of every record, in the order they are written.
-pub const FIELDS: [&str; 12] = [
+pub const FIELDS: [&str; 16] = [
     "idempotency_key",
     "stream",
     "stream_sequence",
@@ -27,6 +27,10 @@ pub const FIELDS: [&str; 12] = [
     "written_at",
     "message_id",
     "headers",
+    "priority",
+    "lane",
+    "classification",
+    "labels",
     "payload_encoding",
     "payload",
 ];
@@ -116,7 +120,15 @@ fn encode_fields(envelope: &Envelope, written_at: &str, out: &mut Vec<u8>) -> io
         out.push(b':');
         serde_json::to_writer(&mut *out, values)?;
     }
-    out.extend_from_slice(b"},\"payload_encoding\":");
+    out.extend_from_slice(b"},\"priority\":");
+    optional(out, envelope.priority.as_deref())?;
+    out.extend_from_slice(b",\"lane\":");
+    optional(out, envelope.lane.as_deref())?;
+    out.extend_from_slice(b",\"classification\":");
+    optional(out, envelope.classification.as_deref())?;
+    out.extend_from_slice(b",\"labels\":");
+    serde_json::to_writer(&mut *out, &envelope.labels)?;
+    out.extend_from_slice(b",\"payload_encoding\":");
     string(out, encoding.as_str())?;
     out.extend_from_slice(b",\"payload\":");
     let payload = &envelope.payload[..];
@@ -135,6 +147,17 @@ fn encode_fields(envelope: &Envelope, written_at: &str, out: &mut Vec<u8>) -> io
     }
     out.extend_from_slice(b"}\n");
     Ok(())
+}
+
+/// Writes `s` as a JSON string, or `null`.
+fn optional(out: &mut Vec<u8>, s: Option<&str>) -> io::Result<()> {
+    match s {
+        Some(s) => string(out, s),
+        None => {
+            out.extend_from_slice(b"null");
+            Ok(())
+        }
+    }
 }
 
 /// Writes `s` as an escaped JSON string.

@@ -42,6 +42,10 @@ fn envelope(seq: u64, payload: impl Into<Bytes>) -> Envelope {
         headers: vec![("Content-Type".into(), vec!["application/json".into()])],
         message_id: None,
         idempotency_key: format!("ORDERS:{seq}"),
+        priority: None,
+        lane: None,
+        classification: None,
+        labels: Vec::new(),
         payload: payload.into(),
     }
 }

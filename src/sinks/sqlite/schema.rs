@@ -13,7 +13,7 @@ use super::classify::classify;
 use crate::sinks::SinkError;
 
 /// The columns jetsink writes, in the order of the insert's parameters.
-pub(crate) const COLUMNS: [&str; 11] = [
+pub(crate) const COLUMNS: [&str; 15] = [
     "idempotency_key",
     "stream",
     "stream_sequence",
@@ -24,7 +24,20 @@ pub(crate) const COLUMNS: [&str; 11] = [
     "written_at",
     "message_id",
     "headers",
+    "priority",
+    "lane",
+    "classification",
+    "labels",
     "payload",
+];
+
+/// Message-metadata columns added after the first release, with the definition that
+/// `ALTER TABLE ... ADD COLUMN` gives a table that lacks them.
+pub(crate) const ADDED_COLUMNS: [(&str, &str); 4] = [
+    ("priority", "TEXT"),
+    ("lane", "TEXT"),
+    ("classification", "TEXT"),
+    ("labels", "TEXT NOT NULL DEFAULT '[]'"),
 ];
 
 /// Quotes `name` as an SQL identifier (`"name"`, inner quotes doubled).
@@ -46,6 +59,10 @@ pub(crate) fn create_table_sql(table: &str) -> String {
          \x20   written_at TEXT NOT NULL,\n\
          \x20   message_id TEXT,\n\
          \x20   headers TEXT NOT NULL,\n\
+         \x20   priority TEXT,\n\
+         \x20   lane TEXT,\n\
+         \x20   classification TEXT,\n\
+         \x20   labels TEXT NOT NULL DEFAULT '[]',\n\
          \x20   payload BLOB NOT NULL\n\
          )",
         quote_ident(table)
@@ -110,7 +127,28 @@ pub(crate) fn ensure_table(conn: &Connection, table: &str, db_path: &str) -> Res
     let in_db = |e: SinkError| super::sink::with_context(e, &format!("table {table} in {db_path}"));
     conn.execute_batch(&create_table_sql(table))
         .map_err(|e| in_db(classify(&e, None)))?;
-    let columns = table_info(conn, table).map_err(|e| in_db(classify(&e, None)))?;
+    let mut columns = table_info(conn, table).map_err(|e| in_db(classify(&e, None)))?;
+    let has =
+        |cols: &[ColumnInfo], name: &str| cols.iter().any(|c| c.name.eq_ignore_ascii_case(name));
+    let mut added = false;
+    for (name, definition) in ADDED_COLUMNS {
+        if !has(&columns, name) {
+            tracing::info!(
+                table,
+                column = name,
+                "adding message-metadata column to an existing table"
+            );
+            conn.execute_batch(&format!(
+                "ALTER TABLE {} ADD COLUMN {name} {definition}",
+                quote_ident(table)
+            ))
+            .map_err(|e| in_db(classify(&e, None)))?;
+            added = true;
+        }
+    }
+    if added {
+        columns = table_info(conn, table).map_err(|e| in_db(classify(&e, None)))?;
+    }
     if let Some(problem) = column_problems(&columns) {
         return Err(SinkError::Misconfigured {
             message: format!(

@@ -232,6 +232,7 @@ fn insert_batch(conn: &mut Connection, sql: &str, batch: &[Envelope]) -> Result<
         for (i, e) in batch.iter().enumerate() {
             let published_at = rfc3339(e.published_at);
             let headers = e.headers_json().to_string();
+            let labels = serde_json::to_string(&e.labels).unwrap_or_else(|_| "[]".into());
             stmt.execute(params![
                 e.idempotency_key,
                 e.stream,
@@ -243,6 +244,10 @@ fn insert_batch(conn: &mut Connection, sql: &str, batch: &[Envelope]) -> Result<
                 written_at,
                 e.message_id,
                 headers,
+                e.priority,
+                e.lane,
+                e.classification,
+                labels,
                 &e.payload[..],
             ])
             .map_err(|err| classify(&err, Some(i)))?;

@@ -283,7 +283,7 @@ fn statements_quote_the_table_name() {
         "{sql}"
     );
     assert!(
-        sql.ends_with("?11) ON CONFLICT(idempotency_key) DO NOTHING"),
+        sql.ends_with("?15) ON CONFLICT(idempotency_key) DO NOTHING"),
         "{sql}"
     );
     assert!(schema::create_table_sql("order").contains("\"order\""));
@@ -497,6 +497,56 @@ async fn an_existing_table_missing_columns_is_misconfigured() {
     assert_misconfigured(
         sink.open().await,
         &[TABLE, &path_text, "written_at, headers"],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_from_before_message_metadata_gains_its_columns_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE jetsink_events (idempotency_key TEXT PRIMARY KEY NOT NULL, \
+             stream TEXT NOT NULL, stream_sequence INTEGER NOT NULL, \
+             consumer_sequence INTEGER NOT NULL, subject TEXT NOT NULL, \
+             delivered INTEGER NOT NULL, published_at TEXT NOT NULL, written_at TEXT NOT NULL, \
+             message_id TEXT, headers TEXT NOT NULL, payload BLOB NOT NULL);
+             INSERT INTO jetsink_events VALUES ('OLD:1', 'OLD', 1, 1, 's', 1, 't', 't', NULL, '{}', x'00');",
+        )
+        .unwrap();
+    }
+    let mut sink = opened(&path).await;
+    let mut e = envelope(2);
+    e.priority = Some("urgent".into());
+    e.lane = Some("fast".into());
+    e.classification = Some("internal".into());
+    e.labels = vec!["a".into(), "b;c".into()];
+    sink.write_batch(&[e]).await.unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let (old_labels, old_priority): (String, Option<String>) = conn
+        .query_row(
+            "SELECT labels, priority FROM jetsink_events WHERE idempotency_key = 'OLD:1'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((old_labels.as_str(), old_priority), ("[]", None));
+    let row: (String, String, String, String) = conn
+        .query_row(
+            "SELECT priority, lane, classification, labels FROM jetsink_events WHERE stream_sequence = 2",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        row,
+        (
+            "urgent".into(),
+            "fast".into(),
+            "internal".into(),
+            r#"["a","b;c"]"#.into()
+        )
     );
 }
 
