@@ -4,20 +4,24 @@
 //! Modules and their roles:
 //! - [`config`]: the JSON config, strict parsing, validation with JSON paths.
 //! - [`envelope`]: a delivered message normalized for destinations (pure).
+//! - [`metadata`]: priority, classification and labels from headers and subject rules (pure).
 //! - [`nats`]: connecting, binding stream and consumer, pulling bounded batches.
 //! - [`pipeline`]: retry policy and the per-sink runner, the only code that ACKs.
 //! - [`sinks`]: the `Sink` trait, its error classes, and one folder per destination.
 //! - [`metrics`], [`health`], [`server`]: Prometheus metrics, liveness/readiness, HTTP.
-//! - [`app`]: `jetsink run` wiring; [`publish`]: the test publisher.
+//! - [`app`]: `jetsink run` wiring; [`publish`]: the test publisher; [`bench`]: the
+//!   benchmark against the bare-consumer ceiling.
 //! - [`logging`], [`exit`]: log setup and process exit codes.
 #![deny(missing_docs)]
 
 pub mod app;
+pub mod bench;
 pub mod config;
 pub mod envelope;
 pub mod exit;
 pub mod health;
 pub mod logging;
+pub mod metadata;
 pub mod metrics;
 pub mod nats;
 pub mod pipeline;

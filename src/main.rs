@@ -60,6 +60,66 @@ enum Command {
         #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
         window: u64,
     },
+    /// Measure the pipeline against the bare-consumer ceiling on a fresh stream.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// NATS server URL.
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    server: String,
+    /// Messages per pass.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    messages: u64,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 200)]
+    size: usize,
+    /// Destination of the pipeline pass.
+    #[arg(long, value_enum, default_value_t = BenchDestination::File)]
+    destination: BenchDestination,
+    /// Batch size of both passes.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    batch_size: u64,
+    /// File destination: fdatasync each batch.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    fsync: bool,
+    /// SQLite destination: synchronous pragma.
+    #[arg(long, value_enum, default_value_t = BenchSync::Full)]
+    synchronous: BenchSync,
+    /// Use this config file's sink (its destination and delivery settings) instead.
+    #[arg(long, requires = "sink")]
+    config: Option<PathBuf>,
+    /// The sink of --config to measure.
+    #[arg(long, requires = "config")]
+    sink: Option<String>,
+    /// Ceiling/pipeline pairs; medians are reported.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    runs: u64,
+    /// Offered load (msg/s) published during each pass instead of a prefilled backlog.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BenchDestination {
+    /// Store nothing (the pipeline's own cost).
+    None,
+    /// JSON Lines files in a temporary directory.
+    File,
+    /// SQLite in a temporary directory.
+    Sqlite,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BenchSync {
+    Off,
+    Normal,
+    Full,
+    Extra,
 }
 
 fn main() -> ExitCode {
@@ -83,6 +143,7 @@ fn main() -> ExitCode {
 async fn dispatch(command: Command) -> u8 {
     match command {
         Command::Run { config } => run(config).await,
+        Command::Bench(args) => bench(args).await,
         Command::Validate { config } => match Config::load(&config) {
             Ok(cfg) => {
                 println!("{} is valid\n{}", config.display(), cfg.summary());
@@ -150,6 +211,85 @@ async fn dispatch(command: Command) -> u8 {
                     eprintln!("error: {e} (is there a stream capturing this subject? `jetsink run` creates one when the config has source.create_stream)");
                     exit::UNAVAILABLE
                 }
+            }
+        }
+    }
+}
+
+async fn bench(args: BenchArgs) -> u8 {
+    use jetsink::bench::{self, Target};
+    use jetsink::config::{DestinationConfig, FileConfig, SqliteConfig, SqliteSynchronous};
+    use std::io::IsTerminal;
+    logging::init("warn", LogFormat::Text);
+    let target = match (&args.config, &args.sink) {
+        (Some(path), Some(name)) => {
+            let cfg = match Config::load(path) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return exit::CONFIG;
+                }
+            };
+            match cfg.sinks.into_iter().find(|s| &s.name == name) {
+                Some(s) => Target::Configured(Box::new(s)),
+                None => {
+                    eprintln!("error: {}: no sink named {name:?}", path.display());
+                    return exit::CONFIG;
+                }
+            }
+        }
+        _ => match args.destination {
+            BenchDestination::None => Target::Discard,
+            BenchDestination::File => Target::Builtin(DestinationConfig::File(FileConfig {
+                directory: String::new(),
+                fsync: args.fsync,
+                rotate_bytes: 128 * 1024 * 1024,
+                rotate_interval_ms: 0,
+                prefix: "events".into(),
+            })),
+            BenchDestination::Sqlite => Target::Builtin(DestinationConfig::Sqlite(SqliteConfig {
+                path: String::new(),
+                table: "jetsink_events".into(),
+                synchronous: match args.synchronous {
+                    BenchSync::Off => SqliteSynchronous::Off,
+                    BenchSync::Normal => SqliteSynchronous::Normal,
+                    BenchSync::Full => SqliteSynchronous::Full,
+                    BenchSync::Extra => SqliteSynchronous::Extra,
+                },
+                busy_timeout_ms: 5_000,
+            })),
+        },
+    };
+    let opts = bench::Options {
+        server: args.server,
+        messages: args.messages,
+        size: args.size,
+        batch_size: args.batch_size as usize,
+        runs: args.runs as usize,
+        rate: args.rate,
+        target,
+        progress: !args.json && std::io::stderr().is_terminal(),
+    };
+    match bench::run(opts).await {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return exit::FAILURE;
+                    }
+                }
+            } else {
+                print!("{}", report.to_text());
+            }
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            match e {
+                bench::BenchError::Nats(_) => exit::UNAVAILABLE,
+                _ => exit::FAILURE,
             }
         }
     }

@@ -8,6 +8,7 @@
 //!    normalizes both accepted shapes (single-sink and multi-sink) into one [`Config`].
 
 pub mod destination;
+pub mod metadata;
 pub mod raw;
 pub mod strict_json;
 pub mod validate;

@@ -1,5 +1,6 @@
 //! The stages between a fetched batch and its ACKs: retry policy and the per-sink runner.
 
+pub mod lanes;
 pub mod retry;
 pub mod runner;
 

@@ -1,0 +1,1145 @@
+//! The `message_metadata` and `delivery.priority_lanes` sections: their shape, their
+//! defaults and their validation.
+//!
+//! Both sections turn headers that publishers control into storage metadata and scheduling
+//! hints, so every value an operator writes here must pass the same rules a header value
+//! passes at run time ([`crate::metadata::normalize_value`]), and every problem is reported
+//! with its JSON path, all at once. The run-time objects built from these structs are
+//! [`crate::metadata::MetadataPolicy`] and [`crate::pipeline::lanes::LanePolicy`]; both
+//! refuse a config that fails the checks here.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::validate::check_subject;
+use super::Issue;
+use crate::metadata::{normalize_value, MetadataErrorKind, MetadataField};
+
+/// Hard cap, in characters, on a priority value whether or not lanes are enabled; also the
+/// upper bound of `max_priority_value_length`.
+pub const MAX_PRIORITY_LENGTH: usize = 256;
+/// Most `message_metadata.rules`: every message is matched against them in order.
+pub const MAX_RULES: usize = 1024;
+/// Longest lane name, in characters.
+pub const MAX_LANE_NAME_LENGTH: usize = 64;
+/// Largest `lanes[].weight`.
+pub const MAX_LANE_WEIGHT: u32 = 100;
+
+const MAX_LABELS_RANGE: (usize, usize) = (1, 256);
+const MAX_LENGTH_RANGE: (usize, usize) = (1, 1024);
+
+// ---------------------------------------------------------------------------------------
+// message_metadata
+// ---------------------------------------------------------------------------------------
+
+/// `message_metadata`: where a message's priority, classification and labels come from.
+///
+/// For each field: a header the publisher set wins; without it, the first matching rule
+/// that sets the field; without one, the field's `default`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MessageMetadataConfig {
+    /// Where the priority comes from. Default: header `Jetsink-Priority`, no default value.
+    #[serde(default)]
+    pub priority: PriorityMetadataConfig,
+    /// Where the classification comes from. Default: header `Jetsink-Classification`, no
+    /// default value.
+    #[serde(default)]
+    pub classification: ClassificationMetadataConfig,
+    /// Where the labels come from. Default: header `Jetsink-Labels`, no default labels.
+    #[serde(default)]
+    pub labels: LabelsMetadataConfig,
+    /// Most labels one message may carry, 1 to 256. Default 32. A message with more is a
+    /// permanent failure of that message.
+    #[serde(default = "default_max_labels")]
+    pub max_labels: usize,
+    /// Longest label, in characters, 1 to 1024. Default 128. A longer label is a permanent
+    /// failure of its message.
+    #[serde(default = "default_max_length")]
+    pub max_label_length: usize,
+    /// Longest classification, in characters, 1 to 1024. Default 128. A longer one is a
+    /// permanent failure of its message.
+    #[serde(default = "default_max_length")]
+    pub max_classification_length: usize,
+    /// Subject rules, tried in order: the first rule whose `subject` filter matches and that
+    /// sets a field fills that field when its header is absent. At most 1024. Default none.
+    #[serde(default)]
+    pub rules: Vec<MetadataRule>,
+}
+
+impl Default for MessageMetadataConfig {
+    fn default() -> Self {
+        MessageMetadataConfig {
+            priority: PriorityMetadataConfig::default(),
+            classification: ClassificationMetadataConfig::default(),
+            labels: LabelsMetadataConfig::default(),
+            max_labels: default_max_labels(),
+            max_label_length: default_max_length(),
+            max_classification_length: default_max_length(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+/// `message_metadata.priority`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PriorityMetadataConfig {
+    /// Header carrying the priority (matched case-insensitively). Default `Jetsink-Priority`.
+    #[serde(default = "default_priority_header")]
+    pub header: String,
+    /// Priority of a message with neither the header nor a matching rule, at most 256
+    /// characters. Default none (no priority; the default lane when lanes are enabled).
+    #[serde(default)]
+    pub default: Option<String>,
+}
+
+impl Default for PriorityMetadataConfig {
+    fn default() -> Self {
+        PriorityMetadataConfig {
+            header: default_priority_header(),
+            default: None,
+        }
+    }
+}
+
+/// `message_metadata.classification`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassificationMetadataConfig {
+    /// Header carrying the classification (matched case-insensitively). Default
+    /// `Jetsink-Classification`.
+    #[serde(default = "default_classification_header")]
+    pub header: String,
+    /// Classification of a message with neither the header nor a matching rule. Default
+    /// none.
+    #[serde(default)]
+    pub default: Option<String>,
+}
+
+impl Default for ClassificationMetadataConfig {
+    fn default() -> Self {
+        ClassificationMetadataConfig {
+            header: default_classification_header(),
+            default: None,
+        }
+    }
+}
+
+/// `message_metadata.labels`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LabelsMetadataConfig {
+    /// Header carrying the labels (matched case-insensitively), as `a;b;c` or as a JSON list
+    /// of strings `["a","b"]`. Default `Jetsink-Labels`.
+    #[serde(default = "default_labels_header")]
+    pub header: String,
+    /// Labels of a message with neither the header nor a matching rule. Default none.
+    #[serde(default)]
+    pub default: Vec<String>,
+}
+
+impl Default for LabelsMetadataConfig {
+    fn default() -> Self {
+        LabelsMetadataConfig {
+            header: default_labels_header(),
+            default: Vec::new(),
+        }
+    }
+}
+
+/// One entry of `message_metadata.rules`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataRule {
+    /// NATS subject filter the rule applies to: `*` matches one token, `>` the rest.
+    /// Required.
+    pub subject: String,
+    /// Priority for matching messages without a priority header. Default: not set.
+    #[serde(default)]
+    pub priority: Option<String>,
+    /// Classification for matching messages without a classification header. Default: not
+    /// set.
+    #[serde(default)]
+    pub classification: Option<String>,
+    /// Labels for matching messages without a labels header (`[]` sets no labels). Default:
+    /// not set.
+    #[serde(default)]
+    pub labels: Option<Vec<String>>,
+}
+
+fn default_max_labels() -> usize {
+    32
+}
+fn default_max_length() -> usize {
+    128
+}
+fn default_priority_header() -> String {
+    "Jetsink-Priority".into()
+}
+fn default_classification_header() -> String {
+    "Jetsink-Classification".into()
+}
+fn default_labels_header() -> String {
+    "Jetsink-Labels".into()
+}
+
+// ---------------------------------------------------------------------------------------
+// delivery.priority_lanes
+// ---------------------------------------------------------------------------------------
+
+/// `delivery.priority_lanes`: in-batch weighted round-robin by message priority.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PriorityLanesConfig {
+    /// Order each fetched batch by lane before writing it. Default false (fetched order).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Lane for messages without a priority and, by default, with an unknown one; must name
+    /// a configured lane. Default `default`.
+    #[serde(default = "default_lane_name")]
+    pub default_lane: String,
+    /// What an unknown (but well-formed) priority does: `default_lane` (default) sends it to
+    /// the default lane, `reject` makes it a permanent failure of the message.
+    #[serde(default)]
+    pub unknown_priority_action: UnknownPriorityAction,
+    /// Longest priority value, in characters, 1 to 256, when lanes are enabled; a longer one
+    /// is a permanent failure of the message. Default 64.
+    #[serde(default = "default_max_priority_value_length")]
+    pub max_priority_value_length: usize,
+    /// The lanes, in scheduling order; at least one. Default: one lane
+    /// `{"name": "default", "priorities": [], "weight": 1}`.
+    #[serde(default = "default_lanes")]
+    pub lanes: Vec<LaneConfig>,
+}
+
+impl Default for PriorityLanesConfig {
+    fn default() -> Self {
+        PriorityLanesConfig {
+            enabled: false,
+            default_lane: default_lane_name(),
+            unknown_priority_action: UnknownPriorityAction::default(),
+            max_priority_value_length: default_max_priority_value_length(),
+            lanes: default_lanes(),
+        }
+    }
+}
+
+/// What happens to a message whose priority maps to no lane.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownPriorityAction {
+    /// It goes to `default_lane` and is counted as defaulted.
+    #[default]
+    DefaultLane,
+    /// It is a permanent failure of the message and is counted as rejected.
+    Reject,
+}
+
+/// One entry of `delivery.priority_lanes.lanes`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LaneConfig {
+    /// Lane name: a lowercase letter, then lowercase letters, digits, `_` or `-`; at most 64
+    /// characters. Required.
+    pub name: String,
+    /// Priority values this lane takes, matched case-insensitively; a value may appear in
+    /// only one lane. Default none.
+    #[serde(default)]
+    pub priorities: Vec<String>,
+    /// Messages taken from this lane per round-robin pass, 1 to 100. Default 1.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+fn default_lane_name() -> String {
+    "default".into()
+}
+fn default_max_priority_value_length() -> usize {
+    64
+}
+fn default_lanes() -> Vec<LaneConfig> {
+    vec![LaneConfig {
+        name: default_lane_name(),
+        priorities: Vec::new(),
+        weight: default_weight(),
+    }]
+}
+fn default_weight() -> u32 {
+    1
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------
+
+/// Checks `message_metadata` found at `path` (empty for the section itself) and returns
+/// every problem.
+pub fn validate_metadata(cfg: &MessageMetadataConfig, path: &str) -> Vec<Issue> {
+    let mut out = Vec::new();
+    let limits = check_limits(cfg, path, &mut out);
+    check_headers(cfg, path, &mut out);
+    if let Some(v) = &cfg.priority.default {
+        check_value(
+            v,
+            MAX_PRIORITY_LENGTH,
+            at(path, "priority.default"),
+            &mut out,
+        );
+    }
+    if let Some(v) = &cfg.classification.default {
+        check_value(
+            v,
+            limits.classification,
+            at(path, "classification.default"),
+            &mut out,
+        );
+    }
+    check_labels(
+        &cfg.labels.default,
+        limits,
+        &at(path, "labels.default"),
+        &mut out,
+    );
+    if cfg.rules.len() > MAX_RULES {
+        out.push(issue(
+            at(path, "rules"),
+            format!("at most {MAX_RULES} rules, got {}", cfg.rules.len()),
+        ));
+    }
+    for (i, rule) in cfg.rules.iter().enumerate() {
+        check_rule(
+            rule,
+            limits,
+            &format!("{}[{i}]", at(path, "rules")),
+            &mut out,
+        );
+    }
+    out
+}
+
+/// Checks `delivery.priority_lanes` found at `path` (empty for the section itself) and
+/// returns every problem. A disabled policy is checked too, so turning it on later cannot
+/// surprise.
+pub fn validate_lanes(cfg: &PriorityLanesConfig, path: &str) -> Vec<Issue> {
+    let mut out = Vec::new();
+    let max_len = cfg.max_priority_value_length.clamp(1, MAX_PRIORITY_LENGTH);
+    check_range(
+        cfg.max_priority_value_length,
+        (1, MAX_PRIORITY_LENGTH),
+        at(path, "max_priority_value_length"),
+        &mut out,
+    );
+    let lanes_path = at(path, "lanes");
+    if cfg.lanes.is_empty() {
+        out.push(issue(lanes_path.clone(), "must list at least one lane"));
+    }
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    // Lowercased priority → (lane index, index in that lane's list).
+    let mut owners: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for (i, lane) in cfg.lanes.iter().enumerate() {
+        let lane_path = format!("{lanes_path}[{i}]");
+        check_lane_name(&lane.name, &at(&lane_path, "name"), &mut out);
+        if let Some(first) = names.insert(&lane.name, i) {
+            out.push(issue(
+                at(&lane_path, "name"),
+                format!("lane `{}` is already defined at lanes[{first}]", lane.name),
+            ));
+        }
+        if !(1..=MAX_LANE_WEIGHT).contains(&lane.weight) {
+            out.push(issue(
+                at(&lane_path, "weight"),
+                format!(
+                    "must be between 1 and {MAX_LANE_WEIGHT}, got {}",
+                    lane.weight
+                ),
+            ));
+        }
+        for (k, p) in lane.priorities.iter().enumerate() {
+            let p_path = format!("{}[{k}]", at(&lane_path, "priorities"));
+            check_value(p, max_len, p_path.clone(), &mut out);
+            let key = p.to_lowercase();
+            match owners.get(&key) {
+                Some(&(j, m)) if j == i => out.push(issue(
+                    p_path,
+                    format!(
+                        "priority {p:?} is already listed at priorities[{m}] of this lane (matching is case-insensitive)"
+                    ),
+                )),
+                Some(&(j, m)) => out.push(issue(
+                    p_path,
+                    format!(
+                        "priority {p:?} is mapped to both lane `{}` (lanes[{j}].priorities[{m}]) and lane `{}`; matching is case-insensitive and a value may appear in only one lane",
+                        lane_name_at(cfg, j),
+                        lane.name
+                    ),
+                )),
+                None => {
+                    owners.insert(key, (i, k));
+                }
+            }
+        }
+    }
+    if !cfg.lanes.iter().any(|l| l.name == cfg.default_lane) {
+        let known: Vec<&str> = cfg.lanes.iter().map(|l| l.name.as_str()).collect();
+        out.push(issue(
+            at(path, "default_lane"),
+            format!(
+                "names no configured lane: {:?} (lanes: {})",
+                cfg.default_lane,
+                known.join(", ")
+            ),
+        ));
+    }
+    out
+}
+
+/// Cross-checks the priorities that `message_metadata` assigns (its default and its rules)
+/// against an enabled lane policy: a value every message would be rejected for is a
+/// configuration mistake, not a run-time surprise. Returns no issue when lanes are off.
+pub fn validate_metadata_for_lanes(
+    metadata: &MessageMetadataConfig,
+    metadata_path: &str,
+    lanes: &PriorityLanesConfig,
+    lanes_path: &str,
+) -> Vec<Issue> {
+    if !lanes.enabled {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let configured = metadata
+        .priority
+        .default
+        .iter()
+        .map(|v| (at(metadata_path, "priority.default"), v))
+        .chain(metadata.rules.iter().enumerate().filter_map(|(i, r)| {
+            let p = format!("{}[{i}].priority", at(metadata_path, "rules"));
+            r.priority.as_ref().map(|v| (p, v))
+        }));
+    for (path, value) in configured {
+        let length = value.chars().count();
+        if length > lanes.max_priority_value_length {
+            out.push(issue(
+                path,
+                format!(
+                    "is {length} characters, more than {} ({}): every message given it would be rejected",
+                    lanes.max_priority_value_length,
+                    at(lanes_path, "max_priority_value_length")
+                ),
+            ));
+        } else if lanes.unknown_priority_action == UnknownPriorityAction::Reject
+            && !maps_to_lane(lanes, value)
+        {
+            out.push(issue(
+                path,
+                format!(
+                    "priority {value:?} maps to no lane and {} is `reject`: every message given it would be rejected",
+                    at(lanes_path, "unknown_priority_action")
+                ),
+            ));
+        }
+    }
+    out
+}
+
+fn maps_to_lane(lanes: &PriorityLanesConfig, value: &str) -> bool {
+    let key = value.to_lowercase();
+    lanes
+        .lanes
+        .iter()
+        .flat_map(|l| &l.priorities)
+        .any(|p| p.to_lowercase() == key)
+}
+
+fn lane_name_at(cfg: &PriorityLanesConfig, i: usize) -> &str {
+    cfg.lanes.get(i).map(|l| l.name.as_str()).unwrap_or("?")
+}
+
+/// The limits of `message_metadata`, clamped into range so values can still be checked
+/// while an out-of-range limit is reported.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    labels: usize,
+    label: usize,
+    classification: usize,
+}
+
+fn check_limits(cfg: &MessageMetadataConfig, path: &str, out: &mut Vec<Issue>) -> Limits {
+    check_range(
+        cfg.max_labels,
+        MAX_LABELS_RANGE,
+        at(path, "max_labels"),
+        out,
+    );
+    check_range(
+        cfg.max_label_length,
+        MAX_LENGTH_RANGE,
+        at(path, "max_label_length"),
+        out,
+    );
+    check_range(
+        cfg.max_classification_length,
+        MAX_LENGTH_RANGE,
+        at(path, "max_classification_length"),
+        out,
+    );
+    Limits {
+        labels: cfg.max_labels.clamp(MAX_LABELS_RANGE.0, MAX_LABELS_RANGE.1),
+        label: cfg
+            .max_label_length
+            .clamp(MAX_LENGTH_RANGE.0, MAX_LENGTH_RANGE.1),
+        classification: cfg
+            .max_classification_length
+            .clamp(MAX_LENGTH_RANGE.0, MAX_LENGTH_RANGE.1),
+    }
+}
+
+fn check_headers(cfg: &MessageMetadataConfig, path: &str, out: &mut Vec<Issue>) {
+    let headers = [
+        ("priority", &cfg.priority.header),
+        ("classification", &cfg.classification.header),
+        ("labels", &cfg.labels.header),
+    ];
+    for (i, (field, name)) in headers.iter().enumerate() {
+        let h_path = at(path, &format!("{field}.header"));
+        if !is_header_name(name) {
+            out.push(issue(
+                h_path,
+                format!(
+                    "must be a non-empty header name of printable ASCII without `:` or spaces, got {name:?}"
+                ),
+            ));
+            continue;
+        }
+        let earlier = headers[..i]
+            .iter()
+            .find(|(_, other)| other.eq_ignore_ascii_case(name));
+        if let Some((other, _)) = earlier {
+            out.push(issue(
+                h_path,
+                format!(
+                    "{name:?} is already the header of `{other}` (header names are case-insensitive); each field needs its own header"
+                ),
+            ));
+        }
+    }
+}
+
+/// A header name: non-empty printable ASCII without spaces or `:`.
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+}
+
+fn check_rule(rule: &MetadataRule, limits: Limits, path: &str, out: &mut Vec<Issue>) {
+    if let Err(why) = check_subject(&rule.subject) {
+        out.push(issue(
+            at(path, "subject"),
+            format!("not a valid subject filter ({why}), got {:?}", rule.subject),
+        ));
+    }
+    if rule.priority.is_none() && rule.classification.is_none() && rule.labels.is_none() {
+        out.push(issue(
+            path.to_string(),
+            "must set at least one of `priority`, `classification`, `labels`",
+        ));
+    }
+    if let Some(v) = &rule.priority {
+        check_value(v, MAX_PRIORITY_LENGTH, at(path, "priority"), out);
+    }
+    if let Some(v) = &rule.classification {
+        check_value(v, limits.classification, at(path, "classification"), out);
+    }
+    if let Some(labels) = &rule.labels {
+        check_labels(labels, limits, &at(path, "labels"), out);
+    }
+}
+
+fn check_labels(labels: &[String], limits: Limits, path: &str, out: &mut Vec<Issue>) {
+    if labels.len() > limits.labels {
+        out.push(issue(
+            path.to_string(),
+            format!(
+                "at most {} labels (max_labels), got {}",
+                limits.labels,
+                labels.len()
+            ),
+        ));
+    }
+    for (i, label) in labels.iter().enumerate() {
+        check_value(label, limits.label, format!("{path}[{i}]"), out);
+    }
+}
+
+/// A configured value must be exactly what normalizing it as a header value would give:
+/// the run-time rules (no control characters, at most `max_chars`), plus non-empty and no
+/// surrounding whitespace, since a header value is trimmed.
+fn check_value(value: &str, max_chars: usize, path: String, out: &mut Vec<Issue>) {
+    let message = match normalize_value(MetadataField::Priority, value, max_chars) {
+        Ok(Some(v)) if v == value => return,
+        Ok(Some(_)) => format!("must not start or end with whitespace, got {value:?}"),
+        Ok(None) => "must not be empty".to_string(),
+        Err(e) => match e.kind {
+            MetadataErrorKind::ControlCharacter => {
+                "must not contain control characters".to_string()
+            }
+            _ => format!(
+                "must be at most {max_chars} characters, got {}",
+                value.chars().count()
+            ),
+        },
+    };
+    out.push(issue(path, message));
+}
+
+fn check_lane_name(name: &str, path: &str, out: &mut Vec<Issue>) {
+    let mut chars = name.chars();
+    let ok = matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        && name.len() <= MAX_LANE_NAME_LENGTH;
+    if !ok {
+        out.push(issue(
+            path.to_string(),
+            format!(
+                "must be a lowercase letter followed by lowercase letters, digits, `_` or `-`, at most {MAX_LANE_NAME_LENGTH} characters, got {name:?}"
+            ),
+        ));
+    }
+}
+
+fn check_range(v: usize, (lo, hi): (usize, usize), path: String, out: &mut Vec<Issue>) {
+    if v < lo || v > hi {
+        out.push(issue(
+            path,
+            format!("must be between {lo} and {hi}, got {v}"),
+        ));
+    }
+}
+
+/// `path.key`, or `key` alone at the root.
+fn at(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn issue(path: String, message: impl Into<String>) -> Issue {
+    Issue {
+        path,
+        message: message.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{deserialize_at, strict_json};
+
+    /// The seed document's lane example, verbatim.
+    const SEED_LANES: &str = r#"{
+  "delivery": {
+    "batch_size": 100,
+    "priority_lanes": {
+      "enabled": true,
+      "default_lane": "routine",
+      "unknown_priority_action": "default_lane",
+      "max_priority_value_length": 64,
+      "lanes": [
+        {
+          "name": "urgent",
+          "priorities": ["urgent", "immediate"],
+          "weight": 3
+        },
+        {
+          "name": "routine",
+          "priorities": ["normal", "routine"],
+          "weight": 1
+        }
+      ]
+    }
+  }
+}"#;
+
+    /// The seed document's metadata example, verbatim.
+    const SEED_METADATA: &str = r#"{
+  "message_metadata": {
+    "priority": {
+      "header": "Nats-Sinks-Priority",
+      "default": "routine"
+    },
+    "rules": [
+      {
+        "subject": "alerts.>",
+        "priority": "urgent"
+      },
+      {
+        "subject": "training.>",
+        "priority": "routine"
+      }
+    ]
+  }
+}"#;
+
+    /// The seed document's default policy, verbatim.
+    const SEED_DEFAULT_LANES: &str = r#"{
+  "delivery": {
+    "priority_lanes": {
+      "enabled": false,
+      "default_lane": "default",
+      "unknown_priority_action": "default_lane",
+      "max_priority_value_length": 64,
+      "lanes": [
+        {
+          "name": "default",
+          "priorities": [],
+          "weight": 1
+        }
+      ]
+    }
+  }
+}"#;
+
+    fn section<T: serde::de::DeserializeOwned>(text: &str, pointer: &str) -> Result<T, Issue> {
+        let doc = strict_json::parse(text).unwrap();
+        let value = doc.pointer(pointer).unwrap().clone();
+        deserialize_at(&pointer[1..].replace('/', "."), value)
+    }
+
+    pub(crate) fn seed_lanes() -> PriorityLanesConfig {
+        section(SEED_LANES, "/delivery/priority_lanes").unwrap()
+    }
+
+    pub(crate) fn seed_metadata() -> MessageMetadataConfig {
+        section(SEED_METADATA, "/message_metadata").unwrap()
+    }
+
+    fn lanes(json: &str) -> PriorityLanesConfig {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn metadata(json: &str) -> MessageMetadataConfig {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn rendered(issues: Vec<Issue>) -> Vec<String> {
+        issues.iter().map(Issue::to_string).collect()
+    }
+
+    fn lane_errors(json: &str) -> Vec<String> {
+        rendered(validate_lanes(
+            &lanes(json),
+            "sinks.x.delivery.priority_lanes",
+        ))
+    }
+
+    fn metadata_errors(json: &str) -> Vec<String> {
+        rendered(validate_metadata(
+            &metadata(json),
+            "sinks.x.message_metadata",
+        ))
+    }
+
+    fn has(errs: &[String], expected: &str) {
+        assert!(
+            errs.iter().any(|e| e == expected),
+            "{expected:?} not in {errs:#?}"
+        );
+    }
+
+    fn has_prefix(errs: &[String], prefix: &str) {
+        assert!(
+            errs.iter().any(|e| e.starts_with(prefix)),
+            "nothing starts with {prefix:?} in {errs:#?}"
+        );
+    }
+
+    #[test]
+    fn seed_lane_example_loads_verbatim_and_validates() {
+        let cfg = seed_lanes();
+        assert!(cfg.enabled);
+        assert_eq!(cfg.default_lane, "routine");
+        assert_eq!(
+            cfg.unknown_priority_action,
+            UnknownPriorityAction::DefaultLane
+        );
+        assert_eq!(cfg.max_priority_value_length, 64);
+        assert_eq!(cfg.lanes.len(), 2);
+        assert_eq!(cfg.lanes[0].name, "urgent");
+        assert_eq!(cfg.lanes[0].priorities, vec!["urgent", "immediate"]);
+        assert_eq!(cfg.lanes[0].weight, 3);
+        assert_eq!(cfg.lanes[1].weight, 1);
+        assert_eq!(validate_lanes(&cfg, "delivery.priority_lanes"), vec![]);
+    }
+
+    #[test]
+    fn seed_default_policy_equals_the_built_in_default() {
+        let cfg: PriorityLanesConfig =
+            section(SEED_DEFAULT_LANES, "/delivery/priority_lanes").unwrap();
+        assert_eq!(cfg, PriorityLanesConfig::default());
+        assert_eq!(lanes("{}"), PriorityLanesConfig::default());
+        assert_eq!(validate_lanes(&cfg, ""), vec![]);
+    }
+
+    #[test]
+    fn seed_metadata_example_loads_verbatim_and_validates() {
+        let cfg = seed_metadata();
+        assert_eq!(cfg.priority.header, "Nats-Sinks-Priority");
+        assert_eq!(cfg.priority.default.as_deref(), Some("routine"));
+        assert_eq!(cfg.classification.header, "Jetsink-Classification");
+        assert_eq!(cfg.labels.header, "Jetsink-Labels");
+        assert_eq!(cfg.rules.len(), 2);
+        assert_eq!(cfg.rules[0].subject, "alerts.>");
+        assert_eq!(cfg.rules[0].priority.as_deref(), Some("urgent"));
+        assert_eq!(validate_metadata(&cfg, "message_metadata"), vec![]);
+        assert_eq!(
+            validate_metadata_for_lanes(
+                &cfg,
+                "message_metadata",
+                &seed_lanes(),
+                "delivery.priority_lanes"
+            ),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn metadata_defaults_are_documented_values() {
+        let cfg = metadata("{}");
+        assert_eq!(cfg, MessageMetadataConfig::default());
+        assert_eq!(cfg.max_labels, 32);
+        assert_eq!(cfg.max_label_length, 128);
+        assert_eq!(cfg.max_classification_length, 128);
+        assert_eq!(cfg.priority.header, "Jetsink-Priority");
+        assert_eq!(validate_metadata(&cfg, ""), vec![]);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_path() {
+        let err = section::<PriorityLanesConfig>(
+            r#"{"delivery": {"priority_lanes": {"lanes": [{"name": "a", "wieght": 2}]}}}"#,
+            "/delivery/priority_lanes",
+        )
+        .unwrap_err();
+        assert!(
+            err.path.starts_with("delivery.priority_lanes.lanes[0]"),
+            "{err}"
+        );
+        assert!(err.message.contains("unknown field `wieght`"), "{err}");
+        let err = section::<MessageMetadataConfig>(
+            r#"{"m": {"rules": [{"subject": "a", "prio": "x"}]}}"#,
+            "/m",
+        )
+        .unwrap_err();
+        assert!(err.message.contains("unknown field `prio`"), "{err}");
+        let err =
+            section::<PriorityLanesConfig>(r#"{"p": {"unknown_priority_action": "drop"}}"#, "/p")
+                .unwrap_err();
+        assert!(err.path.starts_with("p.unknown_priority_action"), "{err}");
+    }
+
+    #[test]
+    fn lane_name_is_required_and_weight_defaults_to_one() {
+        assert!(serde_json::from_str::<PriorityLanesConfig>(r#"{"lanes": [{}]}"#).is_err());
+        let cfg = lanes(r#"{"lanes": [{"name": "default"}]}"#);
+        assert_eq!(cfg.lanes[0].weight, 1);
+        assert!(cfg.lanes[0].priorities.is_empty());
+    }
+
+    #[test]
+    fn weight_out_of_range_names_its_path() {
+        let errs = lane_errors(
+            r#"{"lanes": [{"name": "default", "weight": 1}, {"name": "b", "weight": 0}, {"name": "c", "weight": 101}]}"#,
+        );
+        has(
+            &errs,
+            "sinks.x.delivery.priority_lanes.lanes[1].weight: must be between 1 and 100, got 0",
+        );
+        has(
+            &errs,
+            "sinks.x.delivery.priority_lanes.lanes[2].weight: must be between 1 and 100, got 101",
+        );
+        assert_eq!(errs.len(), 2, "{errs:#?}");
+    }
+
+    #[test]
+    fn max_priority_value_length_out_of_range() {
+        for bad in [0, 257] {
+            let errs = lane_errors(&format!(r#"{{"max_priority_value_length": {bad}}}"#));
+            has(
+                &errs,
+                &format!("sinks.x.delivery.priority_lanes.max_priority_value_length: must be between 1 and 256, got {bad}"),
+            );
+        }
+        assert!(lane_errors(r#"{"max_priority_value_length": 256}"#).is_empty());
+        assert!(lane_errors(r#"{"max_priority_value_length": 1}"#).is_empty());
+    }
+
+    #[test]
+    fn empty_lane_list_is_refused() {
+        let errs = lane_errors(r#"{"lanes": []}"#);
+        has(
+            &errs,
+            "sinks.x.delivery.priority_lanes.lanes: must list at least one lane",
+        );
+        has_prefix(
+            &errs,
+            "sinks.x.delivery.priority_lanes.default_lane: names no configured lane",
+        );
+    }
+
+    #[test]
+    fn unknown_default_lane_is_refused() {
+        let errs = lane_errors(r#"{"default_lane": "routine", "lanes": [{"name": "urgent"}]}"#);
+        has(
+            &errs,
+            r#"sinks.x.delivery.priority_lanes.default_lane: names no configured lane: "routine" (lanes: urgent)"#,
+        );
+    }
+
+    #[test]
+    fn bad_lane_names_are_refused() {
+        let long = format!("a{}", "b".repeat(64));
+        for bad in [
+            "",
+            "Urgent",
+            "1st",
+            "_x",
+            "-x",
+            "a b",
+            "a.b",
+            "ürgent",
+            long.as_str(),
+        ] {
+            let errs = lane_errors(&format!(
+                r#"{{"default_lane": "default", "lanes": [{{"name": "default"}}, {{"name": {bad:?}}}]}}"#
+            ));
+            has_prefix(
+                &errs,
+                "sinks.x.delivery.priority_lanes.lanes[1].name: must be a lowercase letter",
+            );
+        }
+        let ok = "a".repeat(64);
+        for good in ["a", "urgent_1", "x-y", ok.as_str()] {
+            let errs = lane_errors(&format!(
+                r#"{{"default_lane": {good:?}, "lanes": [{{"name": {good:?}}}]}}"#
+            ));
+            assert!(errs.is_empty(), "{good}: {errs:#?}");
+        }
+    }
+
+    #[test]
+    fn duplicate_lane_names_are_refused() {
+        let errs = lane_errors(r#"{"lanes": [{"name": "default"}, {"name": "default"}]}"#);
+        has(
+            &errs,
+            "sinks.x.delivery.priority_lanes.lanes[1].name: lane `default` is already defined at lanes[0]",
+        );
+    }
+
+    #[test]
+    fn duplicate_priority_across_lanes_names_both_lanes() {
+        let errs = lane_errors(
+            r#"{"default_lane": "routine", "lanes": [
+                {"name": "urgent", "priorities": ["urgent", "high"]},
+                {"name": "routine", "priorities": ["routine", "HIGH"]}]}"#,
+        );
+        has(
+            &errs,
+            r#"sinks.x.delivery.priority_lanes.lanes[1].priorities[1]: priority "HIGH" is mapped to both lane `urgent` (lanes[0].priorities[1]) and lane `routine`; matching is case-insensitive and a value may appear in only one lane"#,
+        );
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+    }
+
+    #[test]
+    fn duplicate_priority_inside_one_lane_is_refused() {
+        let errs = lane_errors(r#"{"lanes": [{"name": "default", "priorities": ["a", "A"]}]}"#);
+        has_prefix(
+            &errs,
+            "sinks.x.delivery.priority_lanes.lanes[0].priorities[1]: priority \"A\" is already listed at priorities[0]",
+        );
+    }
+
+    #[test]
+    fn lane_priority_values_follow_the_value_rules() {
+        let errs = lane_errors(
+            r#"{"max_priority_value_length": 4, "lanes": [{"name": "default",
+                "priorities": ["", " a", "a\u0007", "abcde", "abcd"]}]}"#,
+        );
+        let p = "sinks.x.delivery.priority_lanes.lanes[0].priorities";
+        has(&errs, &format!("{p}[0]: must not be empty"));
+        has(
+            &errs,
+            &format!(r#"{p}[1]: must not start or end with whitespace, got " a""#),
+        );
+        has(
+            &errs,
+            &format!("{p}[2]: must not contain control characters"),
+        );
+        has(
+            &errs,
+            &format!("{p}[3]: must be at most 4 characters, got 5"),
+        );
+        assert_eq!(errs.len(), 4, "{errs:#?}");
+    }
+
+    #[test]
+    fn every_lane_problem_is_reported_at_once() {
+        let errs = lane_errors(
+            r#"{"default_lane": "nope", "max_priority_value_length": 0, "lanes": [
+                {"name": "A", "weight": 0, "priorities": ["x"]},
+                {"name": "b", "priorities": ["X"]}]}"#,
+        );
+        assert_eq!(errs.len(), 5, "{errs:#?}");
+    }
+
+    #[test]
+    fn bad_header_names_are_refused() {
+        for bad in ["", "Has Space", "Colon:", "Tab\t", "Ünicode"] {
+            let errs = metadata_errors(&format!(r#"{{"priority": {{"header": {bad:?}}}}}"#));
+            has_prefix(
+                &errs,
+                "sinks.x.message_metadata.priority.header: must be a non-empty header name",
+            );
+        }
+        let errs = metadata_errors(
+            r#"{"labels": {"header": "x-y"}, "classification": {"header": "X-Y"}}"#,
+        );
+        has_prefix(
+            &errs,
+            r#"sinks.x.message_metadata.labels.header: "x-y" is already the header of `classification`"#,
+        );
+    }
+
+    #[test]
+    fn limits_out_of_range_are_refused() {
+        let errs = metadata_errors(
+            r#"{"max_labels": 0, "max_label_length": 1025, "max_classification_length": 0}"#,
+        );
+        let p = "sinks.x.message_metadata";
+        has(
+            &errs,
+            &format!("{p}.max_labels: must be between 1 and 256, got 0"),
+        );
+        has(
+            &errs,
+            &format!("{p}.max_label_length: must be between 1 and 1024, got 1025"),
+        );
+        has(
+            &errs,
+            &format!("{p}.max_classification_length: must be between 1 and 1024, got 0"),
+        );
+    }
+
+    #[test]
+    fn default_values_follow_the_value_rules() {
+        let long = "x".repeat(257);
+        let errs = metadata_errors(&format!(
+            r#"{{"max_labels": 2, "max_label_length": 3, "max_classification_length": 5,
+                "priority": {{"default": {long:?}}},
+                "classification": {{"default": "secret"}},
+                "labels": {{"default": ["a", "abcd", "b\n"]}}}}"#
+        ));
+        let p = "sinks.x.message_metadata";
+        has(
+            &errs,
+            &format!("{p}.priority.default: must be at most 256 characters, got 257"),
+        );
+        has(
+            &errs,
+            &format!("{p}.classification.default: must be at most 5 characters, got 6"),
+        );
+        has(
+            &errs,
+            &format!("{p}.labels.default: at most 2 labels (max_labels), got 3"),
+        );
+        has(
+            &errs,
+            &format!("{p}.labels.default[1]: must be at most 3 characters, got 4"),
+        );
+        has(
+            &errs,
+            &format!("{p}.labels.default[2]: must not contain control characters"),
+        );
+        assert_eq!(errs.len(), 5, "{errs:#?}");
+    }
+
+    #[test]
+    fn rules_are_checked_one_by_one() {
+        let errs = metadata_errors(
+            r#"{"rules": [
+                {"subject": "a.>", "priority": "urgent"},
+                {"subject": "a.>.b", "priority": "x"},
+                {"subject": "a"},
+                {"subject": "a.*", "priority": " p", "classification": "", "labels": ["ok", ""]}]}"#,
+        );
+        let p = "sinks.x.message_metadata.rules";
+        has_prefix(
+            &errs,
+            &format!(
+                "{p}[1].subject: not a valid subject filter (`>` must be the whole last token)"
+            ),
+        );
+        has(
+            &errs,
+            &format!("{p}[2]: must set at least one of `priority`, `classification`, `labels`"),
+        );
+        has_prefix(&errs, &format!("{p}[3].priority: must not start or end"));
+        has(&errs, &format!("{p}[3].classification: must not be empty"));
+        has(&errs, &format!("{p}[3].labels[1]: must not be empty"));
+        assert_eq!(errs.len(), 5, "{errs:#?}");
+    }
+
+    #[test]
+    fn too_many_rules_are_refused() {
+        let rules: Vec<String> = (0..=MAX_RULES)
+            .map(|i| format!(r#"{{"subject": "s.{i}", "priority": "p"}}"#))
+            .collect();
+        let errs = metadata_errors(&format!(r#"{{"rules": [{}]}}"#, rules.join(",")));
+        has(
+            &errs,
+            "sinks.x.message_metadata.rules: at most 1024 rules, got 1025",
+        );
+    }
+
+    #[test]
+    fn an_empty_label_list_in_a_rule_is_allowed() {
+        assert!(metadata_errors(r#"{"rules": [{"subject": ">", "labels": []}]}"#).is_empty());
+    }
+
+    #[test]
+    fn metadata_priorities_are_cross_checked_against_enabled_lanes() {
+        let meta = metadata(
+            r#"{"priority": {"default": "bulk"},
+                "rules": [{"subject": "a.>", "priority": "URGENT"}, {"subject": "b", "priority": "abcdefgh"}]}"#,
+        );
+        let mut lanes_cfg = seed_lanes();
+        lanes_cfg.unknown_priority_action = UnknownPriorityAction::Reject;
+        lanes_cfg.max_priority_value_length = 7;
+        let errs = rendered(validate_metadata_for_lanes(
+            &meta,
+            "message_metadata",
+            &lanes_cfg,
+            "delivery.priority_lanes",
+        ));
+        has(
+            &errs,
+            r#"message_metadata.priority.default: priority "bulk" maps to no lane and delivery.priority_lanes.unknown_priority_action is `reject`: every message given it would be rejected"#,
+        );
+        has(
+            &errs,
+            "message_metadata.rules[1].priority: is 8 characters, more than 7 (delivery.priority_lanes.max_priority_value_length): every message given it would be rejected",
+        );
+        assert_eq!(errs.len(), 2, "{errs:#?}");
+        lanes_cfg.enabled = false;
+        assert!(validate_metadata_for_lanes(&meta, "m", &lanes_cfg, "l").is_empty());
+    }
+
+    #[test]
+    fn root_paths_have_no_leading_dot() {
+        let errs = rendered(validate_lanes(&lanes(r#"{"lanes": []}"#), ""));
+        has(&errs, "lanes: must list at least one lane");
+    }
+}

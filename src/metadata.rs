@@ -1,0 +1,712 @@
+//! Message metadata: a message's priority, classification and labels, taken from its
+//! headers or, when a header is absent, from operator rules and defaults.
+//!
+//! Header values are untrusted: any publisher admitted to the subject sets them. So every
+//! value is checked (no control characters, bounded lengths, bounded label count) and a bad
+//! one is a typed [`MetadataError`] that the runner turns into a permanent failure of that
+//! one message, never a crash and never a silent default. Error messages give a value's
+//! length, never the value. Everything here is pure: no I/O, no clock, no global state.
+//!
+//! Precedence for each field, decided independently:
+//! 1. the field's header, if present and not blank: the publisher's value is authoritative;
+//! 2. else the first rule, in configured order, whose subject filter matches and that sets
+//!    the field;
+//! 3. else the field's configured `default` (which may be none).
+//!
+//! Header names match case-insensitively. When the header occurs more than once, the last
+//! value wins. A value is trimmed of surrounding whitespace, and a blank value counts as
+//! absent (after the control-character check, so `"\t"` is still rejected). Labels are a
+//! `;`-separated list, or a JSON list of strings when the value starts with `[`; each label
+//! is trimmed, empty ones are dropped, order and repeats are kept. A labels header that
+//! yields no label (`[]`, `;`) is present and means "no labels". Lengths count Unicode
+//! characters.
+
+use std::fmt;
+
+use crate::config::metadata::{validate_metadata, MessageMetadataConfig, MAX_PRIORITY_LENGTH};
+use crate::config::Issue;
+
+/// Which metadata field a value or an error belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetadataField {
+    /// The priority, the input of lane scheduling.
+    Priority,
+    /// The classification.
+    Classification,
+    /// The labels.
+    Labels,
+}
+
+impl fmt::Display for MetadataField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MetadataField::Priority => "priority",
+            MetadataField::Classification => "classification",
+            MetadataField::Labels => "labels",
+        })
+    }
+}
+
+/// Why a header value was refused; callers match on this, not on the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetadataErrorKind {
+    /// The value (or one label) contains a control character.
+    ControlCharacter,
+    /// The value (or one label) is longer than its limit.
+    TooLong,
+    /// The labels header carries more labels than `max_labels`.
+    TooManyLabels,
+    /// The labels header starts with `[` but is not a JSON list of strings.
+    InvalidLabels,
+}
+
+/// A header value that fails the metadata rules: a permanent failure of its message.
+///
+/// Its message names the field, the rule and sizes only: header values are untrusted and
+/// may be sensitive, so the value itself never appears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct MetadataError {
+    /// The field whose header was refused.
+    pub field: MetadataField,
+    /// Which rule it broke.
+    pub kind: MetadataErrorKind,
+    /// The offending size: for [`MetadataErrorKind::TooManyLabels`] the number of labels,
+    /// otherwise the length in characters of the value (or of the one label) refused.
+    pub actual: usize,
+    /// The limit exceeded, for [`MetadataErrorKind::TooLong`] and
+    /// [`MetadataErrorKind::TooManyLabels`].
+    pub limit: Option<usize>,
+}
+
+impl MetadataError {
+    fn new(field: MetadataField, kind: MetadataErrorKind, actual: usize) -> Self {
+        MetadataError {
+            field,
+            kind,
+            actual,
+            limit: None,
+        }
+    }
+
+    fn over(field: MetadataField, kind: MetadataErrorKind, actual: usize, limit: usize) -> Self {
+        MetadataError {
+            limit: Some(limit),
+            ..MetadataError::new(field, kind, actual)
+        }
+    }
+
+    fn describe(&self) -> String {
+        let limit = self.limit.unwrap_or(0);
+        let what = match self.kind {
+            MetadataErrorKind::ControlCharacter => format!(
+                "a value of {} characters contains a control character",
+                self.actual
+            ),
+            MetadataErrorKind::TooLong => format!(
+                "a value of {} characters is longer than the limit of {limit}",
+                self.actual
+            ),
+            MetadataErrorKind::TooManyLabels => {
+                format!("{} labels are more than the limit of {limit}", self.actual)
+            }
+            MetadataErrorKind::InvalidLabels => format!(
+                "a value of {} characters starts with `[` but is not a JSON list of strings",
+                self.actual
+            ),
+        };
+        format!("{} header rejected: {what}", self.field)
+    }
+}
+
+/// A message's normalized metadata, ready for the Envelope.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metadata {
+    /// Priority, or `None` when no header, rule or default gave one.
+    pub priority: Option<String>,
+    /// Classification, or `None` when no header, rule or default gave one.
+    pub classification: Option<String>,
+    /// Labels in the order given; empty when none.
+    pub labels: Vec<String>,
+}
+
+/// Whether NATS subject `subject` matches `filter`: `*` matches exactly one token, `>` (as
+/// the last token) one or more remaining tokens, any other token only itself.
+pub fn subject_matches(filter: &str, subject: &str) -> bool {
+    let tokens: Vec<&str> = subject.split('.').collect();
+    Filter::compile(filter).matches(&tokens)
+}
+
+/// Checks one header value for `field`: control characters are refused (before trimming),
+/// surrounding whitespace is trimmed, a blank value is `Ok(None)` (absent), and a value
+/// longer than `max_chars` characters is refused.
+pub fn normalize_value(
+    field: MetadataField,
+    raw: &str,
+    max_chars: usize,
+) -> Result<Option<String>, MetadataError> {
+    let Some(value) = present(field, raw)? else {
+        return Ok(None);
+    };
+    let length = value.chars().count();
+    if length > max_chars {
+        return Err(MetadataError::over(
+            field,
+            MetadataErrorKind::TooLong,
+            length,
+            max_chars,
+        ));
+    }
+    Ok(Some(value.to_string()))
+}
+
+/// Parses a labels header value: a JSON list of strings when it starts with `[`, otherwise
+/// a `;`-separated list. Labels are trimmed and empty ones dropped; each must be free of
+/// control characters and at most `max_label_chars` characters, and there may be at most
+/// `max_labels` of them.
+pub fn parse_labels(
+    raw: &str,
+    max_labels: usize,
+    max_label_chars: usize,
+) -> Result<Vec<String>, MetadataError> {
+    let Some(value) = present(MetadataField::Labels, raw)? else {
+        return Ok(Vec::new());
+    };
+    let items: Vec<String> = if value.starts_with('[') {
+        serde_json::from_str(value).map_err(|_| {
+            MetadataError::new(
+                MetadataField::Labels,
+                MetadataErrorKind::InvalidLabels,
+                value.chars().count(),
+            )
+        })?
+    } else {
+        value.split(';').map(str::to_string).collect()
+    };
+    let mut labels = Vec::with_capacity(items.len());
+    for item in &items {
+        if let Some(label) = normalize_value(MetadataField::Labels, item, max_label_chars)? {
+            labels.push(label);
+        }
+    }
+    if labels.len() > max_labels {
+        return Err(MetadataError::over(
+            MetadataField::Labels,
+            MetadataErrorKind::TooManyLabels,
+            labels.len(),
+            max_labels,
+        ));
+    }
+    Ok(labels)
+}
+
+/// Refuses control characters in `raw`, then trims it; `None` when blank.
+fn present(field: MetadataField, raw: &str) -> Result<Option<&str>, MetadataError> {
+    if raw.chars().any(char::is_control) {
+        return Err(MetadataError::new(
+            field,
+            MetadataErrorKind::ControlCharacter,
+            raw.chars().count(),
+        ));
+    }
+    let value = raw.trim();
+    Ok((!value.is_empty()).then_some(value))
+}
+
+/// The last value of header `name` (case-insensitive) in `headers`, if any.
+fn header<'a>(headers: &'a [(String, Vec<String>)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .rev()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .find_map(|(_, values)| values.last())
+        .map(String::as_str)
+}
+
+/// One token of a compiled subject filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Literal(String),
+    One,
+    Rest,
+}
+
+/// A subject filter split into tokens once, matched many times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Filter(Vec<Token>);
+
+impl Filter {
+    fn compile(filter: &str) -> Filter {
+        Filter(
+            filter
+                .split('.')
+                .map(|t| match t {
+                    "*" => Token::One,
+                    ">" => Token::Rest,
+                    _ => Token::Literal(t.to_string()),
+                })
+                .collect(),
+        )
+    }
+
+    fn matches(&self, subject: &[&str]) -> bool {
+        let mut rest = subject;
+        for token in &self.0 {
+            match (token, rest.split_first()) {
+                (Token::Rest, Some(_)) => return true,
+                (Token::One, Some((_, tail))) => rest = tail,
+                (Token::Literal(l), Some((s, tail))) if l == s => rest = tail,
+                _ => return false,
+            }
+        }
+        rest.is_empty()
+    }
+}
+
+/// One compiled `message_metadata.rules` entry.
+#[derive(Debug, Clone)]
+struct Rule {
+    filter: Filter,
+    priority: Option<String>,
+    classification: Option<String>,
+    labels: Option<Vec<String>>,
+}
+
+/// The `message_metadata` section, ready to apply: headers to read, compiled rules,
+/// defaults and limits. Build one per sink; [`MetadataPolicy::apply`] is pure.
+#[derive(Debug, Clone)]
+pub struct MetadataPolicy {
+    priority_header: String,
+    classification_header: String,
+    labels_header: String,
+    priority_default: Option<String>,
+    classification_default: Option<String>,
+    labels_default: Vec<String>,
+    rules: Vec<Rule>,
+    max_labels: usize,
+    max_label_length: usize,
+    max_classification_length: usize,
+}
+
+impl MetadataPolicy {
+    /// Builds the policy, refusing a config that fails
+    /// [`validate_metadata`]; the issues' paths are relative to the section.
+    pub fn new(cfg: &MessageMetadataConfig) -> Result<MetadataPolicy, Vec<Issue>> {
+        let issues = validate_metadata(cfg, "");
+        if !issues.is_empty() {
+            return Err(issues);
+        }
+        let rules = cfg
+            .rules
+            .iter()
+            .map(|r| Rule {
+                filter: Filter::compile(&r.subject),
+                priority: r.priority.clone(),
+                classification: r.classification.clone(),
+                labels: r.labels.clone(),
+            })
+            .collect();
+        Ok(MetadataPolicy {
+            priority_header: cfg.priority.header.clone(),
+            classification_header: cfg.classification.header.clone(),
+            labels_header: cfg.labels.header.clone(),
+            priority_default: cfg.priority.default.clone(),
+            classification_default: cfg.classification.default.clone(),
+            labels_default: cfg.labels.default.clone(),
+            rules,
+            max_labels: cfg.max_labels,
+            max_label_length: cfg.max_label_length,
+            max_classification_length: cfg.max_classification_length,
+        })
+    }
+
+    /// The metadata of a message on `subject` with `headers` (each name with its values in
+    /// arrival order, as in the Envelope). Fields are checked in the order priority,
+    /// classification, labels; the first refused value is the error.
+    pub fn apply(
+        &self,
+        subject: &str,
+        headers: &[(String, Vec<String>)],
+    ) -> Result<Metadata, MetadataError> {
+        let tokens: Vec<&str> = subject.split('.').collect();
+        let priority = match header(headers, &self.priority_header) {
+            Some(raw) => normalize_value(MetadataField::Priority, raw, MAX_PRIORITY_LENGTH)?,
+            None => None,
+        }
+        .or_else(|| self.rule_value(&tokens, |r| r.priority.as_ref()).cloned())
+        .or_else(|| self.priority_default.clone());
+        let classification = match header(headers, &self.classification_header) {
+            Some(raw) => normalize_value(
+                MetadataField::Classification,
+                raw,
+                self.max_classification_length,
+            )?,
+            None => None,
+        }
+        .or_else(|| {
+            self.rule_value(&tokens, |r| r.classification.as_ref())
+                .cloned()
+        })
+        .or_else(|| self.classification_default.clone());
+        let labels = match self.header_labels(headers)? {
+            Some(labels) => labels,
+            None => self
+                .rule_value(&tokens, |r| r.labels.as_ref())
+                .unwrap_or(&self.labels_default)
+                .clone(),
+        };
+        Ok(Metadata {
+            priority,
+            classification,
+            labels,
+        })
+    }
+
+    /// The labels header parsed, or `None` when it is absent or blank.
+    fn header_labels(
+        &self,
+        headers: &[(String, Vec<String>)],
+    ) -> Result<Option<Vec<String>>, MetadataError> {
+        let Some(raw) = header(headers, &self.labels_header) else {
+            return Ok(None);
+        };
+        if present(MetadataField::Labels, raw)?.is_none() {
+            return Ok(None);
+        }
+        parse_labels(raw, self.max_labels, self.max_label_length).map(Some)
+    }
+
+    /// The value `pick` gives of the first rule that matches the subject and sets it.
+    fn rule_value<'a, T: ?Sized>(
+        &'a self,
+        subject: &[&str],
+        pick: impl Fn(&'a Rule) -> Option<&'a T>,
+    ) -> Option<&'a T> {
+        self.rules
+            .iter()
+            .filter(|r| r.filter.matches(subject))
+            .find_map(pick)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn policy(json: &str) -> MetadataPolicy {
+        MetadataPolicy::new(&serde_json::from_str(json).unwrap()).unwrap()
+    }
+
+    fn seed() -> MetadataPolicy {
+        policy(
+            r#"{"priority": {"header": "Nats-Sinks-Priority", "default": "routine"},
+                "rules": [{"subject": "alerts.>", "priority": "urgent"},
+                          {"subject": "training.>", "priority": "routine"}]}"#,
+        )
+    }
+
+    fn h(pairs: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.iter().map(|s| s.to_string()).collect()))
+            .collect()
+    }
+
+    fn err(r: Result<Metadata, MetadataError>) -> MetadataError {
+        r.unwrap_err()
+    }
+
+    #[test]
+    fn subject_matching_follows_nats_wildcards() {
+        let cases = [
+            ("alerts.>", "alerts.sensor.contact", true),
+            ("alerts.>", "alerts.x", true),
+            ("alerts.>", "alerts", false),
+            ("alerts.*", "alerts.x", true),
+            ("alerts.*", "alerts.x.y", false),
+            ("alerts.*", "alerts", false),
+            ("*.b.*", "a.b.c", true),
+            ("*.b.*", "a.c.c", false),
+            (">", "a", true),
+            (">", "a.b.c", true),
+            ("*", "a", true),
+            ("*", "a.b", false),
+            ("a.b", "a.b", true),
+            ("a.b", "a.b.c", false),
+            ("a.b.c", "a.b", false),
+            ("Alerts.>", "alerts.x", false),
+            ("a.*.>", "a.b", false),
+            ("a.*.>", "a.b.c", true),
+        ];
+        for (filter, subject, expected) in cases {
+            assert_eq!(
+                subject_matches(filter, subject),
+                expected,
+                "{filter} vs {subject}"
+            );
+        }
+    }
+
+    #[test]
+    fn seed_rules_fill_a_missing_priority_and_the_header_wins() {
+        let p = seed();
+        let m = p.apply("alerts.sensor.contact", &[]).unwrap();
+        assert_eq!(m.priority.as_deref(), Some("urgent"));
+        let m = p
+            .apply(
+                "alerts.sensor.contact",
+                &h(&[("Nats-Sinks-Priority", &["routine"])]),
+            )
+            .unwrap();
+        assert_eq!(m.priority.as_deref(), Some("routine"));
+        let m = p.apply("training.day1", &[]).unwrap();
+        assert_eq!(m.priority.as_deref(), Some("routine"));
+        let m = p.apply("other.subject", &[]).unwrap();
+        assert_eq!(m.priority.as_deref(), Some("routine"));
+        assert_eq!(m.classification, None);
+        assert!(m.labels.is_empty());
+    }
+
+    #[test]
+    fn header_names_match_case_insensitively_and_the_last_value_wins() {
+        let p = seed();
+        let m = p
+            .apply(
+                "alerts.x",
+                &h(&[("nats-sinks-priority", &["low", "  high  "])]),
+            )
+            .unwrap();
+        assert_eq!(m.priority.as_deref(), Some("high"));
+        let m = p
+            .apply(
+                "alerts.x",
+                &h(&[
+                    ("NATS-SINKS-PRIORITY", &["a"]),
+                    ("Nats-Sinks-Priority", &["b"]),
+                ]),
+            )
+            .unwrap();
+        assert_eq!(m.priority.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_blank_header_counts_as_absent() {
+        let m = seed()
+            .apply("alerts.x", &h(&[("Nats-Sinks-Priority", &["   "])]))
+            .unwrap();
+        assert_eq!(m.priority.as_deref(), Some("urgent"));
+    }
+
+    #[test]
+    fn first_matching_rule_that_sets_a_field_wins_per_field() {
+        let p = policy(
+            r#"{"classification": {"default": "public"}, "labels": {"default": ["d"]},
+                "rules": [
+                {"subject": "a.*", "classification": "internal"},
+                {"subject": "a.>", "priority": "p2", "classification": "secret", "labels": ["x", "y"]},
+                {"subject": ">", "priority": "p3", "labels": ["z"]}]}"#,
+        );
+        let m = p.apply("a.b", &[]).unwrap();
+        assert_eq!(m.priority.as_deref(), Some("p2"));
+        assert_eq!(m.classification.as_deref(), Some("internal"));
+        assert_eq!(m.labels, vec!["x", "y"]);
+        let m = p.apply("a.b.c", &[]).unwrap();
+        assert_eq!(m.classification.as_deref(), Some("secret"));
+        let m = p.apply("q", &[]).unwrap();
+        assert_eq!(m.priority.as_deref(), Some("p3"));
+        assert_eq!(m.classification.as_deref(), Some("public"));
+        assert_eq!(m.labels, vec!["z"]);
+        let m = policy(r#"{"labels": {"default": ["d"]}}"#)
+            .apply("q", &[])
+            .unwrap();
+        assert_eq!(m.labels, vec!["d"]);
+    }
+
+    #[test]
+    fn labels_arrive_as_a_semicolon_list_or_a_json_list() {
+        let p = policy("{}");
+        let cases: [(&str, &[&str]); 6] = [
+            ("a;b;c", &["a", "b", "c"]),
+            (" a ; ;b;", &["a", "b"]),
+            (r#"["a", " b ", "", "c;d"]"#, &["a", "b", "c;d"]),
+            ("[]", &[]),
+            (";", &[]),
+            ("x;x", &["x", "x"]),
+        ];
+        for (raw, expected) in cases {
+            let m = p.apply("s", &h(&[("Jetsink-Labels", &[raw])])).unwrap();
+            assert_eq!(m.labels, expected, "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_present_labels_header_overrides_rules_even_when_empty() {
+        let p = policy(r#"{"rules": [{"subject": ">", "labels": ["r"]}]}"#);
+        let m = p.apply("s", &h(&[("jetsink-labels", &["[]"])])).unwrap();
+        assert!(m.labels.is_empty());
+        let m = p.apply("s", &h(&[("jetsink-labels", &[""])])).unwrap();
+        assert_eq!(m.labels, vec!["r"]);
+    }
+
+    #[test]
+    fn control_characters_are_refused_in_every_field() {
+        let p = policy("{}");
+        for (name, value, field) in [
+            ("Jetsink-Priority", "urgent\u{7}", MetadataField::Priority),
+            ("Jetsink-Priority", "\t", MetadataField::Priority),
+            (
+                "Jetsink-Classification",
+                "se\u{0}cret",
+                MetadataField::Classification,
+            ),
+            ("Jetsink-Labels", "a;b\u{1b}", MetadataField::Labels),
+            (
+                "Jetsink-Labels",
+                r#"["a", "b\u0001"]"#,
+                MetadataField::Labels,
+            ),
+        ] {
+            let e = err(p.apply("s", &h(&[(name, &[value])])));
+            assert_eq!(e.kind, MetadataErrorKind::ControlCharacter, "{value:?}");
+            assert_eq!(e.field, field);
+        }
+    }
+
+    #[test]
+    fn lengths_are_capped() {
+        let p = policy(r#"{"max_label_length": 3, "max_classification_length": 4}"#);
+        let e = err(p.apply(
+            "s",
+            &h(&[("Jetsink-Priority", &["p".repeat(257).as_str()])]),
+        ));
+        assert_eq!(
+            (e.field, e.kind, e.actual, e.limit),
+            (
+                MetadataField::Priority,
+                MetadataErrorKind::TooLong,
+                257,
+                Some(256)
+            )
+        );
+        assert!(p
+            .apply(
+                "s",
+                &h(&[("Jetsink-Priority", &["p".repeat(256).as_str()])])
+            )
+            .is_ok());
+        let e = err(p.apply("s", &h(&[("Jetsink-Classification", &["abcde"])])));
+        assert_eq!((e.kind, e.limit), (MetadataErrorKind::TooLong, Some(4)));
+        let e = err(p.apply("s", &h(&[("Jetsink-Labels", &["ab;abcd"])])));
+        assert_eq!(
+            (e.field, e.kind, e.actual),
+            (MetadataField::Labels, MetadataErrorKind::TooLong, 4)
+        );
+        // Characters, not bytes.
+        assert!(p
+            .apply("s", &h(&[("Jetsink-Classification", &["éééé"])]))
+            .is_ok());
+    }
+
+    #[test]
+    fn label_count_is_capped() {
+        let p = policy(r#"{"max_labels": 2}"#);
+        assert!(p.apply("s", &h(&[("Jetsink-Labels", &["a;b;;"])])).is_ok());
+        let e = err(p.apply("s", &h(&[("Jetsink-Labels", &["a;b;c"])])));
+        assert_eq!(
+            (e.kind, e.actual, e.limit),
+            (MetadataErrorKind::TooManyLabels, 3, Some(2))
+        );
+    }
+
+    #[test]
+    fn malformed_json_labels_are_refused() {
+        let p = policy("{}");
+        for raw in [
+            r#"["a", 1]"#,
+            "[a;b]",
+            r#"["a""#,
+            r#"{"a": 1}x"#,
+            "[[\"a\"]]",
+        ] {
+            let r = p.apply("s", &h(&[("Jetsink-Labels", &[raw])]));
+            if raw.starts_with('[') {
+                assert_eq!(err(r).kind, MetadataErrorKind::InvalidLabels, "{raw}");
+            } else {
+                assert!(r.is_ok(), "{raw}");
+            }
+        }
+    }
+
+    #[test]
+    fn error_messages_never_contain_the_value() {
+        let p = policy("{}");
+        let secret = "TOPSECRET";
+        for (name, value) in [
+            ("Jetsink-Priority", format!("{secret}\u{7}")),
+            ("Jetsink-Priority", secret.repeat(40)),
+            ("Jetsink-Classification", secret.repeat(40)),
+            ("Jetsink-Labels", format!("[\"{secret}\", 1]")),
+            ("Jetsink-Labels", vec![secret; 40].join(";")),
+        ] {
+            let e = err(p.apply("s", &h(&[(name, &[value.as_str()])])));
+            let text = e.to_string();
+            assert!(!text.contains(secret), "{text}");
+            assert!(
+                text.starts_with(&format!("{} header rejected:", e.field)),
+                "{text}"
+            );
+        }
+        let e = err(p.apply("s", &h(&[("Jetsink-Labels", &["a;b\u{7}"])])));
+        assert_eq!(
+            e.to_string(),
+            "labels header rejected: a value of 4 characters contains a control character"
+        );
+    }
+
+    #[test]
+    fn an_invalid_config_builds_no_policy() {
+        let cfg: MessageMetadataConfig =
+            serde_json::from_str(r#"{"rules": [{"subject": "a..b", "priority": "x"}]}"#).unwrap();
+        let issues = MetadataPolicy::new(&cfg).unwrap_err();
+        assert!(issues[0].path == "rules[0].subject", "{issues:?}");
+    }
+
+    proptest! {
+        #[test]
+        fn apply_never_panics_and_its_output_obeys_the_limits(
+            subject in "[a-z*>.]{0,20}",
+            raw in proptest::collection::vec(any::<String>(), 0..4),
+        ) {
+            let p = policy(r#"{"max_labels": 4, "max_label_length": 8, "rules": [{"subject": "a.>", "priority": "r"}]}"#);
+            let headers: Vec<(String, Vec<String>)> = vec![
+                ("jetsink-priority".into(), raw.clone()),
+                ("JETSINK-LABELS".into(), raw.clone()),
+                ("Jetsink-Classification".into(), raw),
+            ];
+            if let Ok(m) = p.apply(&subject, &headers) {
+                for v in m.priority.iter().chain(&m.classification).chain(&m.labels) {
+                    prop_assert!(!v.is_empty());
+                    prop_assert!(!v.chars().any(char::is_control));
+                    prop_assert_eq!(v.trim(), v.as_str());
+                }
+                prop_assert!(m.labels.len() <= 4);
+                prop_assert!(m.labels.iter().all(|l| l.chars().count() <= 8));
+            }
+        }
+
+        #[test]
+        fn a_filter_equal_to_the_subject_matches_and_gt_matches_any_deeper_subject(
+            tokens in proptest::collection::vec("[a-z0-9]{1,4}", 1..6),
+        ) {
+            let subject = tokens.join(".");
+            prop_assert!(subject_matches(&subject, &subject));
+            let stars = vec!["*"; tokens.len()].join(".");
+            prop_assert!(subject_matches(&stars, &subject));
+            let first_then_rest = format!("{}.>", tokens[0]);
+            prop_assert_eq!(subject_matches(&first_then_rest, &subject), tokens.len() > 1);
+            let deeper = format!("{subject}.>");
+            prop_assert!(!subject_matches(&deeper, &subject));
+        }
+    }
+}
