@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::nats::{bind, connect};
-use crate::pipeline::Runner;
+use crate::pipeline::{Observers, Runner, Stages};
 use crate::server::{self, ServerState};
 use crate::sinks::{self, SinkError};
 
@@ -104,13 +104,27 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         })?;
         sink_health.destination_ok();
         tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
+        let stages = Stages::for_sink(spec).map_err(|issues| {
+            AppError::Config(format!(
+                "sink {}: {}",
+                spec.name,
+                issues
+                    .iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ))
+        })?;
         runners.push(Runner::new(
             spec.clone(),
             js.clone(),
             bound.consumer,
             sink,
-            metrics.sink(&spec.name),
-            sink_health,
+            stages,
+            Observers {
+                metrics: metrics.sink(&spec.name),
+                health: sink_health,
+            },
             shutdown.clone(),
         ));
     }

@@ -113,20 +113,61 @@ pub fn normalize<'h>(
 
 /// Formats a time as RFC 3339 with nanoseconds in UTC, the form every destination stores.
 pub fn rfc3339(t: OffsetDateTime) -> String {
+    let mut out = String::with_capacity(RFC3339_LEN);
+    write_rfc3339(t, &mut out);
+    out
+}
+
+/// Length of [`rfc3339`]'s output for years 0 to 9999.
+pub const RFC3339_LEN: usize = 30;
+
+/// Appends [`rfc3339`]'s form to `out` without allocating: it runs once or twice per
+/// stored message.
+pub fn write_rfc3339(t: OffsetDateTime, out: &mut String) {
+    fn digits(out: &mut String, mut v: u32, width: usize) {
+        let mut buf = [b'0'; 10];
+        for slot in buf[..width].iter_mut().rev() {
+            *slot = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+        for &b in &buf[..width] {
+            out.push(char::from(b));
+        }
+    }
     let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.nanosecond()
-    )
+    digits(out, t.year().clamp(0, 9999) as u32, 4);
+    out.push('-');
+    digits(out, u8::from(t.month()).into(), 2);
+    out.push('-');
+    digits(out, t.day().into(), 2);
+    out.push('T');
+    digits(out, t.hour().into(), 2);
+    out.push(':');
+    digits(out, t.minute().into(), 2);
+    out.push(':');
+    digits(out, t.second().into(), 2);
+    out.push('.');
+    digits(out, t.nanosecond(), 9);
+    out.push('Z');
 }
 
 impl Envelope {
+    /// Appends the headers as a JSON object of name → list of values (the stored form) to
+    /// `out`, without building a `serde_json::Value`.
+    pub fn write_headers_json(&self, out: &mut Vec<u8>) {
+        out.push(b'{');
+        for (i, (name, values)) in self.headers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            // Writing strings into a Vec<u8> cannot fail.
+            let _ = serde_json::to_writer(&mut *out, name);
+            out.push(b':');
+            let _ = serde_json::to_writer(&mut *out, values);
+        }
+        out.push(b'}');
+    }
+
     /// Headers as a JSON object of name → list of values, the stored form.
     pub fn headers_json(&self) -> serde_json::Value {
         let map: serde_json::Map<String, serde_json::Value> = self
@@ -217,6 +258,29 @@ mod tests {
     fn timestamps_keep_nanoseconds_in_utc() {
         let t = OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_789).unwrap();
         assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123456789Z");
+        let t = OffsetDateTime::from_unix_timestamp_nanos(5).unwrap();
+        assert_eq!(rfc3339(t), "1970-01-01T00:00:00.000000005Z");
+        assert_eq!(rfc3339(t).len(), RFC3339_LEN);
+    }
+
+    proptest! {
+        #[test]
+        fn rfc3339_agrees_with_the_time_crate(nanos in 0i128..253_402_300_799_000_000_000i128) {
+            let t = OffsetDateTime::from_unix_timestamp_nanos(nanos).unwrap();
+            let ours = rfc3339(t);
+            let parsed = OffsetDateTime::parse(&ours, &time::format_description::well_known::Rfc3339).unwrap();
+            prop_assert_eq!(parsed, t);
+        }
+
+        #[test]
+        fn written_headers_equal_the_json_value(headers in proptest::collection::vec(("[A-Za-z\"\\-]{1,8}", "[ -~é]{0,16}"), 0..6)) {
+            let pairs: Vec<(&str, &str)> = headers.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            let e = normalize("s", delivery(1, 1), pairs, Bytes::new(), IdempotencyKey::StreamSequence);
+            let mut out = Vec::new();
+            e.write_headers_json(&mut out);
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            prop_assert_eq!(v, e.headers_json());
+        }
     }
 
     proptest! {

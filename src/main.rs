@@ -240,24 +240,28 @@ async fn bench(args: BenchArgs) -> u8 {
         }
         _ => match args.destination {
             BenchDestination::None => Target::Discard,
-            BenchDestination::File => Target::Builtin(DestinationConfig::File(FileConfig {
-                directory: String::new(),
-                fsync: args.fsync,
-                rotate_bytes: 128 * 1024 * 1024,
-                rotate_interval_ms: 0,
-                prefix: "events".into(),
-            })),
-            BenchDestination::Sqlite => Target::Builtin(DestinationConfig::Sqlite(SqliteConfig {
-                path: String::new(),
-                table: "jetsink_events".into(),
-                synchronous: match args.synchronous {
-                    BenchSync::Off => SqliteSynchronous::Off,
-                    BenchSync::Normal => SqliteSynchronous::Normal,
-                    BenchSync::Full => SqliteSynchronous::Full,
-                    BenchSync::Extra => SqliteSynchronous::Extra,
-                },
-                busy_timeout_ms: 5_000,
-            })),
+            BenchDestination::File => {
+                Target::Builtin(Box::new(DestinationConfig::File(FileConfig {
+                    directory: String::new(),
+                    fsync: args.fsync,
+                    rotate_bytes: 128 * 1024 * 1024,
+                    rotate_interval_ms: 0,
+                    prefix: "events".into(),
+                })))
+            }
+            BenchDestination::Sqlite => {
+                Target::Builtin(Box::new(DestinationConfig::Sqlite(SqliteConfig {
+                    path: String::new(),
+                    table: "jetsink_events".into(),
+                    synchronous: match args.synchronous {
+                        BenchSync::Off => SqliteSynchronous::Off,
+                        BenchSync::Normal => SqliteSynchronous::Normal,
+                        BenchSync::Full => SqliteSynchronous::Full,
+                        BenchSync::Extra => SqliteSynchronous::Extra,
+                    },
+                    busy_timeout_ms: 5_000,
+                })))
+            }
         },
     };
     let opts = bench::Options {

@@ -23,6 +23,11 @@ pub struct Metrics {
     rejected: IntCounterVec,
     fetch_errors: IntCounterVec,
     ack_errors: IntCounterVec,
+    lane_batches: IntCounterVec,
+    lane_messages: IntCounterVec,
+    lane_defaulted: IntCounterVec,
+    lane_rejected: IntCounterVec,
+    lanes_active: IntGaugeVec,
     nats_connected: IntGauge,
 }
 
@@ -94,7 +99,46 @@ impl Metrics {
         register(r, Box::new(build.clone()), "jetsink_build_info");
         build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
 
+        let lanes_active = IntGaugeVec::new(
+            Opts::new(
+                "jetsink_current_priority_lanes_active",
+                "Configured lanes represented in the batch most recently scheduled.",
+            ),
+            &["sink"],
+        )
+        .unwrap_or_else(|e| panic!("lanes gauge: {e}"));
+        register(
+            r,
+            Box::new(lanes_active.clone()),
+            "jetsink_current_priority_lanes_active",
+        );
+
         Metrics {
+            lane_batches: counter(
+                r,
+                "jetsink_priority_lane_batches_total",
+                "Batches ordered by priority-lane scheduling.",
+                &["sink"],
+            ),
+            lane_messages: counter(
+                r,
+                "jetsink_priority_lane_messages_total",
+                "Messages evaluated by priority-lane scheduling.",
+                &["sink"],
+            ),
+            lane_defaulted: counter(
+                r,
+                "jetsink_priority_lane_defaulted_total",
+                "Messages sent to the default lane because their priority was missing or unknown.",
+                &["sink"],
+            ),
+            lane_rejected: counter(
+                r,
+                "jetsink_priority_lane_rejected_total",
+                "Messages rejected because their priority violated the lane policy.",
+                &["sink"],
+            ),
+            lanes_active,
             fetched: counter(
                 r,
                 "jetsink_messages_fetched_total",
@@ -175,6 +219,11 @@ impl Metrics {
             rejected: self.rejected.with_label_values(&[name]),
             fetch_errors: self.fetch_errors.with_label_values(&[name]),
             ack_errors: self.ack_errors.with_label_values(&[name]),
+            lane_batches: self.lane_batches.with_label_values(&[name]),
+            lane_messages: self.lane_messages.with_label_values(&[name]),
+            lane_defaulted: self.lane_defaulted.with_label_values(&[name]),
+            lane_rejected: self.lane_rejected.with_label_values(&[name]),
+            lanes_active: self.lanes_active.with_label_values(&[name]),
         }
     }
 
@@ -227,9 +276,28 @@ pub struct SinkMetrics {
     pub fetch_errors: IntCounter,
     /// Failed ACK sends.
     pub ack_errors: IntCounter,
+    /// Batches ordered by lanes.
+    pub lane_batches: IntCounter,
+    /// Messages evaluated by lanes.
+    pub lane_messages: IntCounter,
+    /// Messages defaulted to the default lane.
+    pub lane_defaulted: IntCounter,
+    /// Messages rejected by the lane policy.
+    pub lane_rejected: IntCounter,
+    /// Lanes present in the last scheduled batch.
+    pub lanes_active: IntGauge,
 }
 
 impl SinkMetrics {
+    /// Records one batch's lane scheduling. Rejections are counted where the refused
+    /// message is handed back.
+    pub fn lanes(&self, stats: &crate::pipeline::lanes::LaneStats) {
+        self.lane_batches.inc_by(stats.batches);
+        self.lane_messages.inc_by(stats.messages);
+        self.lane_defaulted.inc_by(stats.defaulted);
+        self.lanes_active.set(stats.active_lanes as i64);
+    }
+
     /// Counts one destination error by its class.
     pub fn sink_error(&self, err: &crate::sinks::SinkError) {
         match err {

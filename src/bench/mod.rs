@@ -29,7 +29,7 @@ use crate::config::{
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::nats::{bind, fetch_batch, FetchLimits};
-use crate::pipeline::Runner;
+use crate::pipeline::{Observers, Runner};
 use crate::publish::{publish, PublishPlan};
 use crate::sinks;
 use stats::{median, Pass};
@@ -40,7 +40,7 @@ pub enum Target {
     /// Nothing is stored: the pipeline's own cost.
     Discard,
     /// A built-in destination in a fresh temporary directory per run.
-    Builtin(DestinationConfig),
+    Builtin(Box<DestinationConfig>),
     /// A configured sink's destination and delivery settings (`--config`, `--sink`).
     Configured(Box<SinkSpec>),
 }
@@ -345,7 +345,7 @@ fn destination_of(
         Target::Configured(spec) => (Some(spec.destination.clone()), None),
         Target::Builtin(d) => {
             let dir = std::env::temp_dir().join(format!("jetsink-bench-{stream}-{run}"));
-            let d = match d {
+            let d = match d.as_ref() {
                 DestinationConfig::File(c) => DestinationConfig::File(FileConfig {
                     directory: dir.join("events").to_string_lossy().into_owned(),
                     ..c.clone()
@@ -385,6 +385,10 @@ async fn pipeline_pass(
             create_stream: None,
         },
         delivery: delivery_of(opts),
+        metadata: match &opts.target {
+            Target::Configured(s) => s.metadata.clone(),
+            _ => None,
+        },
         destination: destination
             .clone()
             .unwrap_or(DestinationConfig::Sqlite(SqliteConfig {
@@ -410,15 +414,21 @@ async fn pipeline_pass(
     let metrics = Metrics::new();
     let sink_metrics = metrics.sink("bench");
     let acked = sink_metrics.acked.clone();
+    let write_seconds = sink_metrics.write_seconds.clone();
     let health = Health::default();
     let (tx, rx) = watch::channel(false);
+    let stages = crate::pipeline::Stages::for_sink(&spec)
+        .map_err(|issues| BenchError::Destination(format!("sink {}: {:?}", spec.name, issues)))?;
     let runner = Runner::new(
         spec.clone(),
         js.clone(),
         bound.consumer,
         Box::new(sink),
-        sink_metrics,
-        health.sink("bench"),
+        stages,
+        Observers {
+            metrics: sink_metrics,
+            health: health.sink("bench"),
+        },
         rx,
     );
     probe::reset_peak_rss();
@@ -450,6 +460,12 @@ async fn pipeline_pass(
         elapsed.as_secs_f64(),
         &mut lags,
         peak,
+    );
+    tracing::info!(
+        write_seconds = write_seconds.get_sample_sum(),
+        writes = write_seconds.get_sample_count(),
+        elapsed = elapsed.as_secs_f64(),
+        "time spent in write_batch"
     );
     let check = verify::run(js, stream, &spec, destination.as_ref(), opts.messages).await;
     if let Some(dir) = scratch {

@@ -102,8 +102,10 @@ pub struct SinkSpec {
     pub name: String,
     /// Where the messages come from.
     pub source: SourceConfig,
-    /// Batching, retries and shutdown behaviour.
+    /// Batching, retries, lanes and shutdown behaviour.
     pub delivery: DeliveryConfig,
+    /// Metadata rules; `None` when the section is absent.
+    pub metadata: Option<metadata::MessageMetadataConfig>,
     /// Where the messages go.
     pub destination: DestinationConfig,
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::destination::DestinationConfig;
+use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
 
 /// The whole file. Exactly one of `sinks` (multi-sink shape) or `sink` (single-sink shape)
 /// must be present.
@@ -36,9 +37,9 @@ pub struct RawConfig {
     #[serde(default)]
     #[schemars(with = "Option<DestinationConfig>")]
     pub sink: Option<Value>,
-    /// Single-sink shape: message metadata rules (not supported yet).
+    /// Single-sink shape: how priority, classification and labels are read.
     #[serde(default)]
-    pub message_metadata: Option<Value>,
+    pub message_metadata: Option<MessageMetadataConfig>,
     /// Single-sink shape: dead-letter queue (not supported yet).
     #[serde(default)]
     pub dead_letter: Option<Value>,
@@ -117,9 +118,9 @@ pub struct RawSink {
     /// Where committed messages go: `{"type": "sqlite" | "file", ...}`.
     #[schemars(with = "DestinationConfig")]
     pub destination: Value,
-    /// Message metadata rules (not supported yet).
+    /// How priority, classification and labels are read from headers and subject rules.
     #[serde(default)]
-    pub message_metadata: Option<Value>,
+    pub message_metadata: Option<MessageMetadataConfig>,
     /// Dead-letter queue (not supported yet).
     #[serde(default)]
     pub dead_letter: Option<Value>,
@@ -258,9 +259,9 @@ pub struct DeliveryConfig {
     /// Backoff between attempts while the destination fails transiently.
     #[serde(default)]
     pub retry: RetryConfig,
-    /// Priority lanes (not supported yet).
+    /// In-batch priority lanes (weighted round-robin); disabled by default.
     #[serde(default)]
-    pub priority_lanes: Option<Value>,
+    pub priority_lanes: PriorityLanesConfig,
     /// Delayed-NAK randomizer (not supported yet).
     #[serde(default)]
     pub randomizer: Option<Value>,
@@ -275,7 +276,7 @@ impl Default for DeliveryConfig {
             shutdown_timeout_ms: default_shutdown_timeout_ms(),
             idempotency_key: IdempotencyKey::default(),
             retry: RetryConfig::default(),
-            priority_lanes: None,
+            priority_lanes: PriorityLanesConfig::default(),
             randomizer: None,
         }
     }

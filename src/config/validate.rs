@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use serde_json::Value;
 
 use super::destination::{self, DestinationConfig};
+use super::metadata::{self, MessageMetadataConfig};
 use super::raw::{RawConfig, RawNats, RawSink};
 use super::{Config, Issue, NatsConfig, SinkSpec, SourceConfig};
 use crate::config::raw::{default_ack_wait_ms, default_max_ack_pending, minus_one, DeliveryConfig};
@@ -245,7 +246,7 @@ fn single_sink(
     nats: &RawNats,
     delivery: DeliveryConfig,
     dest: Value,
-    message_metadata: Option<Value>,
+    message_metadata: Option<MessageMetadataConfig>,
     dead_letter: Option<Value>,
     issues: &mut Issues,
 ) -> Option<SinkSpec> {
@@ -336,7 +337,6 @@ fn check_sink_at(
     issues: &mut Issues,
 ) -> Option<SinkSpec> {
     for (key, present) in [
-        ("message_metadata", raw.message_metadata.is_some()),
         ("dead_letter", raw.dead_letter.is_some()),
         ("encryption", raw.encryption.is_some()),
         ("results", raw.results.is_some()),
@@ -346,12 +346,23 @@ fn check_sink_at(
         }
     }
     let d = &raw.delivery;
-    if d.priority_lanes.is_some() {
-        issues.push(
-            format!("{}.priority_lanes", p.delivery),
-            "not supported yet by this version of jetsink",
-        );
+    let lanes_path = format!("{}.priority_lanes", p.delivery);
+    issues
+        .0
+        .extend(metadata::validate_lanes(&d.priority_lanes, &lanes_path));
+    let metadata_path = p.key("message_metadata");
+    if let Some(m) = &raw.message_metadata {
+        issues
+            .0
+            .extend(metadata::validate_metadata(m, &metadata_path));
     }
+    let effective = raw.message_metadata.clone().unwrap_or_default();
+    issues.0.extend(metadata::validate_metadata_for_lanes(
+        &effective,
+        &metadata_path,
+        &d.priority_lanes,
+        &lanes_path,
+    ));
     if d.randomizer.is_some() {
         issues.push(
             format!("{}.randomizer", p.delivery),
@@ -521,6 +532,7 @@ fn check_sink_at(
         name,
         source: raw.source,
         delivery: raw.delivery,
+        metadata: raw.message_metadata,
         destination,
     })
 }
@@ -581,6 +593,16 @@ fn check_destination(d: &DestinationConfig, path: &str, issues: &mut Issues) {
                 );
             }
         }
+        DestinationConfig::Postgres(c) => {
+            for (key, message) in c.problems() {
+                issues.push(format!("{path}.{key}"), message);
+            }
+        }
+        DestinationConfig::Mysql(c) => {
+            for (key, message) in c.problems() {
+                issues.push(format!("{path}.{key}"), message);
+            }
+        }
     }
 }
 
@@ -603,6 +625,8 @@ fn check_conflicts(specs: &[SinkSpec], issues: &mut Issues) {
         let target = match &s.destination {
             DestinationConfig::Sqlite(c) => format!("sqlite:{}#{}", c.path, c.table),
             DestinationConfig::File(c) => format!("file:{}/{}", c.directory, c.prefix),
+            DestinationConfig::Postgres(c) => c.target(),
+            DestinationConfig::Mysql(c) => c.target(),
         };
         if let Some(other) = targets.insert(target, &s.name) {
             issues.push(
@@ -785,10 +809,10 @@ mod tests {
     fn planned_sections_are_refused_not_ignored() {
         let text = MINIMAL.replace(
             r#""destination""#,
-            r#""delivery": {"priority_lanes": {"enabled": true}}, "dead_letter": {}, "destination""#,
+            r#""delivery": {"randomizer": {"enabled": true}}, "dead_letter": {}, "destination""#,
         );
         let errs = errors(&text);
-        assert!(errs.iter().any(|e| e == "sinks.orders.delivery.priority_lanes: not supported yet by this version of jetsink"), "{errs:?}");
+        assert!(errs.iter().any(|e| e == "sinks.orders.delivery.randomizer: not supported yet by this version of jetsink"), "{errs:?}");
         assert!(
             errs.iter()
                 .any(|e| e.starts_with("sinks.orders.dead_letter: not supported yet")),
@@ -833,7 +857,7 @@ mod tests {
 
     #[test]
     fn unsupported_and_unknown_destination_types_differ() {
-        let pg = errors(&MINIMAL.replace(r#""type": "sqlite""#, r#""type": "postgres""#));
+        let pg = errors(&MINIMAL.replace(r#""type": "sqlite""#, r#""type": "http""#));
         assert!(pg[0].contains("not supported yet"), "{pg:?}");
         let bogus = errors(&MINIMAL.replace(r#""type": "sqlite""#, r#""type": "tape""#));
         assert!(

@@ -1,37 +1,50 @@
-//! The per-sink loop, and the only code in jetsink that ACKs.
+//! The per-sink loop, and the only code in jetsink that acknowledges messages.
 //!
-//! fetch a bounded batch → normalize → `write_batch` → ACK each message → flush.
+//! pull a bounded batch → prepare (normalize, metadata, lanes) → `write_batch` → ACK.
 //!
 //! Every message of a batch ends in exactly one outcome:
 //! - **committed**: the destination said `Ok`, so the message is ACKed;
 //! - **held**: the destination failed transiently, so the batch is kept and retried with
-//!   capped, jittered backoff while no new batch is fetched (deliveries are not burnt);
+//!   capped, jittered backoff while no new batch is pulled (deliveries are not burnt);
 //!   a batch held longer than half of AckWait gets `+WPI` (progress) so the server does
 //!   not redeliver it meanwhile;
-//! - **rejected**: the destination refused it permanently; the batch is split until the
-//!   culprits stand alone, the rest commits and is ACKed, and each culprit is NAKed with
-//!   a delay (no dead-letter queue yet), so it is redelivered and counted, never lost;
+//! - **refused**: its metadata broke the rules, or the destination refused it
+//!   permanently (the batch is split until the culprits stand alone, the rest commits);
+//!   with no dead-letter queue yet it is NAKed with a delay, so it comes back and is
+//!   counted, never lost;
 //! - **abandoned**: shutdown came and the batch could not commit within
 //!   `shutdown_timeout_ms`; it is NAKed so another instance gets it at once.
+//!
+//! Throughput: while a batch is written, the next one is pulled and prepared by a
+//! background task, and the ACKs of a committed batch are sent by another while the next
+//! batch is written. The next pull only starts while the destination is healthy, so a
+//! failing destination holds at most the batch in hand and one pulled ahead, both kept
+//! alive with progress acknowledgements.
 //!
 //! A message whose outcome code never runs (a panic, a killed process) is simply never
 //! ACKed: JetStream redelivers it after AckWait.
 
+use std::collections::VecDeque;
+use std::future::Future;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::message::Acker;
 use async_nats::jetstream::{self, AckKind};
+use async_nats::Subject;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use time::OffsetDateTime;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::acks::Acks;
+use super::batch::{Batch, Prepared, Refused, RefusedBy, Stages};
 use super::retry::backoff;
 use crate::config::SinkSpec;
-use crate::envelope::{self, Envelope};
+use crate::envelope::Envelope;
 use crate::health::SinkHealth;
 use crate::metrics::SinkMetrics;
 use crate::nats::{bind, fetch_batch, FetchLimits};
@@ -41,18 +54,43 @@ use crate::sinks::{Sink, SinkError};
 /// lost with a memory-storage server restart).
 const REBIND_AFTER: u32 = 3;
 
+/// Background ACK tasks allowed to run at once before the loop waits for the oldest.
+const MAX_ACK_TASKS: usize = 2;
+
+type PendingPull = JoinHandle<Result<Prepared, async_nats::Error>>;
+
 /// Everything one sink's loop needs.
 pub struct Runner {
     spec: SinkSpec,
     js: jetstream::Context,
     consumer: PullConsumer,
     sink: Box<dyn Sink>,
+    stages: Arc<Stages>,
     metrics: SinkMetrics,
     acks: Acks,
     health: SinkHealth,
     shutdown: watch::Receiver<bool>,
     shutdown_deadline: Option<Instant>,
     rng: StdRng,
+    limits: FetchLimits,
+    /// The next batch's pull, running while the current batch is written.
+    pull_ahead: Option<PendingPull>,
+    /// A batch pulled ahead and not yet written.
+    waiting: Option<Prepared>,
+    /// The last write committed; only then is the next batch pulled ahead.
+    healthy: bool,
+    /// ACKs of committed batches still being sent.
+    ack_tasks: VecDeque<JoinHandle<()>>,
+    /// Delay of the NAK that hands back a refused message.
+    refuse_delay: Duration,
+}
+
+/// Where a runner reports what it does.
+pub struct Observers {
+    /// Its metric handles.
+    pub metrics: SinkMetrics,
+    /// Its liveness and readiness entry.
+    pub health: SinkHealth,
 }
 
 /// How a write attempt loop ended.
@@ -72,28 +110,35 @@ impl Runner {
         js: jetstream::Context,
         consumer: PullConsumer,
         sink: Box<dyn Sink>,
-        metrics: SinkMetrics,
-        health: SinkHealth,
+        stages: Stages,
+        observers: Observers,
         shutdown: watch::Receiver<bool>,
     ) -> Runner {
-        let acks = Acks {
-            sink: spec.name.clone(),
-            client: js.client(),
-            metrics: metrics.clone(),
-            reject_delay: Duration::from_millis(spec.delivery.retry.max_backoff_ms),
-            flush_timeout: Duration::from_secs(5),
+        let Observers { metrics, health } = observers;
+        let acks = Acks::new(&spec.name, js.client(), metrics.clone());
+        let limits = FetchLimits {
+            max_messages: spec.delivery.batch_size,
+            max_bytes: spec.delivery.max_batch_bytes,
+            wait: Duration::from_millis(spec.delivery.batch_timeout_ms),
         };
         Runner {
+            refuse_delay: Duration::from_millis(spec.delivery.retry.max_backoff_ms),
             spec,
             js,
             consumer,
             sink,
+            stages: Arc::new(stages),
             metrics,
             acks,
             health,
             shutdown,
             shutdown_deadline: None,
             rng: StdRng::from_os_rng(),
+            limits,
+            pull_ahead: None,
+            waiting: None,
+            healthy: true,
+            ack_tasks: VecDeque::new(),
         }
     }
 
@@ -106,27 +151,41 @@ impl Runner {
         self.shutdown_deadline.is_some()
     }
 
+    fn pull(&self) -> PendingPull {
+        let consumer = self.consumer.clone();
+        let stages = self.stages.clone();
+        let limits = self.limits;
+        tokio::spawn(async move {
+            let messages = fetch_batch(&consumer, limits).await?;
+            Ok(stages.prepare(messages))
+        })
+    }
+
     /// Runs until shutdown is signalled and the batch in hand is settled.
     pub async fn run(mut self) {
         let name = self.spec.name.clone();
         tracing::info!(sink = %name, stream = %self.spec.source.stream, consumer = %self.spec.source.consumer, "sink running");
-        let limits = FetchLimits {
-            max_messages: self.spec.delivery.batch_size,
-            max_bytes: self.spec.delivery.max_batch_bytes,
-            wait: Duration::from_millis(self.spec.delivery.batch_timeout_ms),
-        };
         let mut failed_pulls: u32 = 0;
         while !self.stopping() {
             self.health.beat();
-            let mut shutdown = self.shutdown.clone();
-            let fetched = tokio::select! {
-                r = fetch_batch(&self.consumer, limits) => r,
-                _ = shutdown.wait_for(|s| *s) => break,
+            let pending = match self.waiting.take() {
+                Some(ready) => Ok(ready),
+                None => {
+                    let handle = match self.pull_ahead.take() {
+                        Some(h) => h,
+                        None => self.pull(),
+                    };
+                    let mut shutdown = self.shutdown.clone();
+                    tokio::select! {
+                        r = handle => r.unwrap_or_else(|e| Err(format!("pull task failed: {e}").into())),
+                        _ = shutdown.wait_for(|s| *s) => break,
+                    }
+                }
             };
-            let messages = match fetched {
-                Ok(m) => {
+            let prepared = match pending {
+                Ok(p) => {
                     failed_pulls = 0;
-                    m
+                    p
                 }
                 Err(e) => {
                     failed_pulls += 1;
@@ -140,16 +199,49 @@ impl Runner {
                     continue;
                 }
             };
-            if messages.is_empty() {
+            if prepared.pulled == 0 {
                 continue;
             }
-            self.metrics.fetched.inc_by(messages.len() as u64);
-            let (envelopes, ackers) = self.normalize(messages);
-            self.metrics.inflight.set(envelopes.len() as i64);
-            self.settle(&envelopes, &ackers).await;
+            self.metrics.fetched.inc_by(prepared.pulled as u64);
+            if let Some(stats) = &prepared.lanes {
+                self.metrics.lanes(stats);
+            }
+            let Prepared { batch, refused, .. } = prepared;
+            for r in refused {
+                self.refuse_early(r).await;
+            }
+            if batch.envelopes.is_empty() {
+                continue;
+            }
+            self.metrics.inflight.set(batch.envelopes.len() as i64);
+            if self.healthy && !self.stopping() {
+                self.pull_ahead = Some(self.pull());
+            }
+            self.settle(batch).await;
             self.metrics.inflight.set(0);
         }
+        self.finish().await;
         tracing::info!(sink = %name, "sink stopped");
+    }
+
+    /// At shutdown: lets the ACK tasks finish, and hands back what was pulled ahead and
+    /// never written, so another instance can take it at once instead of after AckWait.
+    async fn finish(&mut self) {
+        while let Some(t) = self.ack_tasks.pop_front() {
+            let _ = t.await;
+        }
+        if let Some(pending) = self.pull_ahead.take() {
+            // A pull in flight returns at once (no-wait) or within the batch timeout.
+            let wait = self.limits.wait + Duration::from_secs(1);
+            if let Ok(Ok(Ok(p))) = tokio::time::timeout(wait, pending).await {
+                self.waiting = Some(p);
+            }
+        }
+        if let Some(p) = self.waiting.take() {
+            self.acks
+                .send(p.all_replies().cloned().collect(), AckKind::Nak(None))
+                .await;
+        }
     }
 
     async fn rebind(&mut self) {
@@ -174,65 +266,26 @@ impl Runner {
         }
     }
 
-    fn normalize(&self, messages: Vec<jetstream::Message>) -> (Vec<Envelope>, Vec<Acker>) {
-        let key = self.spec.delivery.idempotency_key;
-        let mut envelopes = Vec::with_capacity(messages.len());
-        let mut ackers = Vec::with_capacity(messages.len());
-        for m in messages {
-            let built = {
-                let info = match m.info() {
-                    Ok(i) => i,
-                    Err(e) => {
-                        tracing::warn!(sink = %self.spec.name, subject = %m.subject, error = %e, "skipping a message without JetStream metadata");
-                        continue;
-                    }
-                };
-                let delivery = envelope::Delivery {
-                    stream: info.stream,
-                    consumer: info.consumer,
-                    stream_sequence: info.stream_sequence,
-                    consumer_sequence: info.consumer_sequence,
-                    delivered: info.delivered,
-                    published: info.published,
-                };
-                let mut pairs: Vec<(&str, &str)> = Vec::new();
-                if let Some(h) = &m.headers {
-                    for (name, values) in h.iter() {
-                        for v in values {
-                            pairs.push((name.as_ref(), v.as_str()));
-                        }
-                    }
-                }
-                // HeaderMap has no order; sort by name so stored headers are deterministic.
-                pairs.sort_by(|a, b| a.0.cmp(b.0));
-                envelope::normalize(m.subject.as_str(), delivery, pairs, m.payload.clone(), key)
-            };
-            let (_, acker) = m.split();
-            envelopes.push(built);
-            ackers.push(acker);
-        }
-        (envelopes, ackers)
-    }
-
     /// Gives every message of the batch its outcome.
-    async fn settle(&mut self, envelopes: &[Envelope], ackers: &[Acker]) {
+    async fn settle(&mut self, batch: Batch) {
+        let Batch { envelopes, replies } = batch;
         // Ranges still to write, in order; pushed in reverse so they pop in order.
         let mut todo: Vec<Range<usize>> = Vec::with_capacity(8);
         todo.push(0..envelopes.len());
         let mut isolated = false;
         while let Some(range) = todo.pop() {
-            match self.write(envelopes, ackers, range.clone()).await {
+            match self.write(&envelopes, &replies, range.clone()).await {
                 Written::Committed => {
-                    self.acks
-                        .ack(&envelopes[range.clone()], &ackers[range])
+                    self.committed(&envelopes[range.clone()], &replies[range])
                         .await
                 }
                 Written::Abandoned => {
-                    // Release this range and everything not yet written.
-                    let rest = todo.iter().cloned();
-                    for r in std::iter::once(range).chain(rest) {
-                        self.acks.release(&ackers[r], AckKind::Nak(None)).await;
+                    // Hand back this range and everything not yet written.
+                    let mut back: Vec<Subject> = replies[range].to_vec();
+                    for r in &todo {
+                        back.extend_from_slice(&replies[r.clone()]);
                     }
+                    self.acks.send(back, AckKind::Nak(None)).await;
                     self.metrics.batches_abandoned.inc();
                     tracing::info!(sink = %self.spec.name, "batch abandoned at shutdown; left for redelivery");
                     return;
@@ -240,9 +293,9 @@ impl Runner {
                 Written::Refused { index, message } => {
                     isolated = true;
                     if range.len() == 1 {
-                        self.acks
-                            .reject(&envelopes[range.start], &ackers[range.start], &message)
-                            .await;
+                        let i = range.start;
+                        let r = self.refusal();
+                        refuse(&r, &envelopes[i], &replies[i], "destination", &message).await;
                         continue;
                     }
                     for part in split(range, index).into_iter().rev() {
@@ -258,11 +311,30 @@ impl Runner {
         }
     }
 
+    /// Records commit latency and hands the ACKs to a background task.
+    async fn committed(&mut self, envelopes: &[Envelope], replies: &[Subject]) {
+        let now = OffsetDateTime::now_utc();
+        for e in envelopes {
+            self.metrics
+                .commit_lag
+                .observe((now - e.published_at).as_seconds_f64().max(0.0));
+        }
+        while self.ack_tasks.len() >= MAX_ACK_TASKS {
+            if let Some(t) = self.ack_tasks.pop_front() {
+                let _ = t.await;
+            }
+        }
+        let acks = self.acks.clone();
+        let replies = replies.to_vec();
+        self.ack_tasks
+            .push_back(tokio::spawn(async move { acks.committed(replies).await }));
+    }
+
     /// Writes `range` until it commits, is refused, or shutdown abandons it.
     async fn write(
         &mut self,
         envelopes: &[Envelope],
-        ackers: &[Acker],
+        replies: &[Subject],
         range: Range<usize>,
     ) -> Written {
         let part = &envelopes[range.clone()];
@@ -271,7 +343,13 @@ impl Runner {
         let mut attempt: u32 = 0;
         loop {
             let started = Instant::now();
-            let result = self.sink.write_batch(part).await;
+            let result = alongside(
+                self.sink.write_batch(part),
+                &mut self.pull_ahead,
+                &mut self.waiting,
+                &self.spec.name,
+            )
+            .await;
             self.metrics
                 .write_seconds
                 .observe(started.elapsed().as_secs_f64());
@@ -281,6 +359,7 @@ impl Runner {
                         tracing::info!(sink = %self.spec.name, attempts = attempt + 1, "destination recovered");
                     }
                     self.health.destination_ok();
+                    self.healthy = true;
                     return Written::Committed;
                 }
                 Err(e) => e,
@@ -296,6 +375,7 @@ impl Runner {
                 SinkError::Transient { message } | SinkError::Misconfigured { message } => {
                     self.metrics.batches_retried.inc();
                     self.health.destination_failed(&message);
+                    self.healthy = false;
                     let delay = backoff(&self.spec.delivery.retry, attempt, &mut self.rng);
                     tracing::warn!(sink = %self.spec.name, error = %message, attempt = attempt + 1, retry_in_ms = delay.as_millis() as u64, "destination failed; holding the batch");
                     attempt = attempt.saturating_add(1);
@@ -310,9 +390,11 @@ impl Runner {
                             }
                         }
                         if last_progress.elapsed() >= ack_wait / 2 {
-                            self.acks
-                                .release(&ackers[range.clone()], AckKind::Progress)
-                                .await;
+                            let mut held: Vec<Subject> = replies[range.clone()].to_vec();
+                            if let Some(w) = &self.waiting {
+                                held.extend(w.all_replies().cloned());
+                            }
+                            self.acks.send(held, AckKind::Progress).await;
                             last_progress = Instant::now();
                         }
                         let now = Instant::now();
@@ -324,83 +406,104 @@ impl Runner {
                             until = until.min(deadline);
                         }
                         let mut shutdown = self.shutdown.clone();
-                        tokio::select! {
-                            _ = tokio::time::sleep_until(until.max(now + Duration::from_millis(1))) => {}
-                            _ = shutdown.wait_for(|s| *s), if self.shutdown_deadline.is_none() => {}
-                        }
+                        let watch_shutdown = self.shutdown_deadline.is_none();
+                        let nap = async {
+                            tokio::select! {
+                                _ = tokio::time::sleep_until(until.max(now + Duration::from_millis(1))) => {}
+                                _ = shutdown.wait_for(|s| *s), if watch_shutdown => {}
+                            }
+                        };
+                        alongside(
+                            nap,
+                            &mut self.pull_ahead,
+                            &mut self.waiting,
+                            &self.spec.name,
+                        )
+                        .await;
                     }
                 }
             }
         }
     }
+
+    /// A message refused before the write (metadata or lane rules).
+    async fn refuse_early(&mut self, r: Refused) {
+        let stage = match r.by {
+            RefusedBy::Metadata => "metadata",
+            RefusedBy::Lane => {
+                self.metrics.lane_rejected.inc();
+                "priority lane"
+            }
+        };
+        refuse(&self.refusal(), &r.envelope, &r.reply, stage, &r.reason).await;
+    }
+
+    fn refusal(&self) -> Refusal {
+        Refusal {
+            sink: self.spec.name.clone(),
+            acks: self.acks.clone(),
+            metrics: self.metrics.clone(),
+            delay: self.refuse_delay,
+        }
+    }
 }
 
-/// Sends acknowledgements. Kept apart from [`Runner`] so that the runner's destination,
-/// which need not be `Sync`, is not borrowed across the awaits of an ACK.
-struct Acks {
+/// What handing back a refused message needs; owned so no borrow of the runner (whose
+/// destination need not be `Sync`) is held across an await.
+struct Refusal {
     sink: String,
-    client: async_nats::Client,
+    acks: Acks,
     metrics: SinkMetrics,
-    reject_delay: Duration,
-    flush_timeout: Duration,
+    delay: Duration,
 }
 
-impl Acks {
-    /// Pushes queued acknowledgements to the socket. Bounded: while NATS is disconnected
-    /// a flush would wait for the reconnect, and the loop must stay responsive to shutdown.
-    async fn flush(&self) -> Result<(), String> {
-        match tokio::time::timeout(self.flush_timeout, self.client.flush()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no flush within {:?}", self.flush_timeout)),
-        }
-    }
-
-    async fn ack(&self, envelopes: &[Envelope], ackers: &[Acker]) {
-        let now = OffsetDateTime::now_utc();
-        for (e, a) in envelopes.iter().zip(ackers) {
-            if let Err(err) = a.ack().await {
-                self.metrics.ack_errors.inc();
-                tracing::warn!(sink = %self.sink, stream_sequence = e.stream_sequence, error = %err, "ACK not sent; the message will be redelivered and written idempotently");
-                continue;
-            }
-            let lag = (now - e.published_at).as_seconds_f64().max(0.0);
-            self.metrics.commit_lag.observe(lag);
-        }
-        self.metrics.acked.inc_by(envelopes.len() as u64);
-        if let Err(err) = self.flush().await {
-            tracing::warn!(sink = %self.sink, error = %err, "flushing ACKs failed; unsent ACKs lead to idempotent redelivery");
-        }
-    }
-
-    /// Sends a non-ACK acknowledgement (progress or NAK) for each message, then flushes.
-    async fn release(&self, ackers: &[Acker], kind: AckKind) {
-        for a in ackers {
-            if let Err(err) = a.ack_with(kind).await {
-                self.metrics.ack_errors.inc();
-                tracing::debug!(sink = %self.sink, error = %err, "could not send {kind:?}");
-            }
-        }
-        if let Err(err) = self.flush().await {
-            tracing::debug!(sink = %self.sink, error = %err, "flush failed");
-        }
-    }
-
-    async fn reject(&self, envelope: &Envelope, acker: &Acker, why: &str) {
-        self.metrics.rejected.inc();
-        let delay = self.reject_delay;
+/// Hands a refused message back with a delay: no dead-letter queue is configured, so it
+/// stays in the stream and is counted.
+async fn refuse(r: &Refusal, envelope: &Envelope, reply: &Subject, stage: &str, why: &str) {
+    {
+        r.metrics.rejected.inc();
         tracing::error!(
-            sink = %self.sink,
+            sink = %r.sink,
             subject = %envelope.subject,
             stream = %envelope.stream,
             stream_sequence = envelope.stream_sequence,
             delivered = envelope.delivered,
+            stage,
             error = %why,
-            "destination refused a message; left unacked for redelivery in {}s (no dead-letter queue configured)",
-            delay.as_secs()
+            "message refused; left unacked for redelivery in {}s (no dead-letter queue configured)",
+            r.delay.as_secs()
         );
-        self.release(std::slice::from_ref(acker), AckKind::Nak(Some(delay)))
+        r.acks
+            .send(vec![reply.clone()], AckKind::Nak(Some(r.delay)))
             .await;
+    }
+}
+
+/// Polls `work` to completion while also collecting a background pull that finishes
+/// meanwhile, so its messages can be kept alive (progress) during a long hold.
+async fn alongside<F: Future>(
+    work: F,
+    pull_ahead: &mut Option<PendingPull>,
+    waiting: &mut Option<Prepared>,
+    sink: &str,
+) -> F::Output {
+    tokio::pin!(work);
+    loop {
+        let Some(pending) = pull_ahead.as_mut() else {
+            return work.await;
+        };
+        tokio::select! {
+            biased;
+            out = &mut work => return out,
+            pulled = pending => {
+                *pull_ahead = None;
+                match pulled {
+                    Ok(Ok(p)) => *waiting = Some(p),
+                    Ok(Err(e)) => tracing::debug!(sink, error = %e, "pull ahead failed; pulling again later"),
+                    Err(e) => tracing::error!(sink, error = %e, "pull-ahead task failed"),
+                }
+            }
+        }
     }
 }
 

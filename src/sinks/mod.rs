@@ -6,6 +6,8 @@
 //! is one folder here and one `impl Sink`.
 
 pub mod file;
+pub mod mysql;
+pub mod postgres;
 pub mod sqlite;
 pub mod util;
 
@@ -92,5 +94,7 @@ pub fn build(config: &DestinationConfig) -> Box<dyn Sink> {
     match config {
         DestinationConfig::Sqlite(c) => Box::new(sqlite::SqliteSink::new(c.clone())),
         DestinationConfig::File(c) => Box::new(file::FileSink::new(c.clone())),
+        DestinationConfig::Postgres(c) => Box::new(postgres::PostgresSink::new(c.clone())),
+        DestinationConfig::Mysql(c) => Box::new(mysql::MysqlSink::new(c.clone())),
     }
 }

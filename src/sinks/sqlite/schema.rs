@@ -71,12 +71,24 @@ pub(crate) fn create_table_sql(table: &str) -> String {
 
 /// The idempotent insert of one envelope: a key already present leaves its row untouched.
 pub(crate) fn insert_sql(table: &str) -> String {
-    let params: Vec<String> = (1..=COLUMNS.len()).map(|i| format!("?{i}")).collect();
+    insert_rows_sql(table, 1)
+}
+
+/// The idempotent insert of `rows` envelopes in one statement; parameters are numbered
+/// row after row (`?1`..`?15` for the first row, `?16`.. for the second).
+pub(crate) fn insert_rows_sql(table: &str, rows: usize) -> String {
+    let n = COLUMNS.len();
+    let values: Vec<String> = (0..rows)
+        .map(|r| {
+            let params: Vec<String> = (1..=n).map(|i| format!("?{}", r * n + i)).collect();
+            format!("({})", params.join(", "))
+        })
+        .collect();
     format!(
-        "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT(idempotency_key) DO NOTHING",
+        "INSERT INTO {} ({}) VALUES {} ON CONFLICT(idempotency_key) DO NOTHING",
         quote_ident(table),
         COLUMNS.join(", "),
-        params.join(", ")
+        values.join(", ")
     )
 }
 

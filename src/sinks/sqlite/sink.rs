@@ -12,13 +12,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use time::OffsetDateTime;
 
 use super::classify::classify;
 use super::schema;
 use crate::config::SqliteConfig;
-use crate::envelope::{rfc3339, Envelope};
+use crate::envelope::{rfc3339, write_rfc3339, Envelope, RFC3339_LEN};
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
 use crate::sinks::{Sink, SinkError};
@@ -28,7 +28,7 @@ use crate::sinks::{Sink, SinkError};
 pub struct SqliteSink {
     config: SqliteConfig,
     path: PathBuf,
-    insert_sql: String,
+    scratch: Scratch,
     conn: Option<Connection>,
     /// The database file as last opened.
     identity: Option<FileIdentity>,
@@ -43,7 +43,7 @@ impl SqliteSink {
     pub fn new(config: SqliteConfig) -> SqliteSink {
         SqliteSink {
             path: PathBuf::from(&config.path),
-            insert_sql: schema::insert_sql(&config.table),
+            scratch: Scratch::default(),
             config,
             conn: None,
             identity: None,
@@ -151,7 +151,7 @@ impl SqliteSink {
                 .conn
                 .as_mut()
                 .ok_or_else(|| SinkError::transient("sqlite connection is not open"))?;
-            insert_batch(conn, &self.insert_sql, batch)
+            insert_batch(conn, &self.config.table, batch, &mut self.scratch)
         });
         // A commit into a file unlinked meanwhile is no commit: check again before the
         // runner ACKs. A retry of a batch that did land is absorbed by ON CONFLICT.
@@ -218,42 +218,152 @@ fn configure(conn: &Connection, config: &SqliteConfig) -> Result<(), SinkError> 
     .map_err(|e| classify(&e, None))
 }
 
+/// Rows per INSERT statement: one statement per row costs a step and a reset each; a
+/// multi-row statement amortizes them (15 parameters a row stays far below SQLite's limit).
+pub(crate) const ROWS_PER_STATEMENT: usize = 1;
+
+/// Per-batch text buffers, reused so a row costs no allocation.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// `published_at` of every row, fixed width.
+    times: String,
+    /// `headers` JSON of every row, back to back.
+    headers: Vec<u8>,
+    /// End offset of each row's headers in `headers`.
+    header_ends: Vec<usize>,
+    /// `labels` JSON of every row, back to back.
+    labels: Vec<u8>,
+    /// End offset of each row's labels in `labels`.
+    label_ends: Vec<usize>,
+}
+
+impl Scratch {
+    fn fill(&mut self, batch: &[Envelope]) {
+        self.times.clear();
+        self.headers.clear();
+        self.header_ends.clear();
+        self.labels.clear();
+        self.label_ends.clear();
+        for e in batch {
+            write_rfc3339(e.published_at, &mut self.times);
+            e.write_headers_json(&mut self.headers);
+            self.header_ends.push(self.headers.len());
+            if e.labels.is_empty() {
+                self.labels.extend_from_slice(b"[]");
+            } else {
+                // Serializing strings into a Vec<u8> cannot fail.
+                let _ = serde_json::to_writer(&mut self.labels, &e.labels);
+            }
+            self.label_ends.push(self.labels.len());
+        }
+    }
+
+    fn time(&self, i: usize) -> &str {
+        &self.times[i * RFC3339_LEN..(i + 1) * RFC3339_LEN]
+    }
+
+    fn json<'a>(buf: &'a [u8], ends: &[usize], i: usize) -> &'a str {
+        let start = if i == 0 { 0 } else { ends[i - 1] };
+        // serde_json writes UTF-8; an error here would be a bug, stored as empty JSON.
+        std::str::from_utf8(&buf[start..ends[i]]).unwrap_or("{}")
+    }
+}
+
 /// Inserts the batch in one transaction and commits it. On error the transaction is
 /// dropped, which rolls it back.
-fn insert_batch(conn: &mut Connection, sql: &str, batch: &[Envelope]) -> Result<(), SinkError> {
+fn insert_batch(
+    conn: &mut Connection,
+    table: &str,
+    batch: &[Envelope],
+    scratch: &mut Scratch,
+) -> Result<(), SinkError> {
     let written_at = rfc3339(OffsetDateTime::now_utc());
+    scratch.fill(batch);
     // IMMEDIATE takes the write lock up front, so a competing writer is waited for under
     // busy_timeout instead of failing mid-batch.
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| classify(&e, None))?;
-    {
-        let mut stmt = tx.prepare_cached(sql).map_err(|e| classify(&e, None))?;
-        for (i, e) in batch.iter().enumerate() {
-            let published_at = rfc3339(e.published_at);
-            let headers = e.headers_json().to_string();
-            let labels = serde_json::to_string(&e.labels).unwrap_or_else(|_| "[]".into());
-            stmt.execute(params![
-                e.idempotency_key,
-                e.stream,
-                e.stream_sequence,
-                e.consumer_sequence,
-                e.subject,
-                e.delivered,
-                published_at,
-                written_at,
-                e.message_id,
-                headers,
-                e.priority,
-                e.lane,
-                e.classification,
-                labels,
-                &e.payload[..],
-            ])
-            .map_err(|err| classify(&err, Some(i)))?;
+    for (c, chunk) in batch.chunks(ROWS_PER_STATEMENT).enumerate() {
+        let first = c * ROWS_PER_STATEMENT;
+        let sql = schema::insert_rows_sql(table, chunk.len());
+        let mut stmt = tx.prepare_cached(&sql).map_err(|e| classify(&e, None))?;
+        for (r, e) in chunk.iter().enumerate() {
+            bind_row(&mut stmt, r, e, first + r, &written_at, scratch)
+                .map_err(|err| classify(&err, Some(first + r)))?;
+        }
+        if let Err(err) = stmt.raw_execute() {
+            // A failed statement is undone alone (SQLite's default ABORT): find the row
+            // that fails by itself, so the runner can isolate it without bisecting.
+            let index = find_refused_row(&tx, table, chunk, first, &written_at, scratch);
+            return Err(classify(&err, index));
         }
     }
     tx.commit().map_err(|e| classify(&e, None))
+}
+
+/// Binds envelope `e` (batch position `i`) as row `r` of a multi-row statement.
+fn bind_row(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    r: usize,
+    e: &Envelope,
+    i: usize,
+    written_at: &str,
+    scratch: &Scratch,
+) -> rusqlite::Result<()> {
+    let base = r * schema::COLUMNS.len();
+    let p = |k: usize| base + k;
+    stmt.raw_bind_parameter(p(1), &e.idempotency_key)?;
+    stmt.raw_bind_parameter(p(2), &e.stream)?;
+    stmt.raw_bind_parameter(p(3), e.stream_sequence)?;
+    stmt.raw_bind_parameter(p(4), e.consumer_sequence)?;
+    stmt.raw_bind_parameter(p(5), &e.subject)?;
+    stmt.raw_bind_parameter(p(6), e.delivered)?;
+    stmt.raw_bind_parameter(p(7), scratch.time(i))?;
+    stmt.raw_bind_parameter(p(8), written_at)?;
+    stmt.raw_bind_parameter(p(9), &e.message_id)?;
+    stmt.raw_bind_parameter(
+        p(10),
+        Scratch::json(&scratch.headers, &scratch.header_ends, i),
+    )?;
+    stmt.raw_bind_parameter(p(11), &e.priority)?;
+    stmt.raw_bind_parameter(p(12), &e.lane)?;
+    stmt.raw_bind_parameter(p(13), &e.classification)?;
+    stmt.raw_bind_parameter(
+        p(14),
+        Scratch::json(&scratch.labels, &scratch.label_ends, i),
+    )?;
+    stmt.raw_bind_parameter(p(15), &e.payload[..])
+}
+
+/// Re-runs a refused chunk one row at a time inside a savepoint that is rolled back, and
+/// returns the batch position of the first row that fails on its own.
+fn find_refused_row(
+    tx: &rusqlite::Transaction<'_>,
+    table: &str,
+    chunk: &[Envelope],
+    first: usize,
+    written_at: &str,
+    scratch: &Scratch,
+) -> Option<usize> {
+    if tx.execute_batch("SAVEPOINT jetsink_probe").is_err() {
+        return None;
+    }
+    let sql = schema::insert_rows_sql(table, 1);
+    let mut found = None;
+    if let Ok(mut stmt) = tx.prepare_cached(&sql) {
+        for (r, e) in chunk.iter().enumerate() {
+            let failed = bind_row(&mut stmt, 0, e, first + r, written_at, scratch)
+                .and_then(|()| stmt.raw_execute())
+                .is_err();
+            if failed {
+                found = Some(first + r);
+                break;
+            }
+        }
+    }
+    let _ = tx.execute_batch("ROLLBACK TO jetsink_probe; RELEASE jetsink_probe");
+    found
 }
 
 /// Prefixes an error's message with where it happened, keeping its class.

@@ -1,0 +1,211 @@
+//! Turns a pulled set of JetStream messages into the batch a destination writes: normalize
+//! each message, apply message metadata, order by priority lane, and set aside the
+//! messages whose metadata is refused.
+//!
+//! All of it is CPU work without I/O, so the runner does it for the next batch in the
+//! background while the current batch is written. Each message keeps only its reply
+//! subject for acknowledgement: the payload moves into the envelope without a copy.
+
+use std::sync::Arc;
+
+use async_nats::jetstream;
+use async_nats::Subject;
+
+use crate::config::IdempotencyKey;
+use crate::envelope::{self, Envelope};
+use crate::metadata::MetadataPolicy;
+use crate::pipeline::lanes::{LanePolicy, LaneStats};
+
+/// Messages ready to write, with the reply subjects that acknowledge them (same order).
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// What the destination writes, in write order.
+    pub envelopes: Vec<Envelope>,
+    /// The `$JS.ACK` subject of each envelope.
+    pub replies: Vec<Subject>,
+}
+
+/// Why a message was refused before reaching the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedBy {
+    /// Its priority, classification or labels broke the metadata rules.
+    Metadata,
+    /// Its priority broke the lane policy (too long, control characters, unknown with
+    /// `unknown_priority_action: reject`).
+    Lane,
+}
+
+/// A message refused before the write: a permanent failure of that message alone.
+#[derive(Debug)]
+pub struct Refused {
+    /// The message.
+    pub envelope: Envelope,
+    /// Its `$JS.ACK` subject.
+    pub reply: Subject,
+    /// Which stage refused it.
+    pub by: RefusedBy,
+    /// Why, without the offending value.
+    pub reason: String,
+}
+
+/// The outcome of preparing one pull.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// Messages pulled (written or refused).
+    pub pulled: usize,
+    /// The ordered batch to write.
+    pub batch: Batch,
+    /// Messages refused by metadata or lane rules.
+    pub refused: Vec<Refused>,
+    /// Lane scheduling counts, when lanes are enabled.
+    pub lanes: Option<LaneStats>,
+}
+
+impl Prepared {
+    /// Every reply subject held, written or refused.
+    pub fn all_replies(&self) -> impl Iterator<Item = &Subject> {
+        self.batch
+            .replies
+            .iter()
+            .chain(self.refused.iter().map(|r| &r.reply))
+    }
+}
+
+/// The configured preparation stages of one sink, shared with background pulls.
+#[derive(Debug)]
+pub struct Stages {
+    /// Sink name, for logs.
+    pub sink: String,
+    /// Idempotency key choice.
+    pub key: IdempotencyKey,
+    /// Metadata rules; `None` leaves priority, classification and labels empty.
+    pub metadata: Option<MetadataPolicy>,
+    /// Lane policy; `None` keeps the pulled order.
+    pub lanes: Option<LanePolicy>,
+}
+
+impl Stages {
+    /// Prepares pulled messages for writing.
+    pub fn prepare(self: &Arc<Self>, messages: Vec<jetstream::Message>) -> Prepared {
+        let pulled = messages.len();
+        let mut items: Vec<(Envelope, Subject)> = Vec::with_capacity(pulled);
+        for m in messages {
+            if let Some(item) = self.normalize(m) {
+                items.push(item);
+            }
+        }
+        let mut refused = Vec::new();
+        if let Some(policy) = &self.metadata {
+            let mut kept = Vec::with_capacity(items.len());
+            for (mut e, reply) in items {
+                match policy.apply(&e.subject, &e.headers) {
+                    Ok(meta) => {
+                        e.priority = meta.priority;
+                        e.classification = meta.classification;
+                        e.labels = meta.labels;
+                        kept.push((e, reply));
+                    }
+                    Err(err) => refused.push(Refused {
+                        envelope: e,
+                        reply,
+                        by: RefusedBy::Metadata,
+                        reason: err.to_string(),
+                    }),
+                }
+            }
+            items = kept;
+        }
+        let mut lane_stats = None;
+        if let Some(lanes) = self.lanes.as_ref().filter(|l| l.enabled()) {
+            let outcome = lanes.order(items, |(e, _)| e.priority.as_deref());
+            lane_stats = Some(outcome.stats);
+            for ((e, reply), err) in outcome.rejected {
+                refused.push(Refused {
+                    envelope: e,
+                    reply,
+                    by: RefusedBy::Lane,
+                    reason: err.to_string(),
+                });
+            }
+            items = outcome
+                .ordered
+                .into_iter()
+                .map(|((mut e, reply), lane)| {
+                    e.lane = lanes.lane_name(lane).map(str::to_string);
+                    (e, reply)
+                })
+                .collect();
+        }
+        let (envelopes, replies) = items.into_iter().unzip();
+        Prepared {
+            pulled,
+            batch: Batch { envelopes, replies },
+            refused,
+            lanes: lane_stats,
+        }
+    }
+
+    fn normalize(&self, m: jetstream::Message) -> Option<(Envelope, Subject)> {
+        let e = {
+            let info = match m.info() {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::warn!(sink = %self.sink, subject = %m.subject, error = %e, "skipping a message without JetStream metadata");
+                    return None;
+                }
+            };
+            let delivery = envelope::Delivery {
+                stream: info.stream,
+                consumer: info.consumer,
+                stream_sequence: info.stream_sequence,
+                consumer_sequence: info.consumer_sequence,
+                delivered: info.delivered,
+                published: info.published,
+            };
+            let mut pairs: Vec<(&str, &str)> = Vec::new();
+            if let Some(h) = &m.headers {
+                for (name, values) in h.iter() {
+                    for v in values {
+                        pairs.push((name.as_ref(), v.as_str()));
+                    }
+                }
+                // HeaderMap has no order; sort by name so stored headers are deterministic.
+                pairs.sort_by(|a, b| a.0.cmp(b.0));
+            }
+            envelope::normalize(
+                m.subject.as_str(),
+                delivery,
+                pairs,
+                m.payload.clone(),
+                self.key,
+            )
+        };
+        // `info()` succeeded, so the reply subject is there.
+        let reply = m.message.reply?;
+        Some((e, reply))
+    }
+}
+
+impl Stages {
+    /// Builds the stages a sink's config asks for. Metadata is read when the sink has a
+    /// `message_metadata` section or enables lanes (which need a priority).
+    pub fn for_sink(spec: &crate::config::SinkSpec) -> Result<Stages, Vec<crate::config::Issue>> {
+        let lanes_on = spec.delivery.priority_lanes.enabled;
+        let metadata = match (&spec.metadata, lanes_on) {
+            (Some(m), _) => Some(MetadataPolicy::new(m)?),
+            (None, true) => Some(MetadataPolicy::new(&Default::default())?),
+            (None, false) => None,
+        };
+        let lanes = if lanes_on {
+            Some(LanePolicy::new(&spec.delivery.priority_lanes)?)
+        } else {
+            None
+        };
+        Ok(Stages {
+            sink: spec.name.clone(),
+            key: spec.delivery.idempotency_key,
+            metadata,
+            lanes,
+        })
+    }
+}

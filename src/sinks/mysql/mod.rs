@@ -1,0 +1,19 @@
+//! MySQL / MariaDB destination: one table, one transaction per batch, idempotent on a
+//! unique key, committed before the runner ACKs.
+//!
+//! Split like the PostgreSQL destination: `classify` is the pure error-number →
+//! retry-or-reject mapping (and reads the failing row out of data errors), `schema` owns
+//! the DDL, catalog queries, type classes and generated SQL, `encode` turns envelopes into
+//! parameter rows (refusing content it can check itself, by index), and `sink` holds the
+//! connection lifecycle and the write path. The column mapping and table check shared with
+//! PostgreSQL live in `sinks::util::columns`.
+
+mod classify;
+mod encode;
+mod schema;
+mod sink;
+#[cfg(test)]
+mod tests;
+
+pub use classify::{class_of, classify, row_of, Class, Rows};
+pub use sink::MysqlSink;

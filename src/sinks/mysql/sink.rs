@@ -1,0 +1,436 @@
+//! The MySQL/MariaDB [`Sink`]: one connection, the table check at open, and one
+//! transaction per batch.
+//!
+//! Like the PostgreSQL sink it holds one connection (one task drives a sink, one call at a
+//! time), drops it after any failure that is not about content, and reconnects and checks
+//! the table again on the next call. The default table is created only at the first open.
+//!
+//! A batch is one multi-row `INSERT ... ON DUPLICATE KEY UPDATE` prepared statement (cached
+//! per row count by the driver), committed in autocommit; a batch too big for one statement
+//! (65,535 placeholders, or a quarter of `max_allowed_packet`) is split into several inside
+//! one explicit transaction. MySQL names the failing row of many data errors, which becomes
+//! the index the runner isolates; otherwise the runner bisects.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, OptsBuilder, Params, SslOpts, TxOpts, Value};
+use time::OffsetDateTime;
+
+use super::classify::{classify, Rows};
+use super::encode;
+use super::schema;
+use crate::config::destination::{MysqlConfig, MysqlPayloadType, WriteMode};
+use crate::envelope::Envelope;
+use crate::sinks::util::columns::{
+    parse_documents, plan_table, Family, Field, Mapping, Source, TableColumn, TablePlan, UniqueKey,
+};
+use crate::sinks::util::database::{read_password, with_context, Phase};
+use crate::sinks::{Sink, SinkError};
+
+/// Prepared statements the driver keeps per connection (one per distinct row count).
+const STATEMENT_CACHE: usize = 64;
+
+/// Writes envelopes as rows of one MySQL or MariaDB table, a transaction per batch,
+/// idempotent on a unique key (the jetsink layout's `idempotency_key`).
+pub struct MysqlSink {
+    config: MysqlConfig,
+    /// The parsed mapping, or why it does not parse (reported at open).
+    mapping: Result<Mapping, String>,
+    conn: Option<Live>,
+    /// Whether an open has ever succeeded (see the PostgreSQL sink).
+    opened_once: bool,
+}
+
+/// A live connection and the plan checked on it.
+struct Live {
+    conn: Conn,
+    plan: TablePlan,
+    /// Most bytes of values in one statement.
+    max_bytes: usize,
+}
+
+impl MysqlSink {
+    /// A sink for `config`. Does no I/O; [`Sink::open`] connects.
+    pub fn new(config: MysqlConfig) -> MysqlSink {
+        let mapping = match &config.columns {
+            None => Ok(Mapping::default_layout()),
+            Some(columns) => Mapping::parse(columns).map_err(|errors| {
+                errors
+                    .into_iter()
+                    .map(|(c, e)| format!("columns.{c}: {e}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
+        };
+        MysqlSink {
+            config,
+            mapping,
+            conn: None,
+            opened_once: false,
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        if self.opened_once {
+            Phase::Write
+        } else {
+            Phase::Open
+        }
+    }
+
+    fn table_sql(&self) -> String {
+        schema::quote_ident(&self.config.table)
+    }
+
+    async fn connect(&mut self) -> Result<(), SinkError> {
+        if let Some(old) = self.conn.take() {
+            // Close politely in the background; a broken connection just drops.
+            tokio::spawn(async move {
+                let _ = old.conn.disconnect().await;
+            });
+        }
+        let phase = self.phase();
+        let mapping = self
+            .mapping
+            .clone()
+            .map_err(|message| SinkError::Misconfigured { message })?;
+        let limit = Duration::from_millis(self.config.connect_timeout_ms)
+            + Duration::from_millis(self.config.statement_timeout_ms);
+        let live = tokio::time::timeout(limit, self.connect_inner(&mapping, phase))
+            .await
+            .unwrap_or_else(|_| {
+                Err(SinkError::transient(format!(
+                    "mysql: connecting and checking the table took longer than {} ms",
+                    limit.as_millis()
+                )))
+            })
+            .map_err(|e| with_context(e, &self.config.target()))?;
+        self.conn = Some(live);
+        if !self.opened_once {
+            tracing::info!(destination = %self.config.target(), mode = self.config.mode.as_str(), "mysql destination open");
+        }
+        self.opened_once = true;
+        Ok(())
+    }
+
+    fn opts(&self) -> Result<Opts, SinkError> {
+        let c = &self.config;
+        let mut b = match &c.url {
+            Some(url) => OptsBuilder::from_opts(Opts::from_url(url).map_err(|e| {
+                SinkError::Misconfigured {
+                    message: format!("url is not a MySQL connection URL: {e}"),
+                }
+            })?),
+            None => OptsBuilder::default()
+                .ip_or_hostname(c.host.as_deref().unwrap_or("127.0.0.1"))
+                .tcp_port(c.port.unwrap_or(3306))
+                .user(Some(c.user.as_deref().unwrap_or("root")))
+                .db_name(c.database.as_deref()),
+        };
+        if let Some(pw) = read_password(c.password_env.as_deref(), c.password_file.as_deref())? {
+            b = b.pass(Some(pw));
+        }
+        if c.tls.enabled {
+            let mut ssl = SslOpts::default();
+            if let Some(ca) = &c.tls.ca_file {
+                ssl = ssl.with_root_certs(vec![PathBuf::from(ca).into()]);
+            }
+            b = b.ssl_opts(Some(ssl));
+        }
+        Ok(b.stmt_cache_size(STATEMENT_CACHE)
+            .init(schema::SESSION_INIT.to_vec())
+            .into())
+    }
+
+    async fn connect_inner(&self, mapping: &Mapping, phase: Phase) -> Result<Live, SinkError> {
+        let db = |e: mysql_async::Error| classify(&e, phase, None);
+        let mut conn = Conn::new(self.opts()?).await.map_err(db)?;
+        let (flush, packet): (Option<String>, u64) = conn
+            .query_first(
+                "SELECT CAST(@@innodb_flush_log_at_trx_commit AS CHAR), @@max_allowed_packet",
+            )
+            .await
+            .map_err(db)?
+            .unwrap_or((None, 16 << 20));
+        if phase == Phase::Open && flush.as_deref().is_some_and(|f| f != "1") {
+            tracing::warn!(destination = %self.config.target(), "innodb_flush_log_at_trx_commit is not 1: a server crash can lose commits jetsink has already ACKed");
+        }
+        let max_bytes = usize::try_from(packet / 4)
+            .unwrap_or(4 << 20)
+            .clamp(64 << 10, 16 << 20);
+
+        let mut columns = read_columns(&mut conn, &self.config.table)
+            .await
+            .map_err(db)?;
+        if columns.is_empty() {
+            let default_layout = self.config.columns.is_none();
+            if phase == Phase::Write {
+                return Err(SinkError::transient(format!(
+                    "table {} disappeared after it was opened (or the user lost every \
+                     privilege on it); restore it (jetsink does not re-create it)",
+                    self.config.table
+                )));
+            }
+            if !(default_layout && self.config.auto_create) {
+                return Err(SinkError::Misconfigured {
+                    message: format!(
+                        "table {} does not exist (or the user may not see it){}",
+                        self.config.table,
+                        if default_layout {
+                            " and auto_create is false"
+                        } else {
+                            "; with `columns` the table must be created beforehand"
+                        }
+                    ),
+                });
+            }
+            let payload = self.config.payload_type.unwrap_or_default();
+            conn.query_drop(schema::create_table_sql(&self.config.table, payload))
+                .await
+                .map_err(db)?;
+            tracing::info!(table = %self.config.table, "created mysql table");
+            columns = read_columns(&mut conn, &self.config.table)
+                .await
+                .map_err(db)?;
+        }
+        let keys = read_keys(&mut conn, &self.config.table).await.map_err(db)?;
+        let plan = plan_table(mapping, &columns, &keys, true).map_err(|problem| {
+            SinkError::Misconfigured {
+                message: format!("table {} cannot be used: {problem}", self.config.table),
+            }
+        })?;
+        self.check_payload_type(&plan)?;
+        // Preparing the statement checks the table and the INSERT (and UPDATE) privileges.
+        let sql = schema::insert_sql(&self.table_sql(), &plan, 1, self.config.mode);
+        conn.prep(sql).await.map_err(db)?;
+        Ok(Live {
+            conn,
+            plan,
+            max_bytes,
+        })
+    }
+
+    fn check_payload_type(&self, plan: &TablePlan) -> Result<(), SinkError> {
+        let Some(wanted) = self.config.payload_type else {
+            return Ok(());
+        };
+        let Some(col) = plan.columns.iter().find(|c| {
+            c.name.eq_ignore_ascii_case("payload") && c.source == Source::Field(Field::Payload)
+        }) else {
+            return Ok(());
+        };
+        let fits = match wanted {
+            MysqlPayloadType::Blob => col.family == Family::Bytes,
+            MysqlPayloadType::Json => col.family == Family::Json,
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(SinkError::Misconfigured {
+                message: format!(
+                    "table {}: payload_type is {} but the payload column is {}",
+                    self.config.table,
+                    match wanted {
+                        MysqlPayloadType::Blob => "blob",
+                        MysqlPayloadType::Json => "json",
+                    },
+                    col.type_name
+                ),
+            })
+        }
+    }
+
+    async fn write(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if self.conn.is_none() {
+            self.connect().await?;
+        }
+        let table = self.table_sql();
+        let mode = self.config.mode;
+        let Some(live) = self.conn.as_mut() else {
+            return Err(SinkError::transient("mysql connection is not open"));
+        };
+        let limit = Duration::from_millis(self.config.statement_timeout_ms);
+        let result = tokio::time::timeout(limit, write_batch(live, &table, batch, mode))
+            .await
+            .unwrap_or_else(|_| {
+                Err(SinkError::transient(format!(
+                    "mysql: the batch was not committed within {} ms",
+                    limit.as_millis()
+                )))
+            });
+        if let Err(e) = &result {
+            if !matches!(e, SinkError::Permanent { .. }) {
+                self.conn = None;
+            }
+        }
+        result.map_err(|e| with_context(e, &self.config.target()))
+    }
+
+    async fn check(&mut self) -> Result<(), SinkError> {
+        let Some(live) = self.conn.as_mut() else {
+            return self.connect().await;
+        };
+        let limit = Duration::from_millis(self.config.connect_timeout_ms);
+        let result = match tokio::time::timeout(limit, live.conn.ping()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(classify(&e, Phase::Write, None)),
+            Err(_) => Err(SinkError::transient("mysql: health check timed out")),
+        };
+        if result.is_err() {
+            self.conn = None;
+        }
+        result.map_err(|e| with_context(e, &self.config.target()))
+    }
+}
+
+/// Writes and commits one batch on `live`.
+async fn write_batch(
+    live: &mut Live,
+    table: &str,
+    batch: &[Envelope],
+    mode: WriteMode,
+) -> Result<(), SinkError> {
+    let written_at = OffsetDateTime::now_utc();
+    let refused = |index: usize, why: String| SinkError::Permanent {
+        index: Some(index),
+        message: format!("mysql cannot store the message at batch index {index}: {why}"),
+    };
+    let docs = parse_documents(batch, &live.plan).map_err(|(i, m)| refused(i, m))?;
+    let mut rows = Vec::with_capacity(batch.len());
+    for (i, e) in batch.iter().enumerate() {
+        let doc = docs.get(i).and_then(Option::as_ref);
+        rows.push(encode::row(&live.plan.columns, e, doc, written_at).map_err(|m| refused(i, m))?);
+    }
+    let sizes: Vec<usize> = rows
+        .iter()
+        .map(|r| r.iter().map(encode::size).sum())
+        .collect();
+    let width = live.plan.columns.len().max(1);
+    let chunks = schema::chunks(&sizes, schema::MAX_PLACEHOLDERS / width, live.max_bytes);
+    let mut values = rows.into_iter();
+    let mut statements = Vec::with_capacity(chunks.len());
+    for (offset, len) in &chunks {
+        let params: Vec<Value> = values.by_ref().take(*len).flatten().collect();
+        let sql = schema::insert_sql(table, &live.plan, *len, mode);
+        statements.push((
+            Rows {
+                offset: *offset,
+                len: *len,
+            },
+            sql,
+            params,
+        ));
+    }
+    let db = |e: mysql_async::Error, rows: Option<Rows>| classify(&e, Phase::Write, rows);
+    if statements.len() == 1 {
+        // One statement in autocommit: it commits as a whole before it returns.
+        if let Some((rows, sql, params)) = statements.pop() {
+            live.conn
+                .exec_drop(sql, Params::Positional(params))
+                .await
+                .map_err(|e| db(e, Some(rows)))?;
+        }
+        return Ok(());
+    }
+    let mut tx = live
+        .conn
+        .start_transaction(TxOpts::default())
+        .await
+        .map_err(|e| db(e, None))?;
+    for (rows, sql, params) in statements {
+        if let Err(e) = tx.exec_drop(sql, Params::Positional(params)).await {
+            let err = db(e, Some(rows));
+            let _ = tx.rollback().await;
+            return Err(err);
+        }
+    }
+    tx.commit().await.map_err(|e| db(e, None))
+}
+
+async fn read_columns(
+    conn: &mut Conn,
+    table: &str,
+) -> Result<Vec<TableColumn>, mysql_async::Error> {
+    type Row = (String, String, String, String, Option<String>, String);
+    let rows: Vec<Row> = conn.exec(schema::COLUMNS_SQL, (table,)).await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    // MariaDB's JSON columns are LONGTEXT guarded by json_valid(); MySQL has no such view
+    // column and reports JSON directly, so a failing query just means "none".
+    let checks: Vec<String> = conn
+        .exec(schema::CHECKS_SQL, (table,))
+        .await
+        .unwrap_or_default();
+    let json_checked: Vec<String> = checks
+        .iter()
+        .filter_map(|c| schema::json_checked_column(c))
+        .collect();
+    Ok(rows
+        .into_iter()
+        .map(|(name, data_type, column_type, nullable, default, extra)| {
+            let checked = json_checked.iter().any(|c| c.eq_ignore_ascii_case(&name));
+            TableColumn {
+                family: schema::family(&data_type, &column_type, checked),
+                type_name: column_type,
+                not_null: nullable.eq_ignore_ascii_case("NO"),
+                has_default: default.is_some()
+                    || extra.to_ascii_lowercase().contains("auto_increment"),
+                generated: schema::is_generated(&extra),
+                name,
+            }
+        })
+        .collect())
+}
+
+async fn read_keys(conn: &mut Conn, table: &str) -> Result<Vec<UniqueKey>, mysql_async::Error> {
+    let rows: Vec<(String, Option<String>)> = conn.exec(schema::KEYS_SQL, (table,)).await?;
+    let mut keys: Vec<UniqueKey> = Vec::new();
+    let mut functional: Vec<String> = Vec::new();
+    for (index, column) in rows {
+        let Some(column) = column else {
+            functional.push(index);
+            continue;
+        };
+        match keys.iter_mut().find(|k| k.name == index) {
+            Some(k) => k.columns.push(column),
+            None => keys.push(UniqueKey {
+                primary: index == "PRIMARY",
+                name: index,
+                columns: vec![column],
+            }),
+        }
+    }
+    keys.retain(|k| !functional.contains(&k.name));
+    Ok(keys)
+}
+
+#[async_trait]
+impl Sink for MysqlSink {
+    async fn open(&mut self) -> Result<(), SinkError> {
+        self.connect().await
+    }
+
+    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        self.write(batch).await
+    }
+
+    async fn health(&mut self) -> Result<(), SinkError> {
+        self.check().await
+    }
+}
+
+impl std::fmt::Debug for MysqlSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MysqlSink")
+            .field("target", &self.config.target())
+            .field("open", &self.conn.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,238 @@
+//! Turns a batch of envelopes into column arrays ready to bind: one typed array per mapped
+//! column for `unnest(...)`, read row by row for binary `COPY`.
+//!
+//! Everything that can be refused *before* the database sees it is refused here, with the
+//! message's batch index, so the runner isolates exactly that message: a payload that is
+//! not JSON where a JSON column or pointer needs it, text that is not UTF-8 or holds a NUL
+//! character (PostgreSQL `text` cannot), an integer beyond `bigint`.
+
+use std::borrow::Cow;
+use std::error::Error as StdError;
+
+use bytes::BufMut;
+use serde_json::Value;
+use time::OffsetDateTime;
+use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
+
+use super::schema::Wire;
+use crate::envelope::{rfc3339, Envelope};
+use crate::sinks::util::columns::{
+    cell, is_json, last_of_each_key, parse_documents, value_text, Cell, Family, TablePlan,
+};
+
+/// JSON text sent as `jsonb` (binary format: version byte 1, then the text) or `json`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JsonText<'a>(pub Cow<'a, [u8]>);
+
+impl ToSql for JsonText<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn StdError + Sync + Send>> {
+        if *ty == Type::JSONB {
+            out.put_u8(1);
+        }
+        out.put_slice(&self.0);
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSONB || *ty == Type::JSON
+    }
+
+    to_sql_checked!();
+}
+
+/// One column's values for the rows of a batch.
+#[derive(Debug)]
+pub(crate) enum ColumnData<'a> {
+    /// `text[]`.
+    Text(Vec<Option<Cow<'a, str>>>),
+    /// `int8[]`.
+    Int8(Vec<Option<i64>>),
+    /// `timestamptz[]`.
+    Timestamptz(Vec<Option<OffsetDateTime>>),
+    /// `jsonb[]`.
+    Jsonb(Vec<Option<JsonText<'a>>>),
+    /// `bytea[]`.
+    Bytea(Vec<Option<&'a [u8]>>),
+}
+
+impl<'a> ColumnData<'a> {
+    fn new(wire: Wire, rows: usize) -> ColumnData<'a> {
+        match wire {
+            Wire::Text => ColumnData::Text(Vec::with_capacity(rows)),
+            Wire::Int8 => ColumnData::Int8(Vec::with_capacity(rows)),
+            Wire::Timestamptz => ColumnData::Timestamptz(Vec::with_capacity(rows)),
+            Wire::Jsonb => ColumnData::Jsonb(Vec::with_capacity(rows)),
+            Wire::Bytea => ColumnData::Bytea(Vec::with_capacity(rows)),
+        }
+    }
+
+    /// An empty column (for the dry run at open).
+    pub(crate) fn empty(wire: Wire) -> ColumnData<'a> {
+        ColumnData::new(wire, 0)
+    }
+
+    /// The whole column as one array parameter.
+    pub(crate) fn as_param(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            ColumnData::Text(v) => v,
+            ColumnData::Int8(v) => v,
+            ColumnData::Timestamptz(v) => v,
+            ColumnData::Jsonb(v) => v,
+            ColumnData::Bytea(v) => v,
+        }
+    }
+
+    /// Row `r`'s value, for `COPY`.
+    pub(crate) fn row(&self, r: usize) -> &(dyn ToSql + Sync) {
+        match self {
+            ColumnData::Text(v) => &v[r],
+            ColumnData::Int8(v) => &v[r],
+            ColumnData::Timestamptz(v) => &v[r],
+            ColumnData::Jsonb(v) => &v[r],
+            ColumnData::Bytea(v) => &v[r],
+        }
+    }
+
+    /// Appends `cell` for a column of `family`. `Err` says what is wrong with the value,
+    /// never what the value is.
+    fn push(&mut self, c: Cell<'a>, family: Family) -> Result<(), String> {
+        match self {
+            ColumnData::Text(v) => {
+                let text: Option<Cow<'a, str>> = match c {
+                    Cell::Null => None,
+                    Cell::Text(s) => Some(s),
+                    Cell::UInt(n) => Some(Cow::Owned(n.to_string())),
+                    Cell::Timestamp(t) => Some(Cow::Owned(rfc3339(t))),
+                    Cell::Json(s) => Some(Cow::Owned(s)),
+                    Cell::Bytes(b) => {
+                        let s = std::str::from_utf8(b)
+                            .map_err(|_| "the payload is not valid UTF-8 text".to_string())?;
+                        if family == Family::Json && !is_json(b) {
+                            return Err("the payload is not JSON".into());
+                        }
+                        Some(Cow::Borrowed(s))
+                    }
+                    Cell::Value(j) if family == Family::Json => Some(Cow::Owned(j.to_string())),
+                    Cell::Value(j) => Some(value_text(j)),
+                };
+                if let Some(s) = &text {
+                    if s.contains('\0') {
+                        return Err(
+                            "text contains a NUL character, which PostgreSQL cannot store".into(),
+                        );
+                    }
+                }
+                v.push(text);
+            }
+            ColumnData::Int8(v) => v.push(match c {
+                Cell::UInt(n) => Some(
+                    i64::try_from(n)
+                        .map_err(|_| "an integer exceeds the bigint range".to_string())?,
+                ),
+                _ => None,
+            }),
+            ColumnData::Timestamptz(v) => v.push(match c {
+                Cell::Timestamp(t) => Some(t),
+                _ => None,
+            }),
+            ColumnData::Jsonb(v) => v.push(match c {
+                Cell::Null => None,
+                Cell::Json(s) => Some(JsonText(Cow::Owned(s.into_bytes()))),
+                Cell::Value(j) => Some(JsonText(Cow::Owned(j.to_string().into_bytes()))),
+                Cell::Bytes(b) => {
+                    if !is_json(b) {
+                        return Err("the payload is not JSON".into());
+                    }
+                    Some(JsonText(Cow::Borrowed(b)))
+                }
+                Cell::Text(s) => Some(JsonText(Cow::Owned(
+                    Value::String(s.into_owned()).to_string().into_bytes(),
+                ))),
+                Cell::UInt(n) => Some(JsonText(Cow::Owned(n.to_string().into_bytes()))),
+                Cell::Timestamp(t) => Some(JsonText(Cow::Owned(
+                    Value::String(rfc3339(t)).to_string().into_bytes(),
+                ))),
+            }),
+            ColumnData::Bytea(v) => v.push(match c {
+                Cell::Bytes(b) => Some(b),
+                _ => None,
+            }),
+        }
+        Ok(())
+    }
+}
+
+/// Why a batch could not be encoded: the message at `index` cannot be stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    /// Batch position of the message.
+    pub index: usize,
+    /// What is wrong, without content.
+    pub message: String,
+}
+
+/// A batch as bindable columns.
+#[derive(Debug)]
+pub(crate) struct Encoded<'a> {
+    /// One entry per planned column.
+    pub columns: Vec<ColumnData<'a>>,
+    /// Rows encoded (fewer than the batch when an upsert dropped repeated keys).
+    pub rows: usize,
+}
+
+/// Encodes `batch` for `plan`. `documents` holds the payloads parsed as JSON when the plan
+/// reads pointers (see [`documents`]). With `dedupe`, only the last envelope of each key is
+/// kept.
+pub(crate) fn encode<'a>(
+    batch: &'a [Envelope],
+    documents: &'a [Option<Value>],
+    plan: &'a TablePlan,
+    wires: &[Wire],
+    written_at: OffsetDateTime,
+    dedupe: bool,
+) -> Result<Encoded<'a>, Refused> {
+    let doc = |r: usize| documents.get(r).and_then(Option::as_ref);
+    let rows: Vec<usize> = if dedupe {
+        let keys: Vec<String> = (0..batch.len())
+            .map(|r| {
+                plan.columns
+                    .iter()
+                    .filter(|c| c.key)
+                    .map(|c| format!("{:?}", cell(&c.source, &batch[r], doc(r), written_at)))
+                    .collect::<Vec<_>>()
+                    .join("\u{1f}")
+            })
+            .collect();
+        last_of_each_key(keys)
+    } else {
+        (0..batch.len()).collect()
+    };
+    let mut columns = Vec::with_capacity(plan.columns.len());
+    for (c, w) in plan.columns.iter().zip(wires) {
+        let mut data = ColumnData::new(*w, rows.len());
+        for &r in &rows {
+            let value = cell(&c.source, &batch[r], doc(r), written_at);
+            data.push(value, c.family).map_err(|why| Refused {
+                index: r,
+                message: format!("column {}: {why}", c.name),
+            })?;
+        }
+        columns.push(data);
+    }
+    Ok(Encoded {
+        columns,
+        rows: rows.len(),
+    })
+}
+
+/// Parses every payload as JSON when `plan` reads pointers; otherwise a vector of `None`.
+pub(crate) fn documents(
+    batch: &[Envelope],
+    plan: &TablePlan,
+) -> Result<Vec<Option<Value>>, Refused> {
+    parse_documents(batch, plan).map_err(|(index, message)| Refused { index, message })
+}

@@ -1,0 +1,19 @@
+//! PostgreSQL destination: one table, one transaction per batch, idempotent on a unique
+//! key, committed before the runner ACKs.
+//!
+//! Split so the parts that decide correctness can be read and tested alone: `classify` is
+//! the pure SQLSTATE → retry-or-reject mapping, `schema` owns the DDL, the catalog queries,
+//! the type classes and the generated SQL, `encode` turns a batch into bindable column
+//! arrays (refusing content it can check itself, by index), and `sink` holds the connection
+//! lifecycle and the two write paths (multi-row `INSERT` from arrays, binary `COPY`). The
+//! column mapping and table check shared with MySQL live in `sinks::util::columns`.
+
+mod classify;
+mod encode;
+mod schema;
+mod sink;
+#[cfg(test)]
+mod tests;
+
+pub use classify::{class_of, classify, Class};
+pub use sink::PostgresSink;

@@ -1,0 +1,262 @@
+//! The PostgreSQL side of the table: the default table's DDL, how catalog types fall into
+//! the shared [`Family`] classes, which wire type each column's values travel as, and the
+//! SQL of the write path.
+//!
+//! All SQL text is generated here from identifiers only: names from the config and the
+//! catalog, quoted with `postgres-protocol`'s `escape_identifier`, and type names that
+//! PostgreSQL's own `format_type` produced. Values never appear in SQL: they travel as
+//! typed array parameters (`unnest($1::text[], ...)`) or in binary `COPY`.
+
+use postgres_protocol::escape::escape_identifier;
+use tokio_postgres::types::Type;
+
+use crate::config::destination::{PostgresPayloadType, WriteMode};
+use crate::sinks::util::columns::{Family, PlannedColumn, Source, TablePlan, ValueKind};
+
+/// The temporary table the `COPY` path stages rows in, one per session.
+pub(crate) const STAGE: &str = "pg_temp.jetsink_stage";
+
+/// Quotes an identifier (`"name"`, inner quotes doubled).
+pub(crate) fn quote_ident(name: &str) -> String {
+    escape_identifier(name)
+}
+
+/// The table as SQL: `"schema"."table"`, or `"table"` resolved by the `search_path`.
+pub(crate) fn qualified(schema: Option<&str>, table: &str) -> String {
+    match schema {
+        Some(s) => format!("{}.{}", quote_ident(s), quote_ident(table)),
+        None => quote_ident(table),
+    }
+}
+
+/// `CREATE TABLE` of the jetsink layout (the same columns as the SQLite destination).
+pub(crate) fn create_table_sql(table: &str, payload: PostgresPayloadType) -> String {
+    let payload = match payload {
+        PostgresPayloadType::Bytea => "bytea",
+        PostgresPayloadType::Jsonb => "jsonb",
+    };
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (\n\
+         \x20   idempotency_key text PRIMARY KEY,\n\
+         \x20   stream text NOT NULL,\n\
+         \x20   stream_sequence bigint NOT NULL,\n\
+         \x20   consumer_sequence bigint NOT NULL,\n\
+         \x20   subject text NOT NULL,\n\
+         \x20   delivered bigint NOT NULL,\n\
+         \x20   published_at timestamptz NOT NULL,\n\
+         \x20   written_at timestamptz NOT NULL,\n\
+         \x20   message_id text,\n\
+         \x20   headers jsonb NOT NULL,\n\
+         \x20   priority text,\n\
+         \x20   lane text,\n\
+         \x20   classification text,\n\
+         \x20   labels jsonb NOT NULL DEFAULT '[]',\n\
+         \x20   payload {payload} NOT NULL\n\
+         )"
+    )
+}
+
+/// The oid of the table a (quoted) name resolves to, or NULL.
+pub(crate) const RESOLVE_SQL: &str = "SELECT to_regclass($1)::oid";
+
+/// The table's columns: name, type for casts, base type name, type kind, NOT NULL,
+/// filled by the database, generated.
+pub(crate) const COLUMNS_SQL: &str = "\
+SELECT a.attname::text,
+       format_type(a.atttypid, NULL),
+       COALESCE(b.typname, t.typname)::text,
+       COALESCE(b.typtype, t.typtype)::text,
+       a.attnotnull,
+       (a.atthasdef OR a.attidentity <> ''),
+       (a.attgenerated <> '')
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
+WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum";
+
+/// The table's unique indexes over plain columns (no expressions, no predicate): name,
+/// primary, key columns in order.
+pub(crate) const KEYS_SQL: &str = "\
+SELECT c.relname::text,
+       i.indisprimary,
+       ARRAY(SELECT a.attname::text
+             FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) WITH ORDINALITY AS k(attnum, ord)
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+             ORDER BY k.ord)
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid
+  AND i.indpred IS NULL AND i.indexprs IS NULL";
+
+/// Sorts a catalog type (its base type's `typname` and `typtype`) into a [`Family`].
+pub(crate) fn family(typname: &str, typtype: &str) -> Family {
+    if typtype == "e" {
+        return Family::Enum;
+    }
+    match typname {
+        "int2" | "int4" | "int8" => Family::Integer,
+        "numeric" | "float4" | "float8" => Family::Decimal,
+        "text" | "varchar" | "bpchar" | "name" | "citext" => Family::Text,
+        "bool" => Family::Boolean,
+        "timestamptz" | "timestamp" => Family::Timestamp,
+        "date" => Family::Date,
+        "json" | "jsonb" => Family::Json,
+        "uuid" => Family::Uuid,
+        "bytea" => Family::Bytes,
+        _ => Family::Other,
+    }
+}
+
+/// The PostgreSQL type a column's values are sent as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// Text, converted by the server with an explicit cast to the column's type.
+    Text,
+    /// 64-bit integer (assigned to any integer or numeric column; overflow is refused).
+    Int8,
+    /// Timestamp with time zone (the session runs in UTC).
+    Timestamptz,
+    /// `jsonb` in its binary form.
+    Jsonb,
+    /// Raw bytes.
+    Bytea,
+}
+
+impl Wire {
+    /// The SQL type name.
+    pub(crate) fn sql(self) -> &'static str {
+        match self {
+            Wire::Text => "text",
+            Wire::Int8 => "int8",
+            Wire::Timestamptz => "timestamptz",
+            Wire::Jsonb => "jsonb",
+            Wire::Bytea => "bytea",
+        }
+    }
+
+    /// The client library's type, for binary `COPY`.
+    pub(crate) fn pg_type(self) -> Type {
+        match self {
+            Wire::Text => Type::TEXT,
+            Wire::Int8 => Type::INT8,
+            Wire::Timestamptz => Type::TIMESTAMPTZ,
+            Wire::Jsonb => Type::JSONB,
+            Wire::Bytea => Type::BYTEA,
+        }
+    }
+}
+
+/// Chooses how a planned column's values travel: natively when the source and column
+/// types agree, as text with a cast otherwise.
+pub(crate) fn wire(column: &PlannedColumn, base_type: &str) -> Wire {
+    match (column.source.kind(), column.family) {
+        (ValueKind::Integer, Family::Integer | Family::Decimal) => Wire::Int8,
+        (ValueKind::Timestamp, Family::Timestamp) => Wire::Timestamptz,
+        (ValueKind::Json | ValueKind::Bytes | ValueKind::Any, Family::Json)
+            if base_type == "jsonb" =>
+        {
+            Wire::Jsonb
+        }
+        (ValueKind::Bytes, Family::Bytes) => Wire::Bytea,
+        _ => Wire::Text,
+    }
+}
+
+/// The SQL of the write path for one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WriteSql {
+    /// One multi-row `INSERT ... SELECT FROM unnest(<one array per column>)`.
+    pub insert: String,
+    /// Creates the session's staging table for `COPY`.
+    pub create_stage: String,
+    /// Binary `COPY` into the staging table.
+    pub copy: String,
+    /// `INSERT ... SELECT` from the staging table.
+    pub insert_from_stage: String,
+}
+
+/// Builds the write SQL for `plan` into `table` (already quoted). `wires[i]` and `plan`'s
+/// column `i` belong together.
+pub(crate) fn write_sql(
+    table: &str,
+    plan: &TablePlan,
+    wires: &[Wire],
+    mode: WriteMode,
+) -> WriteSql {
+    let names: Vec<String> = plan.columns.iter().map(|c| quote_ident(&c.name)).collect();
+    let aliases: Vec<String> = (0..plan.columns.len()).map(|i| format!("c{i}")).collect();
+    let exprs: Vec<String> = plan
+        .columns
+        .iter()
+        .zip(wires)
+        .enumerate()
+        .map(|(i, (c, w))| match w {
+            // type_name comes from format_type(): valid SQL for the column's type.
+            Wire::Text => format!("CAST(u.c{i} AS {})", c.type_name),
+            _ => format!("u.c{i}"),
+        })
+        .collect();
+    let keys: Vec<String> = plan.key.columns.iter().map(|k| quote_ident(k)).collect();
+    let updates: Vec<String> = plan
+        .columns
+        .iter()
+        .filter(|c| !c.key)
+        .map(|c| {
+            let q = quote_ident(&c.name);
+            format!("{q} = EXCLUDED.{q}")
+        })
+        .collect();
+    let conflict = match mode {
+        WriteMode::Upsert if !updates.is_empty() => format!(
+            "ON CONFLICT ({}) DO UPDATE SET {}",
+            keys.join(", "),
+            updates.join(", ")
+        ),
+        _ => format!("ON CONFLICT ({}) DO NOTHING", keys.join(", ")),
+    };
+    let params: Vec<String> = wires
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!("${}::{}[]", i + 1, w.sql()))
+        .collect();
+    let stage_columns: Vec<String> = wires
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!("c{i} {}", w.sql()))
+        .collect();
+    WriteSql {
+        insert: format!(
+            "INSERT INTO {table} ({}) SELECT {} FROM unnest({}) AS u({}) {conflict}",
+            names.join(", "),
+            exprs.join(", "),
+            params.join(", "),
+            aliases.join(", ")
+        ),
+        create_stage: format!(
+            "DROP TABLE IF EXISTS {STAGE}; CREATE TEMP TABLE jetsink_stage ({}) ON COMMIT DELETE ROWS",
+            stage_columns.join(", ")
+        ),
+        copy: format!(
+            "COPY {STAGE} ({}) FROM STDIN (FORMAT binary)",
+            aliases.join(", ")
+        ),
+        insert_from_stage: format!(
+            "INSERT INTO {table} ({}) SELECT {} FROM {STAGE} AS u {conflict}",
+            names.join(", "),
+            exprs.join(", ")
+        ),
+    }
+}
+
+/// Whether the plan writes the payload as the jetsink layout's `payload` column, and with
+/// which type: used to check `payload_type` against an existing table.
+pub(crate) fn payload_family(plan: &TablePlan) -> Option<Family> {
+    plan.columns
+        .iter()
+        .find(|c| {
+            c.name == "payload"
+                && c.source == Source::Field(crate::sinks::util::columns::Field::Payload)
+        })
+        .map(|c| c.family)
+}

@@ -1,0 +1,549 @@
+//! The PostgreSQL [`Sink`]: one connection, the table check at open, and one transaction per
+//! batch.
+//!
+//! A sink is driven by one task, one call at a time, so it holds one connection rather than
+//! a pool; after any failure that is not about a message's content the connection is
+//! dropped and the next call reconnects and checks the table again. Opening creates the
+//! default table only the first time: a table that disappears later (renamed, dropped) is
+//! an outage that holds the batch until it is back, not a reason to start an empty one.
+//!
+//! A batch is written as one statement in autocommit — `INSERT ... SELECT FROM unnest(...)`
+//! with one array parameter per column, a single round trip — or, from `copy_threshold`
+//! rows, as binary `COPY` into a session temporary table and one `INSERT ... SELECT` in an
+//! explicit transaction. Either way it commits as a whole or not at all. When the database
+//! refuses the batch for content, it cannot say which row, so the error carries no index and
+//! the runner bisects the batch; content jetsink can check itself (JSON, UTF-8) is refused
+//! with the exact index before anything is sent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use tokio::task::JoinHandle;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::config::SslMode;
+use tokio_postgres::{Client, NoTls, Statement};
+
+use super::classify::classify;
+use super::encode::{documents, encode, Refused};
+use super::schema::{self, Wire};
+use crate::config::destination::{
+    DatabaseTlsConfig, PostgresConfig, PostgresPayloadType, WriteMode,
+};
+use crate::envelope::Envelope;
+use crate::sinks::util::columns::{plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey};
+use crate::sinks::util::database::{read_password, with_context, Phase};
+use crate::sinks::{Sink, SinkError};
+
+/// Writes envelopes as rows of one PostgreSQL table, a transaction per batch, idempotent on
+/// a unique key (the jetsink layout's `idempotency_key`).
+pub struct PostgresSink {
+    config: PostgresConfig,
+    /// The parsed mapping, or why it does not parse (reported at open).
+    mapping: Result<Mapping, String>,
+    table_sql: String,
+    conn: Option<Conn>,
+    /// Whether an open has ever succeeded: from then on nothing is created and schema
+    /// errors are outages, not configuration errors.
+    opened_once: bool,
+}
+
+/// A live connection and what was prepared on it.
+struct Conn {
+    client: Client,
+    driver: JoinHandle<()>,
+    plan: TablePlan,
+    wires: Vec<Wire>,
+    insert: Statement,
+    /// `COPY` and the `INSERT ... SELECT` from the staging table; `None` when `COPY` is
+    /// disabled or the role may not create temporary tables.
+    copy: Option<(Statement, Statement)>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+impl PostgresSink {
+    /// A sink for `config`. Does no I/O; [`Sink::open`] connects.
+    pub fn new(config: PostgresConfig) -> PostgresSink {
+        let mapping = match &config.columns {
+            None => Ok(Mapping::default_layout()),
+            Some(columns) => Mapping::parse(columns).map_err(|errors| {
+                errors
+                    .into_iter()
+                    .map(|(c, e)| format!("columns.{c}: {e}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
+        };
+        PostgresSink {
+            table_sql: schema::qualified(config.schema.as_deref(), &config.table),
+            config,
+            mapping,
+            conn: None,
+            opened_once: false,
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        if self.opened_once {
+            Phase::Write
+        } else {
+            Phase::Open
+        }
+    }
+
+    fn where_(&self) -> String {
+        self.config.target()
+    }
+
+    /// Connects, checks (and the first time creates) the table, and prepares statements.
+    async fn connect(&mut self) -> Result<(), SinkError> {
+        self.conn = None;
+        let phase = self.phase();
+        let mapping = self
+            .mapping
+            .clone()
+            .map_err(|message| SinkError::Misconfigured { message })?;
+        let limit = Duration::from_millis(self.config.connect_timeout_ms)
+            + Duration::from_millis(self.config.statement_timeout_ms);
+        let conn = tokio::time::timeout(limit, self.connect_inner(&mapping, phase))
+            .await
+            .unwrap_or_else(|_| {
+                Err(SinkError::transient(format!(
+                    "postgres: connecting and checking the table took longer than {} ms",
+                    limit.as_millis()
+                )))
+            })
+            .map_err(|e| with_context(e, &self.where_()))?;
+        self.conn = Some(conn);
+        if !self.opened_once {
+            tracing::info!(destination = %self.where_(), mode = self.config.mode.as_str(), "postgres destination open");
+        }
+        self.opened_once = true;
+        Ok(())
+    }
+
+    async fn connect_inner(&self, mapping: &Mapping, phase: Phase) -> Result<Conn, SinkError> {
+        let c = &self.config;
+        let mut pg = match &c.url {
+            Some(url) => {
+                url.parse::<tokio_postgres::Config>()
+                    .map_err(|e| SinkError::Misconfigured {
+                        message: format!("url is not a PostgreSQL connection URL: {e}"),
+                    })?
+            }
+            None => {
+                let mut pg = tokio_postgres::Config::new();
+                pg.host(c.host.as_deref().unwrap_or("127.0.0.1"))
+                    .port(c.port.unwrap_or(5432))
+                    .user(c.user.as_deref().unwrap_or("postgres"))
+                    .dbname(c.database.as_deref().unwrap_or("postgres"));
+                pg
+            }
+        };
+        if let Some(pw) = read_password(c.password_env.as_deref(), c.password_file.as_deref())? {
+            pg.password(pw);
+        }
+        pg.application_name("jetsink")
+            .connect_timeout(Duration::from_millis(c.connect_timeout_ms));
+        let (client, driver) = if c.tls.enabled {
+            pg.ssl_mode(SslMode::Require);
+            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(&c.tls)?);
+            let (client, connection) = pg
+                .connect(tls)
+                .await
+                .map_err(|e| classify(&e, phase, None))?;
+            (client, tokio::spawn(drive(connection)))
+        } else {
+            pg.ssl_mode(SslMode::Disable);
+            let (client, connection) = pg
+                .connect(NoTls)
+                .await
+                .map_err(|e| classify(&e, phase, None))?;
+            (client, tokio::spawn(drive(connection)))
+        };
+        let db = |e: tokio_postgres::Error| classify(&e, phase, None);
+        // Values are integers from the config, not data.
+        client
+            .batch_execute(&format!(
+                "SET statement_timeout = {}; SET TimeZone = 'UTC'",
+                c.statement_timeout_ms
+            ))
+            .await
+            .map_err(db)?;
+        if phase == Phase::Open {
+            let row = client
+                .query_one("SELECT current_setting('synchronous_commit')", &[])
+                .await
+                .map_err(db)?;
+            let sync: String = row.get(0);
+            if sync == "off" {
+                tracing::warn!(destination = %self.where_(), "synchronous_commit is off for this role: a server crash can lose commits jetsink has already ACKed");
+            }
+        }
+
+        let oid = self.resolve(&client, mapping, phase).await?;
+        let (columns, bases) = read_columns(&client, oid).await.map_err(db)?;
+        let keys = read_keys(&client, oid).await.map_err(db)?;
+        let plan = plan_table(mapping, &columns, &keys, false).map_err(|problem| {
+            SinkError::Misconfigured {
+                message: format!("table {} cannot be used: {problem}", self.table_sql),
+            }
+        })?;
+        self.check_payload_type(&plan)?;
+        let wires: Vec<Wire> = plan
+            .columns
+            .iter()
+            .map(|p| {
+                let base = columns
+                    .iter()
+                    .zip(&bases)
+                    .find(|(t, _)| t.name == p.name)
+                    .map(|(_, b)| b.as_str())
+                    .unwrap_or("");
+                schema::wire(p, base)
+            })
+            .collect();
+        let sql = schema::write_sql(&self.table_sql, &plan, &wires, c.mode);
+        let insert = client.prepare(&sql.insert).await.map_err(db)?;
+        // A write of no rows checks what preparing does not: the INSERT (and, for upsert,
+        // UPDATE) privileges on the table.
+        dry_run(&client, &insert, &wires).await.map_err(db)?;
+        let copy = if c.copy_threshold == 0 {
+            None
+        } else {
+            match client.batch_execute(&sql.create_stage).await {
+                Ok(()) => {
+                    let copy = client.prepare(&sql.copy).await.map_err(db)?;
+                    let from_stage = client.prepare(&sql.insert_from_stage).await.map_err(db)?;
+                    Some((copy, from_stage))
+                }
+                Err(e) if e.code().map(|s| s.code()) == Some("42501") => {
+                    tracing::warn!(destination = %self.where_(), "the role may not create temporary tables; large batches use the multi-row INSERT instead of COPY");
+                    None
+                }
+                Err(e) => return Err(db(e)),
+            }
+        };
+        Ok(Conn {
+            client,
+            driver,
+            plan,
+            wires,
+            insert,
+            copy,
+        })
+    }
+
+    /// Finds the table's oid, creating the default table the first time when allowed.
+    async fn resolve(
+        &self,
+        client: &Client,
+        mapping: &Mapping,
+        phase: Phase,
+    ) -> Result<u32, SinkError> {
+        let db = |e: tokio_postgres::Error| classify(&e, phase, None);
+        let lookup = || async {
+            client
+                .query_one(schema::RESOLVE_SQL, &[&self.table_sql])
+                .await
+                .map(|r| r.get::<_, Option<u32>>(0))
+        };
+        if let Some(oid) = lookup().await.map_err(db)? {
+            return Ok(oid);
+        }
+        let default_layout = self.config.columns.is_none() && *mapping == Mapping::default_layout();
+        if phase == Phase::Write {
+            return Err(SinkError::transient(format!(
+                "table {} disappeared after it was opened; restore it (jetsink does not \
+                 re-create it, so rows are not split across two tables)",
+                self.table_sql
+            )));
+        }
+        if !(default_layout && self.config.auto_create) {
+            return Err(SinkError::Misconfigured {
+                message: format!(
+                    "table {} does not exist{}",
+                    self.table_sql,
+                    if default_layout {
+                        " and auto_create is false"
+                    } else {
+                        "; with `columns` the table must be created beforehand"
+                    }
+                ),
+            });
+        }
+        let payload = self.config.payload_type.unwrap_or_default();
+        client
+            .batch_execute(&schema::create_table_sql(&self.table_sql, payload))
+            .await
+            .map_err(db)?;
+        tracing::info!(table = %self.table_sql, "created postgres table");
+        lookup().await.map_err(db)?.ok_or_else(|| {
+            SinkError::transient(format!(
+                "table {} vanished right after creation",
+                self.table_sql
+            ))
+        })
+    }
+
+    fn check_payload_type(&self, plan: &TablePlan) -> Result<(), SinkError> {
+        let (Some(wanted), Some(family)) = (self.config.payload_type, schema::payload_family(plan))
+        else {
+            return Ok(());
+        };
+        let fits = match wanted {
+            PostgresPayloadType::Bytea => family == Family::Bytes,
+            PostgresPayloadType::Jsonb => family == Family::Json,
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(SinkError::Misconfigured {
+                message: format!(
+                    "table {}: payload_type is {:?} but the payload column's type differs",
+                    self.table_sql, wanted
+                )
+                .to_lowercase(),
+            })
+        }
+    }
+
+    async fn write(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if self.conn.is_none() {
+            self.connect().await?;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(SinkError::transient("postgres connection is not open"));
+        };
+        let limit =
+            Duration::from_millis(self.config.statement_timeout_ms) + Duration::from_secs(5);
+        let result = tokio::time::timeout(
+            limit,
+            write_batch(conn, batch, self.config.mode, self.config.copy_threshold),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(SinkError::transient(format!(
+                "postgres: the batch was not committed within {} ms",
+                limit.as_millis()
+            )))
+        });
+        if let Err(e) = &result {
+            let closed = self.conn.as_ref().is_none_or(|c| c.client.is_closed());
+            if closed || !matches!(e, SinkError::Permanent { .. }) {
+                self.conn = None;
+            }
+        }
+        result.map_err(|e| with_context(e, &self.where_()))
+    }
+
+    async fn check(&mut self) -> Result<(), SinkError> {
+        let Some(conn) = self.conn.as_ref() else {
+            return self.connect().await;
+        };
+        let limit = Duration::from_millis(self.config.connect_timeout_ms);
+        let result = match tokio::time::timeout(limit, conn.client.simple_query("SELECT 1")).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(classify(&e, Phase::Write, None)),
+            Err(_) => Err(SinkError::transient("postgres: health check timed out")),
+        };
+        if result.is_err() {
+            self.conn = None;
+        }
+        result.map_err(|e| with_context(e, &self.where_()))
+    }
+}
+
+async fn drive<S, T>(connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    if let Err(e) = connection.await {
+        tracing::debug!(error = %e, "postgres connection ended");
+    }
+}
+
+/// Runs the insert with empty arrays: no row is written, but the executor checks the
+/// table privileges the real writes need.
+async fn dry_run(
+    client: &Client,
+    insert: &Statement,
+    wires: &[Wire],
+) -> Result<u64, tokio_postgres::Error> {
+    let columns: Vec<super::encode::ColumnData<'_>> = wires
+        .iter()
+        .map(|w| super::encode::ColumnData::empty(*w))
+        .collect();
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        columns.iter().map(|c| c.as_param()).collect();
+    client.execute(insert, &params).await
+}
+
+/// Writes and commits one batch on `conn`.
+async fn write_batch(
+    conn: &mut Conn,
+    batch: &[Envelope],
+    mode: WriteMode,
+    copy_threshold: u32,
+) -> Result<(), SinkError> {
+    let written_at = OffsetDateTime::now_utc();
+    let refused = |r: Refused| SinkError::Permanent {
+        index: Some(r.index),
+        message: format!(
+            "postgres cannot store the message at batch index {}: {}",
+            r.index, r.message
+        ),
+    };
+    let docs = documents(batch, &conn.plan).map_err(refused)?;
+    let encoded = encode(
+        batch,
+        &docs,
+        &conn.plan,
+        &conn.wires,
+        written_at,
+        mode == WriteMode::Upsert,
+    )
+    .map_err(refused)?;
+    // A statement that wrote one message can name it.
+    let single = (batch.len() == 1).then_some(0);
+    let db = |e: tokio_postgres::Error| classify(&e, Phase::Write, single);
+    let use_copy = copy_threshold > 0 && encoded.rows >= copy_threshold as usize;
+    match (&conn.copy, use_copy) {
+        (Some((copy, from_stage)), true) => {
+            let tx = conn.client.transaction().await.map_err(db)?;
+            let sink = tx.copy_in(copy).await.map_err(db)?;
+            let types: Vec<_> = conn.wires.iter().map(|w| w.pg_type()).collect();
+            let writer = BinaryCopyInWriter::new(sink, &types);
+            futures::pin_mut!(writer);
+            let mut row: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                Vec::with_capacity(encoded.columns.len());
+            for r in 0..encoded.rows {
+                row.clear();
+                row.extend(encoded.columns.iter().map(|c| c.row(r)));
+                writer.as_mut().write(&row).await.map_err(db)?;
+            }
+            writer.as_mut().finish().await.map_err(db)?;
+            tx.execute(from_stage, &[]).await.map_err(db)?;
+            tx.commit().await.map_err(db)?;
+        }
+        _ => {
+            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                encoded.columns.iter().map(|c| c.as_param()).collect();
+            // One statement in autocommit: it commits as a whole before it returns.
+            conn.client
+                .execute(&conn.insert, &params)
+                .await
+                .map_err(db)?;
+        }
+    }
+    Ok(())
+}
+
+async fn read_columns(
+    client: &Client,
+    oid: u32,
+) -> Result<(Vec<TableColumn>, Vec<String>), tokio_postgres::Error> {
+    let rows = client.query(schema::COLUMNS_SQL, &[&oid]).await?;
+    let mut columns = Vec::with_capacity(rows.len());
+    let mut bases = Vec::with_capacity(rows.len());
+    for r in rows {
+        let base: String = r.get(2);
+        let typtype: String = r.get(3);
+        columns.push(TableColumn {
+            name: r.get(0),
+            type_name: r.get(1),
+            family: schema::family(&base, &typtype),
+            not_null: r.get(4),
+            has_default: r.get(5),
+            generated: r.get(6),
+        });
+        bases.push(base);
+    }
+    Ok((columns, bases))
+}
+
+async fn read_keys(client: &Client, oid: u32) -> Result<Vec<UniqueKey>, tokio_postgres::Error> {
+    let rows = client.query(schema::KEYS_SQL, &[&oid]).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| UniqueKey {
+            name: r.get(0),
+            primary: r.get(1),
+            columns: r.get(2),
+        })
+        .collect())
+}
+
+/// The rustls client configuration: the CA file's certificates, or the system's roots.
+fn tls_config(tls: &DatabaseTlsConfig) -> Result<rustls::ClientConfig, SinkError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let bad = |message: String| SinkError::Misconfigured { message };
+    let mut roots = rustls::RootCertStore::empty();
+    match &tls.ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| bad(format!("tls.ca_file: cannot read {path}: {e}")))?;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| bad(format!("tls.ca_file {path}: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| bad(format!("tls.ca_file {path}: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(bad(format!("tls.ca_file {path} holds no PEM certificate")));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            for cert in found.certs {
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                return Err(bad(
+                    "tls: no system root certificates found; set tls.ca_file".to_string(),
+                ));
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(format!("tls: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+#[async_trait]
+impl Sink for PostgresSink {
+    async fn open(&mut self) -> Result<(), SinkError> {
+        self.connect().await
+    }
+
+    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        self.write(batch).await
+    }
+
+    async fn health(&mut self) -> Result<(), SinkError> {
+        self.check().await
+    }
+}
+
+impl std::fmt::Debug for PostgresSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresSink")
+            .field("target", &self.config.target())
+            .field("open", &self.conn.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,427 @@
+//! Unit tests of the PostgreSQL destination's pure parts: the SQLSTATE table, type classes,
+//! wire choice, generated SQL and quoting, and batch encoding. The sink against a real
+//! server is tested in `tests/postgres.rs`.
+
+use bytes::Bytes;
+use time::OffsetDateTime;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::classify::{class_of, Class};
+use super::encode::{documents, encode, JsonText};
+use super::schema::{self, family, quote_ident, wire, write_sql, Wire};
+use crate::config::destination::{PostgresPayloadType, WriteMode};
+use crate::config::IdempotencyKey;
+use crate::envelope::{normalize, Delivery, Envelope};
+use crate::sinks::util::columns::{
+    plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey, DEFAULT_LAYOUT,
+};
+
+#[test]
+fn sqlstate_classes() {
+    let table = [
+        ("08000", Class::Transient),
+        ("08006", Class::Transient),
+        ("08P01", Class::Transient),
+        ("40001", Class::Transient),
+        ("40P01", Class::Transient),
+        ("40003", Class::Transient),
+        ("40002", Class::Permanent),
+        ("57P01", Class::Transient),
+        ("57P02", Class::Transient),
+        ("57P03", Class::Transient),
+        ("57014", Class::Transient),
+        ("53100", Class::Transient),
+        ("53300", Class::Transient),
+        ("55P03", Class::Transient),
+        ("58030", Class::Transient),
+        ("XX000", Class::Transient),
+        ("25P02", Class::Transient),
+        ("22001", Class::Permanent),
+        ("22003", Class::Permanent),
+        ("22P02", Class::Permanent),
+        ("22021", Class::Permanent),
+        ("22P05", Class::Permanent),
+        ("23502", Class::Permanent),
+        ("23503", Class::Permanent),
+        ("23505", Class::Permanent),
+        ("23514", Class::Permanent),
+        ("23P01", Class::Permanent),
+        ("21000", Class::Permanent),
+        ("44000", Class::Permanent),
+        ("P0001", Class::Permanent),
+        ("42P01", Class::Schema),
+        ("42703", Class::Schema),
+        ("42501", Class::Schema),
+        ("42P10", Class::Schema),
+        ("42804", Class::Schema),
+        ("3D000", Class::Schema),
+        ("3F000", Class::Schema),
+        ("28P01", Class::Schema),
+        ("28000", Class::Schema),
+        ("0A000", Class::Schema),
+        ("", Class::Transient),
+        ("ZZZZZ", Class::Transient),
+    ];
+    for (code, class) in table {
+        assert_eq!(class_of(code), class, "SQLSTATE {code}");
+    }
+}
+
+#[test]
+fn catalog_types_fall_into_families() {
+    let table = [
+        ("int4", "b", Family::Integer),
+        ("int8", "b", Family::Integer),
+        ("numeric", "b", Family::Decimal),
+        ("float8", "b", Family::Decimal),
+        ("varchar", "b", Family::Text),
+        ("bpchar", "b", Family::Text),
+        ("bool", "b", Family::Boolean),
+        ("timestamp", "b", Family::Timestamp),
+        ("timestamptz", "b", Family::Timestamp),
+        ("date", "b", Family::Date),
+        ("jsonb", "b", Family::Json),
+        ("json", "b", Family::Json),
+        ("uuid", "b", Family::Uuid),
+        ("bytea", "b", Family::Bytes),
+        ("mood", "e", Family::Enum),
+        ("_int4", "b", Family::Other),
+        ("interval", "b", Family::Other),
+        ("point", "b", Family::Other),
+    ];
+    for (name, kind, fam) in table {
+        assert_eq!(family(name, kind), fam, "{name}");
+    }
+}
+
+#[test]
+fn identifiers_are_quoted_with_inner_quotes_doubled() {
+    assert_eq!(quote_ident("events"), "\"events\"");
+    assert_eq!(quote_ident("we\"ird; DROP"), "\"we\"\"ird; DROP\"");
+    assert_eq!(schema::qualified(Some("audit"), "Ev"), "\"audit\".\"Ev\"");
+    assert_eq!(schema::qualified(None, "ev"), "\"ev\"");
+}
+
+fn col(name: &str, type_name: &str, base: &str) -> TableColumn {
+    TableColumn {
+        name: name.into(),
+        family: family(base, "b"),
+        type_name: type_name.into(),
+        not_null: false,
+        has_default: false,
+        generated: false,
+    }
+}
+
+fn layout_columns(payload: &str) -> Vec<(TableColumn, String)> {
+    let base = |c: &str| match c {
+        "stream_sequence" | "consumer_sequence" | "delivered" => ("bigint", "int8"),
+        "published_at" | "written_at" => ("timestamp with time zone", "timestamptz"),
+        "headers" | "labels" => ("jsonb", "jsonb"),
+        "payload" => (payload, payload),
+        _ => ("text", "text"),
+    };
+    DEFAULT_LAYOUT
+        .iter()
+        .map(|(c, _)| {
+            let (t, b) = base(c);
+            (col(c, t, b), b.to_string())
+        })
+        .collect()
+}
+
+fn layout_plan(payload: &str) -> (TablePlan, Vec<Wire>) {
+    let cols = layout_columns(payload);
+    let table: Vec<TableColumn> = cols.iter().map(|(c, _)| c.clone()).collect();
+    let keys = [UniqueKey {
+        name: "events_pkey".into(),
+        primary: true,
+        columns: vec!["idempotency_key".into()],
+    }];
+    let plan = plan_table(&Mapping::default_layout(), &table, &keys, false).unwrap();
+    let wires = plan
+        .columns
+        .iter()
+        .map(|p| {
+            let base = &cols.iter().find(|(c, _)| c.name == p.name).unwrap().1;
+            wire(p, base)
+        })
+        .collect();
+    (plan, wires)
+}
+
+#[test]
+fn the_layout_travels_natively_and_text_is_cast() {
+    let (_, wires) = layout_plan("bytea");
+    use Wire::*;
+    assert_eq!(
+        wires,
+        [
+            Text,
+            Text,
+            Int8,
+            Int8,
+            Text,
+            Int8,
+            Timestamptz,
+            Timestamptz,
+            Text,
+            Jsonb,
+            Text,
+            Text,
+            Text,
+            Jsonb,
+            Bytea
+        ]
+    );
+    let (_, wires) = layout_plan("jsonb");
+    assert_eq!(wires[14], Jsonb);
+}
+
+#[test]
+fn write_sql_binds_every_value_and_quotes_every_name() {
+    let (plan, wires) = layout_plan("bytea");
+    let sql = write_sql(
+        "\"public\".\"events\"",
+        &plan,
+        &wires,
+        WriteMode::InsertIgnore,
+    );
+    assert!(sql.insert.starts_with(
+        "INSERT INTO \"public\".\"events\" (\"idempotency_key\", \"stream\", \"stream_sequence\""
+    ));
+    assert!(sql.insert.contains(
+        "FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::int8[], \
+         $7::timestamptz[], $8::timestamptz[], $9::text[], $10::jsonb[], $11::text[], \
+         $12::text[], $13::text[], $14::jsonb[], $15::bytea[]) AS u(c0, c1, c2"
+    ));
+    assert!(sql
+        .insert
+        .contains("SELECT CAST(u.c0 AS text), CAST(u.c1 AS text), u.c2, u.c3"));
+    assert!(sql
+        .insert
+        .ends_with("ON CONFLICT (\"idempotency_key\") DO NOTHING"));
+    assert_eq!(
+        sql.copy,
+        "COPY pg_temp.jetsink_stage (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14) FROM STDIN (FORMAT binary)"
+    );
+    assert!(sql.create_stage.contains(
+        "CREATE TEMP TABLE jetsink_stage (c0 text, c1 text, c2 int8, c3 int8, c4 text, c5 int8, \
+         c6 timestamptz, c7 timestamptz, c8 text, c9 jsonb, c10 text, c11 text, c12 text, \
+         c13 jsonb, c14 bytea) ON COMMIT DELETE ROWS"
+    ));
+    assert!(sql
+        .insert_from_stage
+        .contains("FROM pg_temp.jetsink_stage AS u ON CONFLICT"));
+    let up = write_sql("\"events\"", &plan, &wires, WriteMode::Upsert);
+    assert!(up.insert.contains(
+        "ON CONFLICT (\"idempotency_key\") DO UPDATE SET \"stream\" = EXCLUDED.\"stream\", "
+    ));
+    assert!(!up.insert.contains("\"idempotency_key\" = EXCLUDED"));
+    assert!(up.insert.ends_with("\"payload\" = EXCLUDED.\"payload\""));
+}
+
+#[test]
+fn mapped_columns_with_odd_names_are_quoted_and_cast_to_their_type() {
+    let columns = [
+        ("Order Id".to_string(), "/id".to_string()),
+        ("amt\"x".to_string(), "/amount".to_string()),
+    ]
+    .into_iter()
+    .collect();
+    let mapping = Mapping::parse(&columns).unwrap();
+    let table = vec![
+        col("Order Id", "bigint", "int8"),
+        col("amt\"x", "numeric", "numeric"),
+    ];
+    let keys = [UniqueKey {
+        name: "k".into(),
+        primary: true,
+        columns: vec!["Order Id".into()],
+    }];
+    let plan = plan_table(&mapping, &table, &keys, false).unwrap();
+    let wires: Vec<Wire> = plan.columns.iter().map(|p| wire(p, "")).collect();
+    assert_eq!(wires, [Wire::Text, Wire::Text]);
+    let sql = write_sql("\"t\"", &plan, &wires, WriteMode::Upsert);
+    assert_eq!(
+        sql.insert,
+        "INSERT INTO \"t\" (\"Order Id\", \"amt\"\"x\") SELECT CAST(u.c0 AS bigint), \
+         CAST(u.c1 AS numeric) FROM unnest($1::text[], $2::text[]) AS u(c0, c1) \
+         ON CONFLICT (\"Order Id\") DO UPDATE SET \"amt\"\"x\" = EXCLUDED.\"amt\"\"x\""
+    );
+}
+
+#[test]
+fn default_ddl_matches_the_layout() {
+    let ddl = schema::create_table_sql("\"events\"", PostgresPayloadType::Jsonb);
+    for (c, _) in DEFAULT_LAYOUT {
+        assert!(ddl.contains(&format!("    {c} ")), "{c} missing from {ddl}");
+    }
+    assert!(ddl.contains("idempotency_key text PRIMARY KEY"));
+    assert!(ddl.contains("payload jsonb NOT NULL"));
+    assert!(
+        schema::create_table_sql("\"e\"", PostgresPayloadType::Bytea)
+            .contains("payload bytea NOT NULL")
+    );
+}
+
+fn envelope(seq: u64, payload: &'static [u8]) -> Envelope {
+    normalize(
+        "s",
+        Delivery {
+            stream: "S",
+            consumer: "c",
+            stream_sequence: seq,
+            consumer_sequence: seq,
+            delivered: 1,
+            published: OffsetDateTime::UNIX_EPOCH,
+        },
+        [],
+        Bytes::from_static(payload),
+        IdempotencyKey::StreamSequence,
+    )
+}
+
+#[test]
+fn encoding_refuses_content_postgres_cannot_take_by_index() {
+    let (plan, wires) = layout_plan("jsonb");
+    let batch = vec![envelope(1, b"{}"), envelope(2, b"[1,"), envelope(3, b"{}")];
+    let docs = documents(&batch, &plan).unwrap();
+    let err = encode(
+        &batch,
+        &docs,
+        &plan,
+        &wires,
+        OffsetDateTime::UNIX_EPOCH,
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(err.index, 1);
+    assert!(
+        err.message.contains("payload is not JSON"),
+        "{}",
+        err.message
+    );
+
+    let (plan, wires) = layout_plan("bytea");
+    let mut nul = envelope(5, b"ok");
+    nul.subject = "a\0b".into();
+    let batch = vec![envelope(4, b"\xff"), nul];
+    let err = encode(
+        &batch,
+        &[None, None],
+        &plan,
+        &wires,
+        OffsetDateTime::UNIX_EPOCH,
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(err.index, 1);
+    assert!(err.message.contains("NUL"), "{}", err.message);
+
+    let batch = vec![envelope(u64::MAX, b"x")];
+    let err = encode(
+        &batch,
+        &[None],
+        &plan,
+        &wires,
+        OffsetDateTime::UNIX_EPOCH,
+        false,
+    )
+    .unwrap_err();
+    assert!(err.message.contains("bigint"), "{}", err.message);
+}
+
+#[test]
+fn pointer_mappings_need_json_payloads_and_name_the_index() {
+    let columns = [("id".to_string(), "/id".to_string())]
+        .into_iter()
+        .collect();
+    let mapping = Mapping::parse(&columns).unwrap();
+    let keys = [UniqueKey {
+        name: "k".into(),
+        primary: true,
+        columns: vec!["id".into()],
+    }];
+    let plan = plan_table(&mapping, &[col("id", "bigint", "int8")], &keys, false).unwrap();
+    let batch = vec![envelope(1, br#"{"id":1}"#), envelope(2, b"nope")];
+    let err = documents(&batch, &plan).unwrap_err();
+    assert_eq!(err.index, 1);
+    assert!(!err.message.contains("nope"));
+}
+
+#[test]
+fn upsert_encoding_keeps_the_last_of_a_repeated_key() {
+    let (plan, wires) = layout_plan("bytea");
+    let mut batch = vec![envelope(1, b"a"), envelope(2, b"b"), envelope(3, b"c")];
+    batch[0].idempotency_key = "k".into();
+    batch[2].idempotency_key = "k".into();
+    let docs = vec![None, None, None];
+    let enc = encode(
+        &batch,
+        &docs,
+        &plan,
+        &wires,
+        OffsetDateTime::UNIX_EPOCH,
+        true,
+    )
+    .unwrap();
+    assert_eq!(enc.rows, 2);
+    let enc = encode(
+        &batch,
+        &docs,
+        &plan,
+        &wires,
+        OffsetDateTime::UNIX_EPOCH,
+        false,
+    )
+    .unwrap();
+    assert_eq!(enc.rows, 3);
+}
+
+#[test]
+fn json_text_is_sent_as_binary_jsonb_or_plain_json() {
+    let v = JsonText(std::borrow::Cow::Borrowed(b"{\"a\":1}"));
+    let mut out = bytes::BytesMut::new();
+    v.to_sql(&Type::JSONB, &mut out).unwrap();
+    assert_eq!(&out[..], b"\x01{\"a\":1}");
+    let mut out = bytes::BytesMut::new();
+    v.to_sql(&Type::JSON, &mut out).unwrap();
+    assert_eq!(&out[..], b"{\"a\":1}");
+    assert!(!<JsonText<'_> as ToSql>::accepts(&Type::TEXT));
+}
+
+#[test]
+fn config_problems_and_target_never_show_a_password() {
+    use crate::config::destination::{MysqlConfig, PostgresConfig};
+    let pg: PostgresConfig = serde_json::from_value(serde_json::json!({
+        "url": "postgres://u:hunter2@db:6543/shop", "table": "t"
+    }))
+    .unwrap();
+    let problems = pg.problems();
+    assert!(problems
+        .iter()
+        .any(|(k, m)| k == "url" && m.contains("must not contain a password")));
+    assert!(problems.iter().all(|(_, m)| !m.contains("hunter2")));
+    assert_eq!(pg.target(), "postgres://db:6543/shop table (search_path).t");
+    let ok: PostgresConfig = serde_json::from_value(serde_json::json!({
+        "url": "postgres://u@db/shop", "password_env": "PW"
+    }))
+    .unwrap();
+    assert_eq!(ok.problems(), Vec::<(String, String)>::new());
+    assert_eq!(ok.copy_threshold, 64);
+    assert_eq!(ok.mode, WriteMode::InsertIgnore);
+    assert!(ok.auto_create);
+
+    let my: MysqlConfig = serde_json::from_value(serde_json::json!({
+        "url": "mysql://u:hunter2@db:3307/shop"
+    }))
+    .unwrap();
+    assert!(my
+        .problems()
+        .iter()
+        .any(|(k, m)| k == "url" && m.contains("password")));
+    assert_eq!(my.target(), "mysql://db:3307/shop table jetsink_events");
+    let none: MysqlConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+    assert!(none.problems().iter().any(|(k, _)| k == "database"));
+}
