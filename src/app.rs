@@ -11,10 +11,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::Config;
+use crate::dlq::{advisory, DeadLetters, Reason};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::nats::{bind, connect};
-use crate::pipeline::{Observers, Runner, Stages};
+use crate::pipeline::{Binding, Observers, Runner, Stages};
 use crate::server::{self, ServerState};
 use crate::sinks::{self, SinkError};
 
@@ -76,6 +77,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     };
 
     let mut runners = Vec::new();
+    let mut advisories = Vec::new();
     // Sinks that create their stream bind first, so another sink may read that stream
     // without repeating `create_stream`.
     let mut order: Vec<&crate::config::SinkSpec> = config.sinks.iter().collect();
@@ -115,14 +117,39 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                     .join("; ")
             ))
         })?;
+        let dead_letters = match &spec.dead_letter {
+            Some(cfg) if cfg.enabled => {
+                let dl = DeadLetters::new(&spec.name, cfg.clone(), js.clone());
+                dl.ensure_stream().await.map_err(AppError::Unavailable)?;
+                Some(dl)
+            }
+            _ => None,
+        };
+        let sink_metrics = metrics.sink(&spec.name);
+        advisories.push(tokio::spawn(advisory::listen(
+            client.clone(),
+            bound.stream.clone(),
+            spec.source.consumer.clone(),
+            dead_letters.clone(),
+            advisory::Counters {
+                max_deliveries: sink_metrics.max_deliveries.clone(),
+                terminated: sink_metrics.terminated_advisories.clone(),
+                dlq_published: sink_metrics.dlq_published(Reason::MaxDeliveries),
+                dlq_failures: sink_metrics.dlq_failures.clone(),
+            },
+            shutdown.clone(),
+        )));
         runners.push(Runner::new(
             spec.clone(),
-            js.clone(),
-            bound.consumer,
+            Binding {
+                js: js.clone(),
+                consumer: bound.consumer,
+            },
             sink,
             stages,
+            dead_letters,
             Observers {
-                metrics: metrics.sink(&spec.name),
+                metrics: sink_metrics,
                 health: sink_health,
             },
             shutdown.clone(),
@@ -160,6 +187,9 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     }
     if let Some(h) = http {
         let _ = h.await;
+    }
+    for a in advisories {
+        let _ = a.await;
     }
     match failure {
         Some(e) => Err(e),

@@ -8,7 +8,9 @@
 //! - [`nats`]: connecting, binding stream and consumer, pulling bounded batches.
 //! - [`pipeline`]: retry policy and the per-sink runner, the only code that ACKs.
 //! - [`sinks`]: the `Sink` trait, its error classes, and one folder per destination.
+//! - [`dlq`]: dead-letter copies, the max-deliveries advisory listener, replay.
 //! - [`metrics`], [`health`], [`server`]: Prometheus metrics, liveness/readiness, HTTP.
+//! - [`metrics_show`]: `jetsink metrics show`, reading a running daemon's `/metrics`.
 //! - [`app`]: `jetsink run` wiring; [`publish`]: the test publisher; [`bench`]: the
 //!   benchmark against the bare-consumer ceiling.
 //! - [`logging`], [`exit`]: log setup and process exit codes.
@@ -17,12 +19,14 @@
 pub mod app;
 pub mod bench;
 pub mod config;
+pub mod dlq;
 pub mod envelope;
 pub mod exit;
 pub mod health;
 pub mod logging;
 pub mod metadata;
 pub mod metrics;
+pub mod metrics_show;
 pub mod nats;
 pub mod pipeline;
 pub mod publish;

@@ -62,6 +62,64 @@ enum Command {
     },
     /// Measure the pipeline against the bare-consumer ceiling on a fresh stream.
     Bench(BenchArgs),
+    /// Read a running daemon's metrics.
+    Metrics {
+        #[command(subcommand)]
+        command: MetricsCommand,
+    },
+    /// Work with a sink's dead-letter queue.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// Republish dead-lettered messages to their original subject, then remove them.
+    Replay {
+        /// The JSON config file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The sink whose dead letters to replay.
+        #[arg(long)]
+        sink: String,
+        /// Replay at most this many.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// List what would be replayed; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Only messages with this Jetsink-Error-Class (e.g. permanent).
+        #[arg(long)]
+        filter_error_class: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum MetricsCommand {
+    /// Print a running daemon's /metrics as `kind name value` rows.
+    Show {
+        /// The daemon's metrics endpoint (plain HTTP).
+        #[arg(long, default_value = jetsink::metrics_show::DEFAULT_URL)]
+        url: String,
+        /// Show only metrics whose name matches this glob (`*`, `?`), with or without the
+        /// `jetsink_` prefix, e.g. "priority_lane_*". Histogram buckets only when it
+        /// contains `_bucket`.
+        #[arg(long)]
+        metric: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ShowFormat::Table)]
+        format: ShowFormat,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ShowFormat {
+    /// Aligned kind, name, value columns.
+    Table,
+    /// A JSON array of {kind, name, labels, value}.
+    Json,
 }
 
 #[derive(clap::Args)]
@@ -144,6 +202,31 @@ async fn dispatch(command: Command) -> u8 {
     match command {
         Command::Run { config } => run(config).await,
         Command::Bench(args) => bench(args).await,
+        Command::Dlq {
+            command:
+                DlqCommand::Replay {
+                    config,
+                    sink,
+                    limit,
+                    dry_run,
+                    filter_error_class,
+                },
+        } => {
+            let opts = jetsink::dlq::replay::Options {
+                limit,
+                dry_run,
+                error_class: filter_error_class,
+            };
+            dlq_replay(config, sink, opts).await
+        }
+        Command::Metrics {
+            command:
+                MetricsCommand::Show {
+                    url,
+                    metric,
+                    format,
+                },
+        } => metrics_show(url, metric, format).await,
         Command::Validate { config } => match Config::load(&config) {
             Ok(cfg) => {
                 println!("{} is valid\n{}", config.display(), cfg.summary());
@@ -295,6 +378,91 @@ async fn bench(args: BenchArgs) -> u8 {
                 bench::BenchError::Nats(_) => exit::UNAVAILABLE,
                 _ => exit::FAILURE,
             }
+        }
+    }
+}
+
+async fn metrics_show(url: String, metric: Option<String>, format: ShowFormat) -> u8 {
+    use jetsink::metrics_show::{show, Format};
+    let format = match format {
+        ShowFormat::Table => Format::Table,
+        ShowFormat::Json => Format::Json,
+    };
+    let shown = tokio::task::spawn_blocking(move || show(&url, metric.as_deref(), format)).await;
+    match shown {
+        Ok(Ok(shown)) => {
+            print!("{}", shown.text);
+            if shown.rows == 0 {
+                eprintln!("no metric matches");
+            }
+            exit::OK
+        }
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::FAILURE
+        }
+    }
+}
+
+async fn dlq_replay(path: PathBuf, sink: String, opts: jetsink::dlq::replay::Options) -> u8 {
+    logging::init("warn", LogFormat::Text);
+    let cfg = match Config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::CONFIG;
+        }
+    };
+    let Some(spec) = cfg.sinks.iter().find(|s| s.name == sink) else {
+        eprintln!("error: {}: no sink named {sink:?}", path.display());
+        return exit::CONFIG;
+    };
+    let Some(dl) = spec.dead_letter.as_ref() else {
+        eprintln!(
+            "error: {}: sink {sink} has no dead_letter section",
+            path.display()
+        );
+        return exit::CONFIG;
+    };
+    let client = match jetsink::nats::connect(&cfg.nats, &jetsink::metrics::Metrics::new()).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let js = async_nats::jetstream::new(client.clone());
+    match jetsink::dlq::replay::run(&js, &sink, dl, &opts).await {
+        Ok(lines) => {
+            for l in &lines {
+                println!(
+                    "dlq seq {:<8} {:<10} -> {:<40} {}",
+                    l.dlq_sequence, l.error_class, l.original_subject, l.outcome
+                );
+            }
+            let done = lines
+                .iter()
+                .filter(|l| l.outcome == "replayed" || l.outcome == "would replay")
+                .count();
+            println!(
+                "{} {done} of {} dead letter(s) examined for sink {sink}",
+                if opts.dry_run {
+                    "would replay"
+                } else {
+                    "replayed"
+                },
+                lines.len()
+            );
+            let _ = client.flush().await;
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::UNAVAILABLE
         }
     }
 }

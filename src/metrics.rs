@@ -28,6 +28,12 @@ pub struct Metrics {
     lane_defaulted: IntCounterVec,
     lane_rejected: IntCounterVec,
     lanes_active: IntGaugeVec,
+    dlq_published: IntCounterVec,
+    dlq_failures: IntCounterVec,
+    terminated: IntCounterVec,
+    poison_isolated: IntCounterVec,
+    max_deliveries: IntCounterVec,
+    terminated_advisories: IntCounterVec,
     nats_connected: IntGauge,
 }
 
@@ -114,6 +120,42 @@ impl Metrics {
         );
 
         Metrics {
+            dlq_published: counter(
+                r,
+                "jetsink_dlq_published_total",
+                "Dead-letter copies stored, by reason: metadata, lane, destination, last_delivery, max_deliveries.",
+                &["sink", "reason"],
+            ),
+            dlq_failures: counter(
+                r,
+                "jetsink_dlq_publish_failures_total",
+                "Dead-letter publishes that failed; the original stays unacked and is redelivered.",
+                &["sink"],
+            ),
+            terminated: counter(
+                r,
+                "jetsink_messages_terminated_total",
+                "Originals TERMed after their dead-letter copy was stored (ack_term_after_publish).",
+                &["sink"],
+            ),
+            poison_isolated: counter(
+                r,
+                "jetsink_poison_isolated_total",
+                "Messages the destination refused permanently, isolated from their batch.",
+                &["sink"],
+            ),
+            max_deliveries: counter(
+                r,
+                "jetsink_max_deliveries_total",
+                "MAX_DELIVERIES advisories: the server stopped redelivering a message.",
+                &["sink"],
+            ),
+            terminated_advisories: counter(
+                r,
+                "jetsink_terminated_advisories_total",
+                "MSG_TERMINATED advisories for the sink's consumer.",
+                &["sink"],
+            ),
             lane_batches: counter(
                 r,
                 "jetsink_priority_lane_batches_total",
@@ -224,6 +266,13 @@ impl Metrics {
             lane_defaulted: self.lane_defaulted.with_label_values(&[name]),
             lane_rejected: self.lane_rejected.with_label_values(&[name]),
             lanes_active: self.lanes_active.with_label_values(&[name]),
+            dlq_published: self.dlq_published.clone(),
+            dlq_failures: self.dlq_failures.with_label_values(&[name]),
+            terminated: self.terminated.with_label_values(&[name]),
+            poison_isolated: self.poison_isolated.with_label_values(&[name]),
+            max_deliveries: self.max_deliveries.with_label_values(&[name]),
+            terminated_advisories: self.terminated_advisories.with_label_values(&[name]),
+            name: name.to_string(),
         }
     }
 
@@ -286,9 +335,27 @@ pub struct SinkMetrics {
     pub lane_rejected: IntCounter,
     /// Lanes present in the last scheduled batch.
     pub lanes_active: IntGauge,
+    dlq_published: IntCounterVec,
+    /// Failed dead-letter publishes.
+    pub dlq_failures: IntCounter,
+    /// Originals TERMed after dead-lettering.
+    pub terminated: IntCounter,
+    /// Messages isolated as poison.
+    pub poison_isolated: IntCounter,
+    /// MAX_DELIVERIES advisories.
+    pub max_deliveries: IntCounter,
+    /// MSG_TERMINATED advisories.
+    pub terminated_advisories: IntCounter,
+    name: String,
 }
 
 impl SinkMetrics {
+    /// The counter of dead-letter copies stored for `reason`.
+    pub fn dlq_published(&self, reason: crate::dlq::Reason) -> IntCounter {
+        self.dlq_published
+            .with_label_values(&[self.name.as_str(), reason.as_str()])
+    }
+
     /// Records one batch's lane scheduling. Rejections are counted where the refused
     /// message is handed back.
     pub fn lanes(&self, stats: &crate::pipeline::lanes::LaneStats) {

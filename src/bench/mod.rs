@@ -29,7 +29,7 @@ use crate::config::{
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::nats::{bind, fetch_batch, FetchLimits};
-use crate::pipeline::{Observers, Runner};
+use crate::pipeline::{Binding, Observers, Runner};
 use crate::publish::{publish, PublishPlan};
 use crate::sinks;
 use stats::{median, Pass};
@@ -389,6 +389,7 @@ async fn pipeline_pass(
             Target::Configured(s) => s.metadata.clone(),
             _ => None,
         },
+        dead_letter: None,
         destination: destination
             .clone()
             .unwrap_or(DestinationConfig::Sqlite(SqliteConfig {
@@ -421,10 +422,13 @@ async fn pipeline_pass(
         .map_err(|issues| BenchError::Destination(format!("sink {}: {:?}", spec.name, issues)))?;
     let runner = Runner::new(
         spec.clone(),
-        js.clone(),
-        bound.consumer,
+        Binding {
+            js: js.clone(),
+            consumer: bound.consumer,
+        },
         Box::new(sink),
         stages,
+        None,
         Observers {
             metrics: sink_metrics,
             health: health.sink("bench"),

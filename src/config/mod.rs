@@ -7,8 +7,10 @@
 //! 3. [`validate`] checks ranges and cross-field rules, collecting *every* problem, and
 //!    normalizes both accepted shapes (single-sink and multi-sink) into one [`Config`].
 
+pub mod dead_letter;
 pub mod destination;
 pub mod metadata;
+pub mod randomizer;
 pub mod raw;
 pub mod strict_json;
 pub mod validate;
@@ -106,6 +108,8 @@ pub struct SinkSpec {
     pub delivery: DeliveryConfig,
     /// Metadata rules; `None` when the section is absent.
     pub metadata: Option<metadata::MessageMetadataConfig>,
+    /// Dead-letter queue; `None` (or `enabled: false`) leaves refused messages unacked.
+    pub dead_letter: Option<dead_letter::DeadLetterConfig>,
     /// Where the messages go.
     pub destination: DestinationConfig,
 }

@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
 use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
 
@@ -40,9 +41,9 @@ pub struct RawConfig {
     /// Single-sink shape: how priority, classification and labels are read.
     #[serde(default)]
     pub message_metadata: Option<MessageMetadataConfig>,
-    /// Single-sink shape: dead-letter queue (not supported yet).
+    /// Single-sink shape: where refused messages are copied before they are ACKed.
     #[serde(default)]
-    pub dead_letter: Option<Value>,
+    pub dead_letter: Option<DeadLetterConfig>,
 }
 
 /// The `nats` section.
@@ -121,9 +122,9 @@ pub struct RawSink {
     /// How priority, classification and labels are read from headers and subject rules.
     #[serde(default)]
     pub message_metadata: Option<MessageMetadataConfig>,
-    /// Dead-letter queue (not supported yet).
+    /// Where refused messages are copied before they are ACKed.
     #[serde(default)]
-    pub dead_letter: Option<Value>,
+    pub dead_letter: Option<DeadLetterConfig>,
     /// Payload encryption (not supported yet).
     #[serde(default)]
     pub encryption: Option<Value>,

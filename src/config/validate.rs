@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 
 use serde_json::Value;
 
+use super::dead_letter::{self, DeadLetterConfig};
 use super::destination::{self, DestinationConfig};
 use super::metadata::{self, MessageMetadataConfig};
 use super::raw::{RawConfig, RawNats, RawSink};
@@ -247,7 +248,7 @@ fn single_sink(
     delivery: DeliveryConfig,
     dest: Value,
     message_metadata: Option<MessageMetadataConfig>,
-    dead_letter: Option<Value>,
+    dead_letter: Option<DeadLetterConfig>,
     issues: &mut Issues,
 ) -> Option<SinkSpec> {
     let stream = nats.stream.clone();
@@ -336,8 +337,12 @@ fn check_sink_at(
     raw: RawSink,
     issues: &mut Issues,
 ) -> Option<SinkSpec> {
+    if let Some(dl) = &raw.dead_letter {
+        issues
+            .0
+            .extend(dead_letter::validate(dl, &p.key("dead_letter")));
+    }
     for (key, present) in [
-        ("dead_letter", raw.dead_letter.is_some()),
         ("encryption", raw.encryption.is_some()),
         ("results", raw.results.is_some()),
     ] {
@@ -533,6 +538,7 @@ fn check_sink_at(
         source: raw.source,
         delivery: raw.delivery,
         metadata: raw.message_metadata,
+        dead_letter: raw.dead_letter,
         destination,
     })
 }
@@ -809,13 +815,13 @@ mod tests {
     fn planned_sections_are_refused_not_ignored() {
         let text = MINIMAL.replace(
             r#""destination""#,
-            r#""delivery": {"randomizer": {"enabled": true}}, "dead_letter": {}, "destination""#,
+            r#""delivery": {"randomizer": {"enabled": true}}, "results": {}, "destination""#,
         );
         let errs = errors(&text);
         assert!(errs.iter().any(|e| e == "sinks.orders.delivery.randomizer: not supported yet by this version of jetsink"), "{errs:?}");
         assert!(
             errs.iter()
-                .any(|e| e.starts_with("sinks.orders.dead_letter: not supported yet")),
+                .any(|e| e.starts_with("sinks.orders.results: not supported yet")),
             "{errs:?}"
         );
     }

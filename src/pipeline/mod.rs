@@ -3,9 +3,11 @@
 
 pub mod acks;
 pub mod batch;
+pub mod disposal;
 pub mod lanes;
+pub mod randomizer;
 pub mod retry;
 pub mod runner;
 
 pub use batch::Stages;
-pub use runner::{Observers, Runner};
+pub use runner::{Binding, Observers, Runner};

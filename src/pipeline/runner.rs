@@ -10,10 +10,12 @@
 //!   not redeliver it meanwhile;
 //! - **refused**: its metadata broke the rules, or the destination refused it
 //!   permanently (the batch is split until the culprits stand alone, the rest commits);
-//!   with no dead-letter queue yet it is NAKed with a delay, so it comes back and is
-//!   counted, never lost;
+//!   a copy goes to the dead-letter queue and, once stored, the original is ACKed (or
+//!   TERMed); without a queue, or if that publish fails, it is NAKed with a delay, so it
+//!   comes back and is counted, never lost;
 //! - **abandoned**: shutdown came and the batch could not commit within
-//!   `shutdown_timeout_ms`; it is NAKed so another instance gets it at once.
+//!   `shutdown_timeout_ms`; it is NAKed so another instance gets it at once (a message on
+//!   its last allowed delivery is dead-lettered instead, as the server would drop it).
 //!
 //! Throughput: while a batch is written, the next one is pulled and prepared by a
 //! background task, and the ACKs of a committed batch are sent by another while the next
@@ -42,8 +44,10 @@ use tokio::time::Instant;
 
 use super::acks::Acks;
 use super::batch::{Batch, Prepared, Refused, RefusedBy, Stages};
+use super::disposal::Disposal;
 use super::retry::backoff;
 use crate::config::SinkSpec;
+use crate::dlq::{DeadLetters, Reason};
 use crate::envelope::Envelope;
 use crate::health::SinkHealth;
 use crate::metrics::SinkMetrics;
@@ -81,8 +85,17 @@ pub struct Runner {
     healthy: bool,
     /// ACKs of committed batches still being sent.
     ack_tasks: VecDeque<JoinHandle<()>>,
-    /// Delay of the NAK that hands back a refused message.
-    refuse_delay: Duration,
+    /// What happens to messages that cannot be written.
+    disposal: Disposal,
+}
+
+/// The JetStream side of a runner: the context (for ACKs and re-binding) and the bound
+/// durable consumer.
+pub struct Binding {
+    /// JetStream context on the shared connection.
+    pub js: jetstream::Context,
+    /// The durable pull consumer.
+    pub consumer: PullConsumer,
 }
 
 /// Where a runner reports what it does.
@@ -107,14 +120,15 @@ impl Runner {
     /// Assembles a runner for a bound consumer and an opened destination.
     pub fn new(
         spec: SinkSpec,
-        js: jetstream::Context,
-        consumer: PullConsumer,
+        binding: Binding,
         sink: Box<dyn Sink>,
         stages: Stages,
+        dead_letters: Option<DeadLetters>,
         observers: Observers,
         shutdown: watch::Receiver<bool>,
     ) -> Runner {
         let Observers { metrics, health } = observers;
+        let Binding { js, consumer } = binding;
         let acks = Acks::new(&spec.name, js.client(), metrics.clone());
         let limits = FetchLimits {
             max_messages: spec.delivery.batch_size,
@@ -122,7 +136,7 @@ impl Runner {
             wait: Duration::from_millis(spec.delivery.batch_timeout_ms),
         };
         Runner {
-            refuse_delay: Duration::from_millis(spec.delivery.retry.max_backoff_ms),
+            disposal: Disposal::new(&spec, acks.clone(), metrics.clone(), dead_letters),
             spec,
             js,
             consumer,
@@ -281,11 +295,11 @@ impl Runner {
                 }
                 Written::Abandoned => {
                     // Hand back this range and everything not yet written.
-                    let mut back: Vec<Subject> = replies[range].to_vec();
-                    for r in &todo {
-                        back.extend_from_slice(&replies[r.clone()]);
+                    for r in std::iter::once(range).chain(todo.drain(..)) {
+                        self.disposal
+                            .abandoned(&envelopes[r.clone()], &replies[r])
+                            .await;
                     }
-                    self.acks.send(back, AckKind::Nak(None)).await;
                     self.metrics.batches_abandoned.inc();
                     tracing::info!(sink = %self.spec.name, "batch abandoned at shutdown; left for redelivery");
                     return;
@@ -294,8 +308,9 @@ impl Runner {
                     isolated = true;
                     if range.len() == 1 {
                         let i = range.start;
-                        let r = self.refusal();
-                        refuse(&r, &envelopes[i], &replies[i], "destination", &message).await;
+                        self.disposal
+                            .refused(&envelopes[i], &replies[i], Reason::Destination, &message)
+                            .await;
                         continue;
                     }
                     for part in split(range, index).into_iter().rev() {
@@ -428,53 +443,15 @@ impl Runner {
 
     /// A message refused before the write (metadata or lane rules).
     async fn refuse_early(&mut self, r: Refused) {
-        let stage = match r.by {
-            RefusedBy::Metadata => "metadata",
+        let reason = match r.by {
+            RefusedBy::Metadata => Reason::Metadata,
             RefusedBy::Lane => {
                 self.metrics.lane_rejected.inc();
-                "priority lane"
+                Reason::Lane
             }
         };
-        refuse(&self.refusal(), &r.envelope, &r.reply, stage, &r.reason).await;
-    }
-
-    fn refusal(&self) -> Refusal {
-        Refusal {
-            sink: self.spec.name.clone(),
-            acks: self.acks.clone(),
-            metrics: self.metrics.clone(),
-            delay: self.refuse_delay,
-        }
-    }
-}
-
-/// What handing back a refused message needs; owned so no borrow of the runner (whose
-/// destination need not be `Sync`) is held across an await.
-struct Refusal {
-    sink: String,
-    acks: Acks,
-    metrics: SinkMetrics,
-    delay: Duration,
-}
-
-/// Hands a refused message back with a delay: no dead-letter queue is configured, so it
-/// stays in the stream and is counted.
-async fn refuse(r: &Refusal, envelope: &Envelope, reply: &Subject, stage: &str, why: &str) {
-    {
-        r.metrics.rejected.inc();
-        tracing::error!(
-            sink = %r.sink,
-            subject = %envelope.subject,
-            stream = %envelope.stream,
-            stream_sequence = envelope.stream_sequence,
-            delivered = envelope.delivered,
-            stage,
-            error = %why,
-            "message refused; left unacked for redelivery in {}s (no dead-letter queue configured)",
-            r.delay.as_secs()
-        );
-        r.acks
-            .send(vec![reply.clone()], AckKind::Nak(Some(r.delay)))
+        self.disposal
+            .refused(&r.envelope, &r.reply, reason, &r.reason)
             .await;
     }
 }

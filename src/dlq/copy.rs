@@ -1,0 +1,223 @@
+//! The dead-letter copy of a refused message, built as a pure function so its headers are
+//! tested without a server.
+//!
+//! The copy keeps the original payload and headers and adds the context an operator needs
+//! to triage it. Server directives among the original headers (`Nats-*`, such as
+//! `Nats-Expected-Stream` or `Nats-Msg-Id`) are not copied: they would act on the
+//! dead-letter publish itself. The original `Nats-Msg-Id` is kept as
+//! `Jetsink-Original-Msg-Id`, and the copy's own `Nats-Msg-Id` is `<stream>:<sequence>` so
+//! the dead-letter stream drops a second copy of the same original.
+
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use time::OffsetDateTime;
+
+use crate::config::dead_letter::DeadLetterConfig;
+use crate::envelope::{rfc3339, Envelope};
+
+/// Header: `transient` or `permanent` (or `max_deliveries` for advisory-driven copies).
+pub const ERROR_CLASS: &str = "Jetsink-Error-Class";
+/// Header: the bounded error text.
+pub const ERROR: &str = "Jetsink-Error";
+/// Header: the sink that refused the message.
+pub const SINK: &str = "Jetsink-Sink";
+/// Header: the subject the message was published on.
+pub const ORIGINAL_SUBJECT: &str = "Jetsink-Original-Subject";
+/// Header: the stream that stored it.
+pub const ORIGINAL_STREAM: &str = "Jetsink-Original-Stream";
+/// Header: its stream sequence.
+pub const ORIGINAL_SEQUENCE: &str = "Jetsink-Original-Sequence";
+/// Header: the publisher's `Nats-Msg-Id`, if it had one.
+pub const ORIGINAL_MSG_ID: &str = "Jetsink-Original-Msg-Id";
+/// Header: its delivery count when it was refused.
+pub const DELIVERED: &str = "Jetsink-Delivered";
+/// Header: when it was refused (RFC 3339, UTC).
+pub const FAILED_AT: &str = "Jetsink-Failed-At";
+/// Header: why it was dead-lettered (`metadata`, `lane`, `destination`, `last_delivery`,
+/// `max_deliveries`).
+pub const REASON: &str = "Jetsink-Reason";
+/// Prefix of every header jetsink adds.
+pub const PREFIX: &str = "Jetsink-";
+
+/// A copy ready to publish.
+#[derive(Debug, Clone)]
+pub struct Copy {
+    /// Dead-letter subject.
+    pub subject: String,
+    /// Headers, `Nats-Msg-Id` included.
+    pub headers: HeaderMap,
+    /// Payload (empty when `include_payload` is false).
+    pub payload: Bytes,
+    /// `<stream>:<sequence>` of the original.
+    pub msg_id: String,
+}
+
+/// Makes an error text safe for a header: control characters (a header cannot hold CR or
+/// LF) become spaces, and the text is cut to `max_chars` characters.
+pub fn bounded_error(text: &str, max_chars: usize) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(max_chars)
+        .collect();
+    if text.chars().count() > max_chars {
+        out.push('…');
+    }
+    out
+}
+
+/// Builds the dead-letter copy of `envelope`.
+pub fn build(
+    cfg: &DeadLetterConfig,
+    sink: &str,
+    envelope: &Envelope,
+    class: &str,
+    error: &str,
+    reason: &str,
+    failed_at: OffsetDateTime,
+) -> Copy {
+    let mut headers = HeaderMap::new();
+    if cfg.include_headers {
+        for (name, values) in &envelope.headers {
+            let lower = name.to_ascii_lowercase();
+            if lower.starts_with("nats-") || lower.starts_with("jetsink-") {
+                continue;
+            }
+            for v in values {
+                headers.append(name.as_str(), v.as_str());
+            }
+        }
+    }
+    let msg_id = format!("{}:{}", envelope.stream, envelope.stream_sequence);
+    headers.insert(ERROR_CLASS, class);
+    headers.insert(ERROR, bounded_error(error, cfg.max_error_length).as_str());
+    headers.insert(SINK, sink);
+    headers.insert(ORIGINAL_SUBJECT, envelope.subject.as_str());
+    headers.insert(ORIGINAL_STREAM, envelope.stream.as_str());
+    headers.insert(
+        ORIGINAL_SEQUENCE,
+        envelope.stream_sequence.to_string().as_str(),
+    );
+    if let Some(id) = &envelope.message_id {
+        headers.insert(ORIGINAL_MSG_ID, id.as_str());
+    }
+    headers.insert(DELIVERED, envelope.delivered.to_string().as_str());
+    headers.insert(FAILED_AT, rfc3339(failed_at).as_str());
+    headers.insert(REASON, reason);
+    headers.insert("Nats-Msg-Id", msg_id.as_str());
+    Copy {
+        subject: cfg.subject_for(sink, &envelope.subject),
+        headers,
+        payload: if cfg.include_payload {
+            envelope.payload.clone()
+        } else {
+            Bytes::new()
+        },
+        msg_id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::IdempotencyKey;
+    use crate::envelope::{normalize, Delivery};
+
+    fn envelope() -> Envelope {
+        normalize(
+            "orders.new",
+            Delivery {
+                stream: "ORDERS",
+                consumer: "c",
+                stream_sequence: 42,
+                consumer_sequence: 50,
+                delivered: 3,
+                published: OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap(),
+            },
+            [
+                ("Nats-Msg-Id", "order-7"),
+                ("Nats-Expected-Stream", "ORDERS"),
+                ("X-Trace", "abc"),
+                ("Jetsink-Error", "forged"),
+            ],
+            Bytes::from_static(b"{\"bad\":true}"),
+            IdempotencyKey::StreamSequence,
+        )
+    }
+
+    #[test]
+    fn the_copy_keeps_payload_and_headers_and_adds_every_context_header() {
+        let cfg = DeadLetterConfig {
+            subject: "dlq.{sink}.{subject}".into(),
+            ..Default::default()
+        };
+        let at = OffsetDateTime::from_unix_timestamp(1_700_000_100).unwrap();
+        let c = build(
+            &cfg,
+            "db",
+            &envelope(),
+            "permanent",
+            "CHECK constraint failed",
+            "destination",
+            at,
+        );
+        assert_eq!(c.subject, "dlq.db.orders.new");
+        assert_eq!(&c.payload[..], b"{\"bad\":true}");
+        let get = |n: &str| c.headers.get(n).map(|v| v.as_str().to_string());
+        assert_eq!(get("X-Trace").as_deref(), Some("abc"));
+        assert_eq!(get(ERROR_CLASS).as_deref(), Some("permanent"));
+        assert_eq!(get(ERROR).as_deref(), Some("CHECK constraint failed"));
+        assert_eq!(get(SINK).as_deref(), Some("db"));
+        assert_eq!(get(ORIGINAL_SUBJECT).as_deref(), Some("orders.new"));
+        assert_eq!(get(ORIGINAL_STREAM).as_deref(), Some("ORDERS"));
+        assert_eq!(get(ORIGINAL_SEQUENCE).as_deref(), Some("42"));
+        assert_eq!(get(ORIGINAL_MSG_ID).as_deref(), Some("order-7"));
+        assert_eq!(get(DELIVERED).as_deref(), Some("3"));
+        assert_eq!(
+            get(FAILED_AT).as_deref(),
+            Some("2023-11-14T22:15:00.000000000Z")
+        );
+        assert_eq!(get(REASON).as_deref(), Some("destination"));
+        assert_eq!(get("Nats-Msg-Id").as_deref(), Some("ORDERS:42"));
+        assert_eq!(
+            get("Nats-Expected-Stream"),
+            None,
+            "server directives are not copied"
+        );
+        assert_ne!(
+            get(ERROR).as_deref(),
+            Some("forged"),
+            "a publisher cannot forge the context"
+        );
+    }
+
+    #[test]
+    fn payload_and_headers_can_be_left_out() {
+        let cfg = DeadLetterConfig {
+            include_payload: false,
+            include_headers: false,
+            ..Default::default()
+        };
+        let c = build(
+            &cfg,
+            "db",
+            &envelope(),
+            "permanent",
+            "x",
+            "metadata",
+            OffsetDateTime::UNIX_EPOCH,
+        );
+        assert!(c.payload.is_empty());
+        assert!(c.headers.get("X-Trace").is_none());
+        assert!(c.headers.get(ERROR).is_some());
+    }
+
+    #[test]
+    fn error_texts_are_bounded_and_single_line() {
+        assert_eq!(bounded_error("a\r\nb\tc", 100), "a  b c");
+        let long = "x".repeat(5000);
+        let b = bounded_error(&long, 64);
+        assert_eq!(b.chars().count(), 65);
+        assert!(b.ends_with('…'));
+    }
+}

@@ -1,0 +1,197 @@
+//! What happens to a message that cannot be written: a dead-letter copy then ACK (or
+//! TERM), or, without a dead-letter queue, a delayed NAK so it stays in the stream.
+//!
+//! The original is acknowledged only after the dead-letter stream acknowledged the copy.
+//! If that publish fails, the message is handed back exactly as without a queue: it comes
+//! back later, and a metric and a log line say why. Nothing is lost either way.
+
+use std::time::Duration;
+
+use async_nats::jetstream::AckKind;
+use async_nats::Subject;
+
+use super::acks::Acks;
+use crate::config::SinkSpec;
+use crate::dlq::{DeadLetters, Reason};
+use crate::envelope::Envelope;
+use crate::metrics::SinkMetrics;
+
+/// The disposal policy of one sink.
+#[derive(Clone)]
+pub struct Disposal {
+    sink: String,
+    acks: Acks,
+    metrics: SinkMetrics,
+    dead_letters: Option<DeadLetters>,
+    /// Delay of the NAK that hands a message back.
+    delay: Duration,
+    /// Deliveries a refused message gets before it is dead-lettered.
+    attempts: u64,
+    /// The consumer's MaxDeliver (-1 = unlimited).
+    max_deliver: i64,
+    /// TERM instead of ACK after the copy is stored.
+    term: bool,
+}
+
+/// The delivery from which a refused message is dead-lettered: the configured attempts,
+/// but never later than the consumer's last allowed delivery. Pure.
+pub fn dead_letter_from(max_attempts: u32, max_deliver: i64) -> u64 {
+    let attempts = u64::from(max_attempts.max(1));
+    if max_deliver > 0 {
+        attempts.min(max_deliver as u64)
+    } else {
+        attempts
+    }
+}
+
+impl Disposal {
+    /// The policy a sink's config describes.
+    pub fn new(
+        spec: &SinkSpec,
+        acks: Acks,
+        metrics: SinkMetrics,
+        dead_letters: Option<DeadLetters>,
+    ) -> Disposal {
+        let (attempts, term) = match &dead_letters {
+            Some(dl) => (
+                dead_letter_from(dl.config().max_attempts, spec.source.max_deliver),
+                dl.config().ack_term_after_publish,
+            ),
+            None => (u64::MAX, false),
+        };
+        Disposal {
+            sink: spec.name.clone(),
+            acks,
+            metrics,
+            dead_letters,
+            delay: Duration::from_millis(spec.delivery.retry.max_backoff_ms),
+            attempts,
+            max_deliver: spec.source.max_deliver,
+            term,
+        }
+    }
+
+    fn last_delivery(&self, e: &Envelope) -> bool {
+        self.max_deliver > 0 && e.delivered >= self.max_deliver as u64
+    }
+
+    /// A message refused for good (by metadata, lane rules or the destination).
+    pub async fn refused(&self, e: &Envelope, reply: &Subject, reason: Reason, why: &str) {
+        if reason == Reason::Destination {
+            self.metrics.poison_isolated.inc();
+        }
+        if self.dead_letters.is_some() && e.delivered >= self.attempts {
+            self.dead_letter(e, reply, "permanent", reason, why).await;
+        } else {
+            self.hand_back(e, reply, reason.as_str(), why).await;
+        }
+    }
+
+    /// Messages of a batch given up at shutdown: those on their last allowed delivery are
+    /// dead-lettered (the server would drop them), the rest are NAKed for another instance.
+    pub async fn abandoned(&self, envelopes: &[Envelope], replies: &[Subject]) {
+        let mut back = Vec::with_capacity(replies.len());
+        for (e, r) in envelopes.iter().zip(replies) {
+            if self.dead_letters.is_some() && self.last_delivery(e) {
+                self.dead_letter(
+                    e,
+                    r,
+                    "transient",
+                    Reason::LastDelivery,
+                    "not written before shutdown on its last allowed delivery",
+                )
+                .await;
+            } else {
+                back.push(r.clone());
+            }
+        }
+        self.acks.send(back, AckKind::Nak(None)).await;
+    }
+
+    async fn dead_letter(
+        &self,
+        e: &Envelope,
+        reply: &Subject,
+        class: &str,
+        reason: Reason,
+        why: &str,
+    ) {
+        let Some(dl) = &self.dead_letters else {
+            return self.hand_back(e, reply, reason.as_str(), why).await;
+        };
+        match dl.publish(e, class, why, reason).await {
+            Ok(()) => {
+                self.metrics.dlq_published(reason).inc();
+                let kind = if self.term {
+                    self.metrics.terminated.inc();
+                    AckKind::Term
+                } else {
+                    AckKind::Ack
+                };
+                self.acks.send(vec![reply.clone()], kind).await;
+                tracing::warn!(
+                    sink = %self.sink,
+                    subject = %e.subject,
+                    stream = %e.stream,
+                    stream_sequence = e.stream_sequence,
+                    delivered = e.delivered,
+                    reason = reason.as_str(),
+                    error = %why,
+                    "message dead-lettered"
+                );
+            }
+            Err(err) => {
+                self.metrics.dlq_failures.inc();
+                tracing::error!(
+                    sink = %self.sink,
+                    stream_sequence = e.stream_sequence,
+                    error = %err,
+                    "dead-letter publish failed; the message stays unacked and will be redelivered"
+                );
+                self.acks
+                    .send(vec![reply.clone()], AckKind::Nak(Some(self.delay)))
+                    .await;
+            }
+        }
+    }
+
+    /// No dead-letter queue (or attempts left): NAK with a delay, count, and log.
+    async fn hand_back(&self, e: &Envelope, reply: &Subject, stage: &str, why: &str) {
+        self.metrics.rejected.inc();
+        let last = self.last_delivery(e);
+        tracing::error!(
+            sink = %self.sink,
+            subject = %e.subject,
+            stream = %e.stream,
+            stream_sequence = e.stream_sequence,
+            delivered = e.delivered,
+            stage,
+            error = %why,
+            last_delivery = last,
+            "message refused; left unacked for redelivery in {}s{}",
+            self.delay.as_secs(),
+            if last {
+                " (this was its last allowed delivery: without a dead-letter queue the server stops redelivering it)"
+            } else {
+                ""
+            }
+        );
+        self.acks
+            .send(vec![reply.clone()], AckKind::Nak(Some(self.delay)))
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_letter_delivery_is_capped_by_max_deliver() {
+        assert_eq!(dead_letter_from(1, -1), 1);
+        assert_eq!(dead_letter_from(5, -1), 5);
+        assert_eq!(dead_letter_from(10, 3), 3);
+        assert_eq!(dead_letter_from(2, 3), 2);
+        assert_eq!(dead_letter_from(0, 3), 1);
+    }
+}
