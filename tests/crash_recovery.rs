@@ -16,7 +16,10 @@ async fn sigkill_three_times_mid_drain_loses_nothing_in_sqlite_or_files() {
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "CRASH", "crash.>").await;
-    publish_n(&js, "crash.x", N).await;
+    // Half the messages wait in the stream, the rest arrive while the daemon is killed
+    // and restarted, so every kill lands mid-drain.
+    publish_n(&js, "crash.x", N / 2).await;
+    let publisher = publish_paced(&js, "crash.x", N / 2, 2_000);
     // Two sinks on the same stream, one per destination, each with its own consumer.
     let cfg = json!({
         "nats": {"servers": [server.url()]},
@@ -97,7 +100,8 @@ async fn broker_killed_and_restarted_mid_drain_loses_nothing() {
         "BROKER",
         "broker.>",
         json!({"type": "sqlite", "path": "data/b.db", "table": "events"}),
-        json!({"batch_size": 100, "batch_timeout_ms": 200}),
+        // Small batches make the drain long enough to kill the broker in the middle.
+        json!({"batch_size": 10, "batch_timeout_ms": 200}),
     );
     let path = write_config(dir.path(), &cfg);
     let db = dir.path().join("data/b.db");

@@ -255,37 +255,37 @@ async fn sigterm_mid_drain_exits_zero_and_a_restart_completes_the_drain() {
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "TERM", "term.>").await;
-    publish_n(&js, "term.x", N).await;
     let cfg = config(
         &server,
         "TERM",
         "term.>",
         json!({"type": "sqlite", "path": "data/t.db", "table": "events"}),
-        json!({"batch_size": 100, "shutdown_timeout_ms": 3000}),
+        json!({"batch_size": 100, "batch_timeout_ms": 100, "shutdown_timeout_ms": 3000}),
     );
     let path = write_config(dir.path(), &cfg);
     let db = dir.path().join("data/t.db");
     let mut daemon = Daemon::start(&path, dir.path());
+    // Messages keep arriving while the daemon is stopped: the stop is mid-drain.
+    let publisher = publish_paced(&js, "term.x", 6_000, 2_000);
     eventually(Duration::from_secs(30), "some rows", || async {
-        sqlite_count(&db, "events") > 0
+        sqlite_count(&db, "events") > 1_000
     })
     .await;
     let status = daemon
         .terminate(Duration::from_secs(3 + 5))
         .expect("exits within shutdown_timeout_ms plus margin");
     assert_eq!(status.code(), Some(0), "{}", daemon.log_text());
+    assert!(!publisher.is_finished(), "the stop must happen while messages still arrive");
+    publisher.await.unwrap();
+    assert!(sqlite_count(&db, "events") < 6_000);
     let mut again = Daemon::start(&path, dir.path());
-    eventually(
-        Duration::from_secs(60),
-        "all rows after restart",
-        || async { sqlite_count(&db, "events") == N as u64 },
-    )
+    eventually(Duration::from_secs(60), "all rows after restart", || async {
+        sqlite_count(&db, "events") == 6_000
+    })
     .await;
     eventually(Duration::from_secs(10), "consumer drained", || async {
         consumer_state(&js, "TERM", "jetsink").await == (0, 0)
     })
     .await;
-    assert!(again
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    assert!(again.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
 }

@@ -309,7 +309,7 @@ where
             return;
         }
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -353,4 +353,28 @@ pub fn distinct_keys(lines: &[serde_json::Value]) -> std::collections::HashSet<S
         .iter()
         .filter_map(|v| v["idempotency_key"].as_str().map(str::to_string))
         .collect()
+}
+
+/// Publishes `count` messages `{"i": n}` at about `per_sec` messages per second in the
+/// background, so a test can act on the daemon while messages are still arriving.
+pub fn publish_paced(
+    js: &jetstream::Context,
+    subject: &str,
+    count: usize,
+    per_sec: u64,
+) -> tokio::task::JoinHandle<()> {
+    let js = js.clone();
+    let subject = subject.to_string();
+    tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        for i in 0..count {
+            let due = started + Duration::from_secs_f64(i as f64 / per_sec as f64);
+            tokio::time::sleep_until(due).await;
+            js.publish(subject.clone(), format!("{{\"i\":{i}}}").into())
+                .await
+                .expect("publish")
+                .await
+                .expect("puback");
+        }
+    })
 }
