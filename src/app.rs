@@ -90,6 +90,31 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
                 AppError::Unavailable(e.to_string())
             }
         })?;
+        if spec.delivery.randomizer.enabled {
+            let live = &bound.consumer.cached_info().config;
+            let problems = crate::config::randomizer::check_consumer(
+                &spec.delivery.randomizer,
+                spec.delivery.batch_size,
+                live.max_ack_pending,
+                live.max_deliver,
+                live.ack_wait.as_millis() as u64,
+                spec.delivery.batch_timeout_ms,
+            );
+            if !problems.is_empty() {
+                if spec.delivery.randomizer.skip_startup_checks {
+                    for p in &problems {
+                        tracing::warn!(sink = %spec.name, "randomizer start-up check skipped: {p}");
+                    }
+                } else {
+                    return Err(AppError::Config(format!(
+                        "sink {}: consumer {} cannot carry the randomizer: {} (set delivery.randomizer.skip_startup_checks to run anyway)",
+                        spec.name,
+                        spec.source.consumer,
+                        problems.join("; ")
+                    )));
+                }
+            }
+        }
         let sink_health = health.sink(&spec.name);
         sink_health.set_bound(true);
         let mut sink = sinks::build(&spec.destination);

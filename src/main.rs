@@ -36,6 +36,9 @@ enum Command {
         /// The JSON config file.
         #[arg(long, short)]
         config: PathBuf,
+        /// Message rate (msg/s) for the randomizer's expected-window estimate; repeatable.
+        #[arg(long = "rate")]
+        rates: Vec<f64>,
     },
     /// Print the JSON Schema of the config file.
     Schema,
@@ -227,9 +230,14 @@ async fn dispatch(command: Command) -> u8 {
                     format,
                 },
         } => metrics_show(url, metric, format).await,
-        Command::Validate { config } => match Config::load(&config) {
+        Command::Validate { config, rates } => match Config::load(&config) {
             Ok(cfg) => {
-                println!("{} is valid\n{}", config.display(), cfg.summary());
+                let rates = if rates.is_empty() {
+                    vec![100.0, 1_000.0, 10_000.0]
+                } else {
+                    rates
+                };
+                println!("{} is valid\n{}", config.display(), cfg.summary(&rates));
                 exit::OK
             }
             Err(e) => {

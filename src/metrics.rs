@@ -34,6 +34,9 @@ pub struct Metrics {
     poison_isolated: IntCounterVec,
     max_deliveries: IntCounterVec,
     terminated_advisories: IntCounterVec,
+    randomizer_delayed: IntCounterVec,
+    randomizer_redelivered: IntCounterVec,
+    randomizer_window: IntGaugeVec,
     nats_connected: IntGauge,
 }
 
@@ -119,7 +122,34 @@ impl Metrics {
             "jetsink_current_priority_lanes_active",
         );
 
+        let randomizer_window = IntGaugeVec::new(
+            Opts::new(
+                "jetsink_randomizer_window",
+                "Messages delayed by the randomizer and not yet redelivered.",
+            ),
+            &["sink"],
+        )
+        .unwrap_or_else(|e| panic!("randomizer gauge: {e}"));
+        register(
+            r,
+            Box::new(randomizer_window.clone()),
+            "jetsink_randomizer_window",
+        );
+
         Metrics {
+            randomizer_delayed: counter(
+                r,
+                "jetsink_randomizer_delayed_total",
+                "First deliveries the randomizer NAKed with a random delay.",
+                &["sink"],
+            ),
+            randomizer_redelivered: counter(
+                r,
+                "jetsink_randomizer_redelivered_total",
+                "Delayed messages that came back and were processed.",
+                &["sink"],
+            ),
+            randomizer_window,
             dlq_published: counter(
                 r,
                 "jetsink_dlq_published_total",
@@ -272,6 +302,9 @@ impl Metrics {
             poison_isolated: self.poison_isolated.with_label_values(&[name]),
             max_deliveries: self.max_deliveries.with_label_values(&[name]),
             terminated_advisories: self.terminated_advisories.with_label_values(&[name]),
+            randomizer_delayed: self.randomizer_delayed.with_label_values(&[name]),
+            randomizer_redelivered: self.randomizer_redelivered.with_label_values(&[name]),
+            randomizer_window: self.randomizer_window.with_label_values(&[name]),
             name: name.to_string(),
         }
     }
@@ -346,6 +379,12 @@ pub struct SinkMetrics {
     pub max_deliveries: IntCounter,
     /// MSG_TERMINATED advisories.
     pub terminated_advisories: IntCounter,
+    /// First deliveries delayed by the randomizer.
+    pub randomizer_delayed: IntCounter,
+    /// Delayed messages that came back.
+    pub randomizer_redelivered: IntCounter,
+    /// Current randomizer window.
+    pub randomizer_window: IntGauge,
     name: String,
 }
 

@@ -146,7 +146,7 @@ pub fn parse(text: &str) -> Result<Vec<Sample>, ParseError> {
             }
             continue;
         }
-        let (name, labels, rest) = sample_parts(line).map_err(|r| error(r))?;
+        let (name, labels, rest) = sample_parts(line).map_err(error)?;
         let mut tokens = rest.split_whitespace();
         let value = tokens.next().ok_or_else(|| error("missing value"))?;
         if value.parse::<f64>().is_err() {

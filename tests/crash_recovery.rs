@@ -42,7 +42,7 @@ async fn sigkill_three_times_mid_drain_loses_nothing_in_sqlite_or_files() {
     let out = dir.path().join("data/events");
     for round in 1..=3u64 {
         let mut daemon = Daemon::start(&path, dir.path());
-        let target = round * (N as u64) / 4;
+        let target = sqlite_count(&db, "events") + 500;
         eventually(
             Duration::from_secs(60),
             "progress before the kill",
@@ -50,11 +50,16 @@ async fn sigkill_three_times_mid_drain_loses_nothing_in_sqlite_or_files() {
         )
         .await;
         daemon.kill();
+        assert!(
+            round > 1 || !publisher.is_finished(),
+            "the first kill must happen while messages still arrive"
+        );
     }
     assert!(
         sqlite_count(&db, "events") < N as u64,
         "the kills must happen mid-drain for this test to mean anything"
     );
+    publisher.await.unwrap();
     let mut daemon = Daemon::start(&path, dir.path());
     eventually(Duration::from_secs(90), "every row", || async {
         sqlite_count(&db, "events") == N as u64

@@ -275,17 +275,24 @@ async fn sigterm_mid_drain_exits_zero_and_a_restart_completes_the_drain() {
         .terminate(Duration::from_secs(3 + 5))
         .expect("exits within shutdown_timeout_ms plus margin");
     assert_eq!(status.code(), Some(0), "{}", daemon.log_text());
-    assert!(!publisher.is_finished(), "the stop must happen while messages still arrive");
+    assert!(
+        !publisher.is_finished(),
+        "the stop must happen while messages still arrive"
+    );
     publisher.await.unwrap();
     assert!(sqlite_count(&db, "events") < 6_000);
     let mut again = Daemon::start(&path, dir.path());
-    eventually(Duration::from_secs(60), "all rows after restart", || async {
-        sqlite_count(&db, "events") == 6_000
-    })
+    eventually(
+        Duration::from_secs(60),
+        "all rows after restart",
+        || async { sqlite_count(&db, "events") == 6_000 },
+    )
     .await;
     eventually(Duration::from_secs(10), "consumer drained", || async {
         consumer_state(&js, "TERM", "jetsink").await == (0, 0)
     })
     .await;
-    assert!(again.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
+    assert!(again
+        .terminate(Duration::from_secs(15))
+        .is_some_and(|s| s.success()));
 }

@@ -611,6 +611,72 @@ async fn an_invalid_priority_fails_only_its_message_which_stays_unacked_comes_ba
         .is_some_and(|s| s.success()));
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_dead_letter_queue_a_lane_rejected_message_is_copied_with_reason_lane_then_acked() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "DLQLANE", "dlqlane.>").await;
+    let unknown = "bulk-confidential";
+    publish(&js, "dlqlane.x", &[("Jetsink-Priority", "urgent")]).await;
+    publish(&js, "dlqlane.x", &[("Jetsink-Priority", unknown)]).await;
+    publish(&js, "dlqlane.x", &[("Jetsink-Priority", "routine")]).await;
+    let mut lanes = worked_example_lanes();
+    lanes["unknown_priority_action"] = json!("reject");
+    let mut cfg = config(
+        &server,
+        "DLQLANE",
+        "dlqlane.>",
+        json!({"type": "sqlite", "path": "data/dl.db", "table": "events"}),
+        json!({"batch_size": 10, "priority_lanes": lanes}),
+    );
+    cfg["sinks"]["main"]["dead_letter"] =
+        json!({"subject": "dlq.{sink}", "create_stream": {"name": "DLQ"}});
+    let listen = listen_of(&cfg);
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    let db = dir.path().join("data/dl.db");
+    eventually(Duration::from_secs(30), "2 rows", || async {
+        sqlite_count(&db, "events") == 2
+    })
+    .await;
+    eventually(
+        Duration::from_secs(10),
+        "everything ACKed, the refused one after its copy was stored",
+        || async { consumer_state(&js, "DLQLANE", "jetsink").await == (0, 0) },
+    )
+    .await;
+    let dlq = js.get_stream("DLQ").await.expect("the DLQ stream");
+    let copy = dlq.get_raw_message(1).await.expect("one dead-letter copy");
+    let headers = copy.headers.clone();
+    let header = |name: &str| headers.get(name).map(|v| v.as_str().to_string());
+    assert_eq!(header("Jetsink-Reason").as_deref(), Some("lane"));
+    assert_eq!(header("Jetsink-Original-Sequence").as_deref(), Some("2"));
+    let error = header("Jetsink-Error").unwrap_or_default();
+    assert!(
+        !error.is_empty() && !error.contains(unknown),
+        "Jetsink-Error: {error}"
+    );
+    assert!(dlq.get_raw_message(2).await.is_err(), "exactly one copy");
+    let metrics = scrape(&listen).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "jetsink_priority_lane_rejected_total{sink=\"main\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "jetsink_dlq_published_total{reason=\"lane\",sink=\"main\"}"
+        ),
+        Some(1.0)
+    );
+    assert!(daemon
+        .terminate(Duration::from_secs(15))
+        .is_some_and(|s| s.success()));
+}
+
 /// Runs three messages, the second with a BEL in its priority, through an enabled lane
 /// policy; checks that only that one is refused, held unacked and redelivered; returns
 /// `(jetsink_messages_rejected_total, jetsink_priority_lane_rejected_total)` once it has

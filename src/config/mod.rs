@@ -175,7 +175,7 @@ pub(crate) fn deserialize_at<T: serde::de::DeserializeOwned>(
 
 impl Config {
     /// A short, secret-free description of what the config will do, for `validate`.
-    pub fn summary(&self) -> String {
+    pub fn summary(&self, rates: &[f64]) -> String {
         let mut out = format!(
             "nats: {} (client name {})\nhttp: {}\nsinks: {}\n",
             self.nats.servers.join(", "),
@@ -212,6 +212,38 @@ impl Config {
                 bt = s.delivery.batch_timeout_ms,
                 dest = s.destination.describe(),
             ));
+            let r = &s.delivery.randomizer;
+            if r.enabled {
+                out.push_str(&format!(
+                    "    randomizer:  P(process at once) {}, delays {}-{} ms, max_window {}\n",
+                    r.process_immediately_probability, r.min_delay_ms, r.max_delay_ms, r.max_window
+                ));
+                for rate in rates {
+                    out.push_str(&format!(
+                        "                 at {rate} msg/s the delayed window grows toward R x D = {:.0} messages (settles near {:.0} with max_window {}{})\n",
+                        randomizer::expected_window(*rate, r),
+                        randomizer::settled_window(*rate, r),
+                        r.max_window,
+                        if r.adaptive { ", adaptive" } else { "" }
+                    ));
+                }
+            }
+            if s.delivery.priority_lanes.enabled {
+                let lanes: Vec<String> = s
+                    .delivery
+                    .priority_lanes
+                    .lanes
+                    .iter()
+                    .map(|l| format!("{} (weight {})", l.name, l.weight))
+                    .collect();
+                out.push_str(&format!("    lanes:       {}\n", lanes.join(", ")));
+            }
+            if let Some(dl) = s.dead_letter.as_ref().filter(|d| d.enabled) {
+                out.push_str(&format!(
+                    "    dead letter: {}\n",
+                    dl.subject.replace("{sink}", &s.name)
+                ));
+            }
         }
         out
     }

@@ -441,7 +441,7 @@ mod tests {
     fn unknown_keys_and_wrong_types_are_refused_with_their_path() {
         let e = deserialize_at::<RandomizerConfig>(AT, serde_json::json!({"enable": true}))
             .unwrap_err();
-        assert_eq!(e.path, AT);
+        assert_eq!(e.path, format!("{AT}.enable"));
         assert!(
             e.message.contains("unknown field `enable`"),
             "{}",
@@ -676,7 +676,7 @@ mod tests {
     fn derived_consumer_names_must_fit() {
         let ok = "c".repeat(MAX_NAME_LENGTH - "-bucket-255".len());
         assert!(validate_bucket_consumer(&ok, 256, "sinks.x.source.consumer").is_empty());
-        assert!(validate_bucket_consumer(&ok, 1_000, "p").len() == 1);
+        assert_eq!(validate_bucket_consumer(&ok, 10_000, "p").len(), 1);
         let long = format!("{ok}c");
         let got = messages(&validate_bucket_consumer(
             &long,

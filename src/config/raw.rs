@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
 use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
+use super::randomizer::RandomizerConfig;
 
 /// The whole file. Exactly one of `sinks` (multi-sink shape) or `sink` (single-sink shape)
 /// must be present.
@@ -263,9 +264,10 @@ pub struct DeliveryConfig {
     /// In-batch priority lanes (weighted round-robin); disabled by default.
     #[serde(default)]
     pub priority_lanes: PriorityLanesConfig,
-    /// Delayed-NAK randomizer (not supported yet).
+    /// Delayed-NAK randomizer: breaks strict publish order inside a bounded window;
+    /// disabled by default.
     #[serde(default)]
-    pub randomizer: Option<Value>,
+    pub randomizer: RandomizerConfig,
 }
 
 impl Default for DeliveryConfig {
@@ -278,7 +280,7 @@ impl Default for DeliveryConfig {
             idempotency_key: IdempotencyKey::default(),
             retry: RetryConfig::default(),
             priority_lanes: PriorityLanesConfig::default(),
-            randomizer: None,
+            randomizer: RandomizerConfig::default(),
         }
     }
 }

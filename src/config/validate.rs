@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::dead_letter::{self, DeadLetterConfig};
 use super::destination::{self, DestinationConfig};
 use super::metadata::{self, MessageMetadataConfig};
+use super::randomizer;
 use super::raw::{RawConfig, RawNats, RawSink};
 use super::{Config, Issue, NatsConfig, SinkSpec, SourceConfig};
 use crate::config::raw::{default_ack_wait_ms, default_max_ack_pending, minus_one, DeliveryConfig};
@@ -368,11 +369,24 @@ fn check_sink_at(
         &d.priority_lanes,
         &lanes_path,
     ));
-    if d.randomizer.is_some() {
-        issues.push(
-            format!("{}.randomizer", p.delivery),
-            "not supported yet by this version of jetsink",
-        );
+    issues.0.extend(randomizer::validate_randomizer(
+        &d.randomizer,
+        &format!("{}.randomizer", p.delivery),
+        d.batch_size,
+    ));
+    if d.randomizer.enabled && !d.randomizer.skip_startup_checks {
+        // The same checks run against the live consumer at start-up; catching them here
+        // lets `validate` report them offline.
+        for problem in randomizer::check_consumer(
+            &d.randomizer,
+            d.batch_size,
+            raw.source.max_ack_pending,
+            raw.source.max_deliver,
+            raw.source.ack_wait_ms,
+            d.batch_timeout_ms,
+        ) {
+            issues.push(format!("{}.randomizer", p.delivery), problem);
+        }
     }
 
     let s = &raw.source;
@@ -815,10 +829,15 @@ mod tests {
     fn planned_sections_are_refused_not_ignored() {
         let text = MINIMAL.replace(
             r#""destination""#,
-            r#""delivery": {"randomizer": {"enabled": true}}, "results": {}, "destination""#,
+            r#""encryption": {}, "results": {}, "destination""#,
         );
         let errs = errors(&text);
-        assert!(errs.iter().any(|e| e == "sinks.orders.delivery.randomizer: not supported yet by this version of jetsink"), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e
+                    == "sinks.orders.encryption: not supported yet by this version of jetsink"),
+            "{errs:?}"
+        );
         assert!(
             errs.iter()
                 .any(|e| e.starts_with("sinks.orders.results: not supported yet")),

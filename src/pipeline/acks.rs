@@ -49,6 +49,20 @@ impl Acks {
         }
     }
 
+    /// Sends each message its own acknowledgement (e.g. NAKs with different delays) and
+    /// flushes once.
+    pub async fn send_each(&self, items: Vec<(Subject, AckKind)>) {
+        for (reply, kind) in items {
+            if let Err(err) = self.client.publish(reply, Bytes::from(kind)).await {
+                self.metrics.ack_errors.inc();
+                tracing::debug!(sink = %self.sink, error = %err, "could not send {kind:?}");
+            }
+        }
+        if let Err(err) = self.flush().await {
+            tracing::debug!(sink = %self.sink, error = %err, "flush failed");
+        }
+    }
+
     /// ACKs committed messages and counts them.
     pub async fn committed(&self, replies: Vec<Subject>) {
         let body = Bytes::from(AckKind::Ack);

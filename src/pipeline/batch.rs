@@ -15,6 +15,7 @@ use crate::config::IdempotencyKey;
 use crate::envelope::{self, Envelope};
 use crate::metadata::MetadataPolicy;
 use crate::pipeline::lanes::{LanePolicy, LaneStats};
+use crate::pipeline::randomizer::Randomizer;
 
 /// Messages ready to write, with the reply subjects that acknowledge them (same order).
 #[derive(Debug, Default)]
@@ -82,6 +83,9 @@ pub struct Stages {
     pub metadata: Option<MetadataPolicy>,
     /// Lane policy; `None` keeps the pulled order.
     pub lanes: Option<LanePolicy>,
+    /// Delayed-NAK randomizer; `None` when disabled. Its decisions need the runner's
+    /// window, so the runner applies it, after the lanes.
+    pub randomizer: Option<Randomizer>,
 }
 
 impl Stages {
@@ -201,11 +205,17 @@ impl Stages {
         } else {
             None
         };
+        let randomizer = if spec.delivery.randomizer.enabled {
+            Some(Randomizer::new(&spec.delivery.randomizer)?)
+        } else {
+            None
+        };
         Ok(Stages {
             sink: spec.name.clone(),
             key: spec.delivery.idempotency_key,
             metadata,
             lanes,
+            randomizer,
         })
     }
 }

@@ -45,6 +45,7 @@ use tokio::time::Instant;
 use super::acks::Acks;
 use super::batch::{Batch, Prepared, Refused, RefusedBy, Stages};
 use super::disposal::Disposal;
+use super::randomizer::Window;
 use super::retry::backoff;
 use crate::config::SinkSpec;
 use crate::dlq::{DeadLetters, Reason};
@@ -87,6 +88,10 @@ pub struct Runner {
     ack_tasks: VecDeque<JoinHandle<()>>,
     /// What happens to messages that cannot be written.
     disposal: Disposal,
+    /// Messages the randomizer delayed and that have not come back yet.
+    window: Window,
+    /// Origin of the window's millisecond clock.
+    clock_origin: Instant,
 }
 
 /// The JetStream side of a runner: the context (for ACKs and re-binding) and the bound
@@ -129,6 +134,7 @@ impl Runner {
     ) -> Runner {
         let Observers { metrics, health } = observers;
         let Binding { js, consumer } = binding;
+        let ack_wait = Duration::from_millis(spec.source.ack_wait_ms);
         let acks = Acks::new(&spec.name, js.client(), metrics.clone());
         let limits = FetchLimits {
             max_messages: spec.delivery.batch_size,
@@ -153,7 +159,44 @@ impl Runner {
             waiting: None,
             healthy: true,
             ack_tasks: VecDeque::new(),
+            window: Window::new(ack_wait),
+            clock_origin: Instant::now(),
         }
+    }
+
+    /// Applies the delayed-NAK randomizer to a prepared batch: some first deliveries are
+    /// NAKed with a random delay and leave the batch; redeliveries always stay.
+    async fn randomize(&mut self, batch: Batch) -> Batch {
+        let Some(randomizer) = self.stages.randomizer.as_ref() else {
+            return batch;
+        };
+        let now_ms = self.clock_origin.elapsed().as_millis() as u64;
+        self.window.expire(now_ms);
+        for e in &batch.envelopes {
+            if self.window.observe(e.stream_sequence, e.delivered) {
+                self.metrics.randomizer_redelivered.inc();
+            }
+        }
+        let items: Vec<(Envelope, Subject)> =
+            batch.envelopes.into_iter().zip(batch.replies).collect();
+        let (kept, delayed) = randomizer.split(
+            items,
+            |(e, _)| e.delivered,
+            self.window.len(),
+            &mut self.rng,
+        );
+        let mut naks = Vec::with_capacity(delayed.len());
+        for ((e, reply), delay) in delayed {
+            self.window.delayed(e.stream_sequence, now_ms, delay);
+            naks.push((reply, AckKind::Nak(Some(delay))));
+        }
+        self.metrics.randomizer_delayed.inc_by(naks.len() as u64);
+        self.metrics.randomizer_window.set(self.window.len() as i64);
+        if !naks.is_empty() {
+            self.acks.send_each(naks).await;
+        }
+        let (envelopes, replies) = kept.into_iter().unzip();
+        Batch { envelopes, replies }
     }
 
     fn stopping(&mut self) -> bool {
@@ -224,6 +267,7 @@ impl Runner {
             for r in refused {
                 self.refuse_early(r).await;
             }
+            let batch = self.randomize(batch).await;
             if batch.envelopes.is_empty() {
                 continue;
             }

@@ -225,6 +225,19 @@ pub(crate) fn write_sql(
         .enumerate()
         .map(|(i, w)| format!("c{i} {}", w.sql()))
         .collect();
+    // Staged values are read once, right away: compressing them (TOAST) would only be
+    // undone by the INSERT ... SELECT and done again for the target.
+    let no_compression: Vec<String> = wires
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| matches!(w, Wire::Text | Wire::Jsonb | Wire::Bytea))
+        .map(|(i, _)| format!("ALTER COLUMN c{i} SET STORAGE EXTERNAL"))
+        .collect();
+    let storage = if no_compression.is_empty() {
+        String::new()
+    } else {
+        format!("; ALTER TABLE {STAGE} {}", no_compression.join(", "))
+    };
     WriteSql {
         insert: format!(
             "INSERT INTO {table} ({}) SELECT {} FROM unnest({}) AS u({}) {conflict}",
@@ -234,7 +247,7 @@ pub(crate) fn write_sql(
             aliases.join(", ")
         ),
         create_stage: format!(
-            "DROP TABLE IF EXISTS {STAGE}; CREATE TEMP TABLE jetsink_stage ({}) ON COMMIT DELETE ROWS",
+            "DROP TABLE IF EXISTS {STAGE}; CREATE TEMP TABLE jetsink_stage ({}) ON COMMIT DELETE ROWS{storage}",
             stage_columns.join(", ")
         ),
         copy: format!(

@@ -19,14 +19,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::SinkExt;
 use time::OffsetDateTime;
 use tokio::task::JoinHandle;
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::classify::classify;
-use super::encode::{documents, encode, Refused};
+use super::encode::{copy_data, documents, encode, Refused};
 use super::schema::{self, Wire};
 use crate::config::destination::{
     DatabaseTlsConfig, PostgresConfig, PostgresPayloadType, WriteMode,
@@ -35,6 +35,9 @@ use crate::envelope::Envelope;
 use crate::sinks::util::columns::{plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey};
 use crate::sinks::util::database::{read_password, with_context, Phase};
 use crate::sinks::{Sink, SinkError};
+
+/// Size of the `COPY` data messages a batch is sent in.
+const COPY_CHUNK: usize = 1 << 20;
 
 /// Writes envelopes as rows of one PostgreSQL table, a transaction per batch, idempotent on
 /// a unique key (the jetsink layout's `idempotency_key`).
@@ -420,19 +423,16 @@ async fn write_batch(
     let use_copy = copy_threshold > 0 && encoded.rows >= copy_threshold as usize;
     match (&conn.copy, use_copy) {
         (Some((copy, from_stage)), true) => {
+            let data = copy_data(&encoded, &conn.wires).map_err(refused)?;
             let tx = conn.client.transaction().await.map_err(db)?;
-            let sink = tx.copy_in(copy).await.map_err(db)?;
-            let types: Vec<_> = conn.wires.iter().map(|w| w.pg_type()).collect();
-            let writer = BinaryCopyInWriter::new(sink, &types);
-            futures::pin_mut!(writer);
-            let mut row: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-                Vec::with_capacity(encoded.columns.len());
-            for r in 0..encoded.rows {
-                row.clear();
-                row.extend(encoded.columns.iter().map(|c| c.row(r)));
-                writer.as_mut().write(&row).await.map_err(db)?;
+            let sink = tx.copy_in::<_, bytes::Bytes>(copy).await.map_err(db)?;
+            futures::pin_mut!(sink);
+            let mut data = data.freeze();
+            while !data.is_empty() {
+                let chunk = data.split_to(data.len().min(COPY_CHUNK));
+                sink.as_mut().feed(chunk).await.map_err(db)?;
             }
-            writer.as_mut().finish().await.map_err(db)?;
+            sink.as_mut().finish().await.map_err(db)?;
             tx.execute(from_stage, &[]).await.map_err(db)?;
             tx.commit().await.map_err(db)?;
         }

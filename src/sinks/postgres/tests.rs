@@ -425,3 +425,34 @@ fn config_problems_and_target_never_show_a_password() {
     let none: MysqlConfig = serde_json::from_value(serde_json::json!({})).unwrap();
     assert!(none.problems().iter().any(|(k, _)| k == "database"));
 }
+
+#[test]
+fn copy_data_is_postgres_binary_copy_format() {
+    use super::encode::copy_data;
+    let (plan, wires) = layout_plan("bytea");
+    let mut e = envelope(7, b"\x01\x02");
+    e.message_id = None;
+    let batch = vec![e];
+    let enc = encode(
+        &batch,
+        &[None],
+        &plan,
+        &wires,
+        OffsetDateTime::UNIX_EPOCH,
+        false,
+    )
+    .unwrap();
+    let data = copy_data(&enc, &wires).unwrap();
+    assert!(data.starts_with(b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0"));
+    assert!(
+        data.ends_with(b"\x02\xff\xff"),
+        "payload then the -1 trailer"
+    );
+    let body = &data[19..];
+    assert_eq!(&body[..2], &15i16.to_be_bytes());
+    // idempotency_key "S:7" as text
+    assert_eq!(&body[2..6], &3i32.to_be_bytes());
+    assert_eq!(&body[6..9], b"S:7");
+    // message_id (9th column) is NULL: length -1 somewhere in the row
+    assert!(body.windows(4).any(|w| w == (-1i32).to_be_bytes()));
+}
