@@ -11,10 +11,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::Config;
+use crate::config::SinkSpec;
 use crate::dlq::{advisory, DeadLetters, Reason};
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::nats::{bind, connect};
+use crate::nats::{bind, connect, Bound};
 use crate::pipeline::{Binding, Observers, Runner, Stages};
 use crate::server::{self, ServerState};
 use crate::sinks::{self, SinkError};
@@ -80,55 +81,14 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
     let mut advisories = Vec::new();
     // Sinks that create their stream bind first, so another sink may read that stream
     // without repeating `create_stream`.
-    let mut order: Vec<&crate::config::SinkSpec> = config.sinks.iter().collect();
+    let mut order: Vec<&SinkSpec> = config.sinks.iter().collect();
     order.sort_by_key(|s| s.source.create_stream.is_none());
     for spec in order {
-        let bound = bind(&js, &spec.name, &spec.source).await.map_err(|e| {
-            if e.is_config() {
-                AppError::Config(e.to_string())
-            } else {
-                AppError::Unavailable(e.to_string())
-            }
-        })?;
-        if spec.delivery.randomizer.enabled {
-            let live = &bound.consumer.cached_info().config;
-            let problems = crate::config::randomizer::check_consumer(
-                &spec.delivery.randomizer,
-                spec.delivery.batch_size,
-                live.max_ack_pending,
-                live.max_deliver,
-                live.ack_wait.as_millis() as u64,
-                spec.delivery.batch_timeout_ms,
-            );
-            if !problems.is_empty() {
-                if spec.delivery.randomizer.skip_startup_checks {
-                    for p in &problems {
-                        tracing::warn!(sink = %spec.name, "randomizer start-up check skipped: {p}");
-                    }
-                } else {
-                    return Err(AppError::Config(format!(
-                        "sink {}: consumer {} cannot carry the randomizer: {} (set delivery.randomizer.skip_startup_checks to run anyway)",
-                        spec.name,
-                        spec.source.consumer,
-                        problems.join("; ")
-                    )));
-                }
-            }
-        }
+        let bound = bind_all(&js, spec).await?;
+        check_randomizer(spec, &bound)?;
         let sink_health = health.sink(&spec.name);
         sink_health.set_bound(true);
-        let mut sink = sinks::build(&spec.destination);
-        sink.open().await.map_err(|e| {
-            let text = format!(
-                "sink {}: cannot open destination {}: {e}",
-                spec.name,
-                spec.destination.describe()
-            );
-            match e {
-                SinkError::Misconfigured { .. } => AppError::Config(text),
-                _ => AppError::Unavailable(text),
-            }
-        })?;
+        let sink = open_destination(spec).await?;
         sink_health.destination_ok();
         tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
         let stages = Stages::for_sink(spec).map_err(|issues| {
@@ -151,24 +111,26 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
             _ => None,
         };
         let sink_metrics = metrics.sink(&spec.name);
-        advisories.push(tokio::spawn(advisory::listen(
-            client.clone(),
-            bound.stream.clone(),
-            spec.source.consumer.clone(),
-            dead_letters.clone(),
-            advisory::Counters {
-                max_deliveries: sink_metrics.max_deliveries.clone(),
-                terminated: sink_metrics.terminated_advisories.clone(),
-                dlq_published: sink_metrics.dlq_published(Reason::MaxDeliveries),
-                dlq_failures: sink_metrics.dlq_failures.clone(),
-            },
-            shutdown.clone(),
-        )));
+        for b in &bound {
+            advisories.push(tokio::spawn(advisory::listen(
+                client.clone(),
+                b.stream.clone(),
+                b.consumer.cached_info().name.clone(),
+                dead_letters.clone(),
+                advisory::Counters {
+                    max_deliveries: sink_metrics.max_deliveries.clone(),
+                    terminated: sink_metrics.terminated_advisories.clone(),
+                    dlq_published: sink_metrics.dlq_published(Reason::MaxDeliveries),
+                    dlq_failures: sink_metrics.dlq_failures.clone(),
+                },
+                shutdown.clone(),
+            )));
+        }
         runners.push(Runner::new(
             spec.clone(),
             Binding {
                 js: js.clone(),
-                consumer: bound.consumer,
+                consumers: bound.into_iter().map(|b| b.consumer).collect(),
             },
             sink,
             stages,
@@ -220,4 +182,77 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Binds the sink's consumer, or one consumer per random subject bucket.
+async fn bind_all(
+    js: &async_nats::jetstream::Context,
+    spec: &SinkSpec,
+) -> Result<Vec<Bound>, AppError> {
+    let mut bound = Vec::new();
+    for source in spec.source.bindings() {
+        bound.push(bind(js, &spec.name, &source).await.map_err(|e| {
+            if e.is_config() {
+                AppError::Config(e.to_string())
+            } else {
+                AppError::Unavailable(e.to_string())
+            }
+        })?);
+    }
+    Ok(bound)
+}
+
+/// Refuses consumers that cannot carry the randomizer's window, as the live server has
+/// them, unless the operator opted out.
+fn check_randomizer(spec: &SinkSpec, bound: &[Bound]) -> Result<(), AppError> {
+    let r = &spec.delivery.randomizer;
+    if !r.enabled {
+        return Ok(());
+    }
+    for b in bound {
+        let info = b.consumer.cached_info();
+        let live = &info.config;
+        let problems = crate::config::randomizer::check_consumer(
+            r,
+            spec.delivery.batch_size,
+            live.max_ack_pending,
+            live.max_deliver,
+            live.ack_wait.as_millis() as u64,
+            spec.delivery.batch_timeout_ms,
+        );
+        if problems.is_empty() {
+            continue;
+        }
+        if r.skip_startup_checks {
+            for p in &problems {
+                tracing::warn!(sink = %spec.name, consumer = %info.name, "randomizer start-up check skipped: {p}");
+            }
+        } else {
+            return Err(AppError::Config(format!(
+                "sink {}: consumer {} cannot carry the randomizer: {} (set delivery.randomizer.skip_startup_checks to run anyway)",
+                spec.name,
+                info.name,
+                problems.join("; ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Builds and opens the destination; a configuration problem is exit 78, anything else
+/// exit 69.
+async fn open_destination(spec: &SinkSpec) -> Result<Box<dyn sinks::Sink>, AppError> {
+    let mut sink = sinks::build(&spec.destination);
+    sink.open().await.map_err(|e| {
+        let text = format!(
+            "sink {}: cannot open destination {}: {e}",
+            spec.name,
+            spec.destination.describe()
+        );
+        match e {
+            SinkError::Misconfigured { .. } => AppError::Config(text),
+            _ => AppError::Unavailable(text),
+        }
+    })?;
+    Ok(sink)
 }

@@ -48,8 +48,8 @@ enum Command {
         #[arg(long, default_value = "nats://127.0.0.1:4222")]
         server: String,
         /// Subject to publish on (a stream must capture it).
-        #[arg(long)]
-        subject: String,
+        #[arg(long, required_unless_present = "bucket_prefix")]
+        subject: Option<String>,
         /// Number of messages.
         #[arg(long, default_value_t = 1000)]
         count: u64,
@@ -62,6 +62,13 @@ enum Command {
         /// Publishes awaiting their PubAck at once.
         #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
         window: u64,
+        /// Random subject buckets: publish each message to <PREFIX>.<i>, i uniform in
+        /// 0..BUCKETS (replaces --subject).
+        #[arg(long, requires = "buckets")]
+        bucket_prefix: Option<String>,
+        /// Number of buckets for --bucket-prefix.
+        #[arg(long, requires = "bucket_prefix", value_parser = clap::value_parser!(u32).range(1..=256))]
+        buckets: Option<u32>,
     },
     /// Measure the pipeline against the bare-consumer ceiling on a fresh stream.
     Bench(BenchArgs),
@@ -265,6 +272,8 @@ async fn dispatch(command: Command) -> u8 {
             size,
             rate,
             window,
+            bucket_prefix,
+            buckets,
         } => {
             logging::init("warn", LogFormat::Text);
             let client = match async_nats::ConnectOptions::new()
@@ -280,11 +289,12 @@ async fn dispatch(command: Command) -> u8 {
             };
             let js = async_nats::jetstream::new(client.clone());
             let plan = publish::PublishPlan {
-                subject,
+                subject: subject.unwrap_or_default(),
                 count,
                 size,
                 rate,
                 window: window as usize,
+                buckets: bucket_prefix.zip(buckets),
             };
             match publish::publish(&js, &plan).await {
                 Ok(r) => {
@@ -292,7 +302,10 @@ async fn dispatch(command: Command) -> u8 {
                         "published {} messages of {} bytes to {} in {:.2}s ({:.0} msg/s)",
                         r.acknowledged,
                         plan.size,
-                        plan.subject,
+                        match &plan.buckets {
+                            Some((p, n)) => format!("{n} random buckets {p}.*"),
+                            None => plan.subject.clone(),
+                        },
                         r.elapsed.as_secs_f64(),
                         r.rate()
                     );

@@ -9,6 +9,11 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::config::randomizer::bucket_subject;
+use crate::pipeline::randomizer::random_bucket;
 use bytes::Bytes;
 
 /// What to publish.
@@ -24,6 +29,9 @@ pub struct PublishPlan {
     pub rate: Option<u64>,
     /// Publishes awaiting their PubAck at once.
     pub window: usize,
+    /// Random subject buckets `(prefix, count)`: each message goes to `<prefix>.<i>` with
+    /// `i` uniform in `0..count`, instead of `subject`.
+    pub buckets: Option<(String, u32)>,
 }
 
 /// Why publishing stopped.
@@ -78,6 +86,7 @@ pub async fn publish(
     plan: &PublishPlan,
 ) -> Result<PublishReport, PublishError> {
     let started = Instant::now();
+    let mut rng = StdRng::from_os_rng();
     let mut inflight = VecDeque::with_capacity(plan.window);
     let mut done = 0u64;
     let fail = |done: u64, e: &dyn std::fmt::Display| PublishError::Rejected {
@@ -90,8 +99,12 @@ pub async fn publish(
             let due = started + Duration::from_secs_f64(n as f64 / rate as f64);
             tokio::time::sleep_until(due.into()).await;
         }
+        let subject = match &plan.buckets {
+            Some((prefix, count)) => bucket_subject(prefix, random_bucket(*count, &mut rng)),
+            None => plan.subject.clone(),
+        };
         let ack = js
-            .publish(plan.subject.clone(), payload(n, plan.size))
+            .publish(subject, payload(n, plan.size))
             .await
             .map_err(|e| fail(done, &e))?;
         inflight.push_back(ack);

@@ -247,7 +247,7 @@ async fn default_table_is_created_and_rows_hold_every_field() {
 async fn rewriting_batches_is_idempotent_on_both_write_paths() {
     let db = TestDb::create("idem").await;
     // 100 rows take the COPY path (threshold 64), 10 rows the multi-row INSERT.
-    let mut sink = opened(db.config(json!({}))).await;
+    let mut sink = opened(db.config(json!({"copy_threshold": 64}))).await;
     let big = json_batch(1..=100);
     let small = json_batch(101..=110);
     sink.write_batch(&big).await.unwrap();
@@ -272,7 +272,7 @@ async fn rewriting_batches_is_idempotent_on_both_write_paths() {
     assert_eq!(unchanged, 110, "insert_ignore keeps the first write");
 
     // upsert: the newer delivery wins, in both paths.
-    let mut upsert = opened(db.config(json!({"mode": "upsert"}))).await;
+    let mut upsert = opened(db.config(json!({"mode": "upsert", "copy_threshold": 64}))).await;
     upsert.write_batch(&again[..80]).await.unwrap();
     upsert.write_batch(&again[80..]).await.unwrap();
     let changed: i64 = c

@@ -211,6 +211,7 @@ fn plan(subject: String, opts: &Options, rate: Option<u64>) -> PublishPlan {
         size: opts.size,
         rate,
         window: 256,
+        buckets: None,
     }
 }
 
@@ -383,6 +384,7 @@ async fn pipeline_pass(
             backoff_ms: Vec::new(),
             deliver_policy: Default::default(),
             create_stream: None,
+            buckets: None,
         },
         delivery: delivery_of(opts),
         metadata: match &opts.target {
@@ -424,7 +426,7 @@ async fn pipeline_pass(
         spec.clone(),
         Binding {
             js: js.clone(),
-            consumer: bound.consumer,
+            consumers: vec![bound.consumer],
         },
         Box::new(sink),
         stages,

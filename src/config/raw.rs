@@ -14,7 +14,9 @@ use serde_json::Value;
 use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
 use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
-use super::randomizer::RandomizerConfig;
+use super::randomizer::{
+    bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig, RandomizerConfig,
+};
 
 /// The whole file. Exactly one of `sinks` (multi-sink shape) or `sink` (single-sink shape)
 /// must be present.
@@ -168,6 +170,34 @@ pub struct SourceConfig {
     /// Create the stream with these settings when it does not exist.
     #[serde(default)]
     pub create_stream: Option<CreateStreamConfig>,
+    /// Random subject buckets: one filtered durable consumer per bucket subject
+    /// (`<prefix>.0` … `<prefix>.<count-1>`), pulled in a random interleaving.
+    #[serde(default)]
+    pub buckets: Option<BucketsConfig>,
+}
+
+impl SourceConfig {
+    /// The consumers this source binds: itself, or one per bucket with derived names and
+    /// bucket filters (a stream created by any of them captures every bucket).
+    pub fn bindings(&self) -> Vec<SourceConfig> {
+        let Some(b) = &self.buckets else {
+            return vec![self.clone()];
+        };
+        (0..b.count)
+            .map(|i| {
+                let mut s = self.clone();
+                s.buckets = None;
+                s.consumer = bucket_consumer_name(&self.consumer, i);
+                s.subjects = vec![bucket_subject(&b.prefix, i)];
+                if let Some(cs) = s.create_stream.as_mut() {
+                    if cs.subjects.is_empty() {
+                        cs.subjects = vec![bucket_wildcard(&b.prefix)];
+                    }
+                }
+                s
+            })
+            .collect()
+    }
 }
 
 /// Where a newly created consumer starts reading.

@@ -270,6 +270,7 @@ fn single_sink(
         backoff_ms: Vec::new(),
         deliver_policy: Default::default(),
         create_stream: nats.create_stream.clone(),
+        buckets: None,
     };
     let raw = RawSink {
         source,
@@ -450,9 +451,25 @@ fn check_sink_at(
             issues.range(format!("{}.backoff_ms[{i}]", p.source), *b, 1, 43_200_000);
         }
     }
+    if let Some(b) = &s.buckets {
+        let path = format!("{}.buckets", p.source);
+        issues.0.extend(randomizer::validate_buckets(b, &path));
+        issues.0.extend(randomizer::validate_bucket_consumer(
+            &s.consumer,
+            b.count,
+            &p.consumer,
+        ));
+        let wildcard = randomizer::bucket_wildcard(&b.prefix);
+        if !s.subjects.is_empty() && s.subjects != [wildcard.clone()] {
+            issues.push(
+                p.subjects.clone(),
+                format!("with buckets, leave it empty or set it to {wildcard:?} (each bucket consumer filters its own subject)"),
+            );
+        }
+    }
     if let Some(cs) = &s.create_stream {
         let base = format!("{}.create_stream", p.source);
-        if cs.subjects.is_empty() && s.subjects.is_empty() {
+        if cs.subjects.is_empty() && s.subjects.is_empty() && s.buckets.is_none() {
             issues.push(
                 format!("{base}.subjects"),
                 "needed when the source has no filter subject",

@@ -1,8 +1,9 @@
 //! Pulls one bounded batch from a durable consumer.
 //!
-//! A pull is always bounded three ways: message count, bytes, and an `expires` the server
-//! honours, plus a local timeout around it, so a lost pull can never hold a message until
-//! AckWait. No heartbeat is requested (it stalls `fetch` on nats-server 2.9).
+//! A pull is always bounded: message count, bytes, and a local timeout around it. A pull
+//! that waits carries an `expires` the server honours, so a lost pull can never hold a
+//! message until AckWait; a no-wait pull carries none, because the server never stores it.
+//! No heartbeat is requested (it stalls `fetch` on nats-server 2.9).
 //!
 //! Strategy: first a no-wait pull returns whatever is ready at once (full batches under
 //! load, no added latency). When nothing is ready, a long poll for a single message waits
@@ -32,8 +33,11 @@ pub struct FetchLimits {
 
 /// Extra time past a pull's `expires` before the local timeout gives up on it.
 const GRACE: Duration = Duration::from_millis(2_000);
-/// `expires` of a no-wait pull: the server answers at once anyway.
-const NO_WAIT_EXPIRES: Duration = Duration::from_millis(5_000);
+/// Local bound of a no-wait pull. Such a pull carries no `expires`: the server answers it
+/// at once and never stores it. (With an `expires`, nats-server 2.9 instead holds a
+/// no-wait pull on a consumer with nothing deliverable until it expires, measured here
+/// as a 5 s stall per empty bucket.)
+const NO_WAIT_LIMIT: Duration = Duration::from_millis(3_000);
 
 /// Pulls up to `limits` messages. An empty result means the stream had nothing for this
 /// consumer during `limits.wait`.
@@ -84,10 +88,9 @@ async fn no_wait(
         .fetch()
         .max_messages(max_messages)
         .max_bytes(max_bytes)
-        .expires(NO_WAIT_EXPIRES)
         .messages()
         .await?;
-    Ok(drain(batch, NO_WAIT_EXPIRES + GRACE).await)
+    Ok(drain(batch, NO_WAIT_LIMIT).await)
 }
 
 /// Collects a pull's messages until it ends, fails or times out locally.
@@ -114,4 +117,37 @@ where
 fn is_size_limit(e: &async_nats::Error) -> bool {
     let text = e.to_string().to_ascii_lowercase();
     text.contains("maxbytes") || text.contains("max bytes")
+}
+
+/// Pulls from several consumers (random subject buckets): a no-wait pull from each in
+/// `order` until one has messages, so buckets are read at independent rates and each
+/// stays FIFO; when all are empty, a short long-poll on the first, so an idle sink still
+/// sleeps in the server. `order` is a random permutation chosen by the caller.
+pub async fn fetch_any(
+    consumers: &[PullConsumer],
+    order: &[usize],
+    limits: FetchLimits,
+) -> Result<Vec<Message>, async_nats::Error> {
+    let mut last_err = None;
+    for &i in order {
+        let Some(c) = consumers.get(i) else { continue };
+        let started = Instant::now();
+        let res = no_wait(c, limits.max_messages, limits.max_bytes).await;
+        tracing::debug!(bucket = i, elapsed_ms = started.elapsed().as_millis() as u64, ok = res.is_ok(), messages = res.as_ref().map(|r| r.0.len()).unwrap_or(0), err = ?res.as_ref().ok().and_then(|r| r.1.as_ref().map(|e| e.to_string())), "bucket pull");
+        match res {
+            Ok((m, _)) if !m.is_empty() => return Ok(m),
+            Ok(_) => {}
+            Err(e) => last_err = Some(e),
+        }
+    }
+    let Some(first) = order.first().and_then(|i| consumers.get(*i)) else {
+        return Ok(Vec::new());
+    };
+    // Each idle round polls one bucket; keep it short so a message arriving in another
+    // bucket waits a fraction of the batch timeout, not all of it.
+    let wait = (limits.wait / consumers.len().max(1) as u32).max(Duration::from_millis(10));
+    match fetch_batch(first, FetchLimits { wait, ..limits }).await {
+        Ok(m) => Ok(m),
+        Err(e) => Err(last_err.unwrap_or(e)),
+    }
 }

@@ -7,4 +7,4 @@ pub mod fetch;
 
 pub use binding::{bind, BindError, Bound};
 pub use connect::{connect, ConnectError};
-pub use fetch::{fetch_batch, FetchLimits};
+pub use fetch::{fetch_any, fetch_batch, FetchLimits};

@@ -36,6 +36,7 @@ use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{self, AckKind};
 use async_nats::Subject;
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use time::OffsetDateTime;
 use tokio::sync::watch;
@@ -52,7 +53,7 @@ use crate::dlq::{DeadLetters, Reason};
 use crate::envelope::Envelope;
 use crate::health::SinkHealth;
 use crate::metrics::SinkMetrics;
-use crate::nats::{bind, fetch_batch, FetchLimits};
+use crate::nats::{bind, fetch_any, fetch_batch, FetchLimits};
 use crate::sinks::{Sink, SinkError};
 
 /// Consecutive failed pulls after which the runner re-binds its consumer (it may have been
@@ -68,7 +69,7 @@ type PendingPull = JoinHandle<Result<Prepared, async_nats::Error>>;
 pub struct Runner {
     spec: SinkSpec,
     js: jetstream::Context,
-    consumer: PullConsumer,
+    consumers: Vec<PullConsumer>,
     sink: Box<dyn Sink>,
     stages: Arc<Stages>,
     metrics: SinkMetrics,
@@ -99,8 +100,8 @@ pub struct Runner {
 pub struct Binding {
     /// JetStream context on the shared connection.
     pub js: jetstream::Context,
-    /// The durable pull consumer.
-    pub consumer: PullConsumer,
+    /// The durable pull consumer, or one per random subject bucket.
+    pub consumers: Vec<PullConsumer>,
 }
 
 /// Where a runner reports what it does.
@@ -133,7 +134,7 @@ impl Runner {
         shutdown: watch::Receiver<bool>,
     ) -> Runner {
         let Observers { metrics, health } = observers;
-        let Binding { js, consumer } = binding;
+        let Binding { js, consumers } = binding;
         let ack_wait = Duration::from_millis(spec.source.ack_wait_ms);
         let acks = Acks::new(&spec.name, js.client(), metrics.clone());
         let limits = FetchLimits {
@@ -145,7 +146,7 @@ impl Runner {
             disposal: Disposal::new(&spec, acks.clone(), metrics.clone(), dead_letters),
             spec,
             js,
-            consumer,
+            consumers,
             sink,
             stages: Arc::new(stages),
             metrics,
@@ -208,12 +209,22 @@ impl Runner {
         self.shutdown_deadline.is_some()
     }
 
-    fn pull(&self) -> PendingPull {
-        let consumer = self.consumer.clone();
+    fn pull(&mut self) -> PendingPull {
         let stages = self.stages.clone();
         let limits = self.limits;
+        if self.consumers.len() == 1 {
+            let consumer = self.consumers[0].clone();
+            return tokio::spawn(async move {
+                let messages = fetch_batch(&consumer, limits).await?;
+                Ok(stages.prepare(messages))
+            });
+        }
+        // Random subject buckets: visit them in a fresh random order each pull.
+        let mut order: Vec<usize> = (0..self.consumers.len()).collect();
+        order.shuffle(&mut self.rng);
+        let consumers = self.consumers.clone();
         tokio::spawn(async move {
-            let messages = fetch_batch(&consumer, limits).await?;
+            let messages = fetch_any(&consumers, &order, limits).await?;
             Ok(stages.prepare(messages))
         })
     }
@@ -303,16 +314,19 @@ impl Runner {
     }
 
     async fn rebind(&mut self) {
-        match bind(&self.js, &self.spec.name, &self.spec.source).await {
-            Ok(b) => {
-                self.consumer = b.consumer;
-                self.health.set_bound(true);
-            }
-            Err(e) => {
-                self.health.set_bound(false);
-                tracing::warn!(sink = %self.spec.name, error = %e, "re-binding the consumer failed");
+        let mut consumers = Vec::with_capacity(self.consumers.len());
+        for source in self.spec.source.bindings() {
+            match bind(&self.js, &self.spec.name, &source).await {
+                Ok(b) => consumers.push(b.consumer),
+                Err(e) => {
+                    self.health.set_bound(false);
+                    tracing::warn!(sink = %self.spec.name, consumer = %source.consumer, error = %e, "re-binding the consumer failed");
+                    return;
+                }
             }
         }
+        self.consumers = consumers;
+        self.health.set_bound(true);
     }
 
     /// Sleeps, waking early for shutdown.

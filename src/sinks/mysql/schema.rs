@@ -14,12 +14,13 @@ use crate::config::destination::{MysqlPayloadType, WriteMode};
 use crate::sinks::util::columns::{Family, TablePlan};
 
 /// The session settings every connection runs with: strict mode (bad values are errors,
-/// never silently truncated), UTC for `TIMESTAMP` conversions, and READ COMMITTED to keep
-/// gap locks (and deadlocks between competing instances) down.
-pub(crate) const SESSION_INIT: [&str; 3] = [
+/// never silently truncated) and UTC for `TIMESTAMP` conversions. The isolation level is
+/// left to the server: READ COMMITTED would refuse every insert under
+/// `binlog_format=STATEMENT`, and the deadlocks REPEATABLE READ may cause between competing
+/// instances are retried as transient.
+pub(crate) const SESSION_INIT: [&str; 2] = [
     "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'",
     "SET SESSION time_zone = '+00:00'",
-    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
 ];
 
 /// MySQL's limit on placeholders in one prepared statement.

@@ -409,7 +409,7 @@ fn config_problems_and_target_never_show_a_password() {
     }))
     .unwrap();
     assert_eq!(ok.problems(), Vec::<(String, String)>::new());
-    assert_eq!(ok.copy_threshold, 64);
+    assert_eq!(ok.copy_threshold, 4_000);
     assert_eq!(ok.mode, WriteMode::InsertIgnore);
     assert!(ok.auto_create);
 
