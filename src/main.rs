@@ -244,7 +244,11 @@ async fn dispatch(command: Command) -> u8 {
                 } else {
                     rates
                 };
-                println!("{} is valid\n{}", config.display(), cfg.summary(&rates));
+                emit(&format!(
+                    "{} is valid\n{}",
+                    config.display(),
+                    cfg.summary(&rates)
+                ));
                 exit::OK
             }
             Err(e) => {
@@ -256,7 +260,7 @@ async fn dispatch(command: Command) -> u8 {
             let schema = schemars::schema_for!(jetsink::config::RawConfig);
             match serde_json::to_string_pretty(&schema) {
                 Ok(text) => {
-                    println!("{text}");
+                    emit(&text);
                     exit::OK
                 }
                 Err(e) => {
@@ -525,6 +529,13 @@ async fn run(path: PathBuf) -> u8 {
             e.exit_code()
         }
     }
+}
+
+/// Writes command output to stdout; a reader that went away (`| head`) is not an error.
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
 /// Turns the first SIGTERM or SIGINT into the shutdown signal.

@@ -58,6 +58,15 @@ async fn hold_while_missing(
         consumer_state(&js, "FAIL", "jetsink").await.1 > 0
     })
     .await;
+    // The next batch may have been pulled ahead while the failing write ran: wait for the
+    // failure to be logged, then for that pull to settle, before taking the snapshot.
+    eventually(Duration::from_secs(10), "the failure is logged", || async {
+        daemon
+            .log_text()
+            .contains("destination failed; holding the batch")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let before = delivered_so_far(&js, "FAIL").await;
     let (_, held) = consumer_state(&js, "FAIL", "jetsink").await;
     // Three AckWaits: any redelivery or further fetch would show up.
