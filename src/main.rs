@@ -416,7 +416,7 @@ async fn metrics_show(url: String, metric: Option<String>, format: ShowFormat) -
     let shown = tokio::task::spawn_blocking(move || show(&url, metric.as_deref(), format)).await;
     match shown {
         Ok(Ok(shown)) => {
-            print!("{}", shown.text);
+            emit(shown.text.trim_end_matches('\n'));
             if shown.rows == 0 {
                 eprintln!("no metric matches");
             }

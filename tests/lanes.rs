@@ -745,7 +745,6 @@ async fn a_control_character_in_the_priority_fails_only_its_message_which_stays_
 /// which checks every header value), so it is counted only in
 /// `jetsink_messages_rejected_total`.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "known gap: Stages::prepare counts a control character in the priority as a metadata refusal, not a lane refusal"]
 async fn a_control_character_in_the_priority_counts_as_a_lane_rejection() {
     let (rejected, lane_rejected) = control_character_in_priority().await;
     assert!(

@@ -2,11 +2,14 @@
 //! tested without a server.
 //!
 //! The copy keeps the original payload and headers and adds the context an operator needs
-//! to triage it. Server directives among the original headers (`Nats-*`, such as
-//! `Nats-Expected-Stream` or `Nats-Msg-Id`) are not copied: they would act on the
+//! to triage it. Server directives among the original headers (`Nats-Msg-Id`,
+//! `Nats-Expected-*`, `Nats-Rollup`, `Nats-TTL`, ...) are not copied: they would act on the
 //! dead-letter publish itself. The original `Nats-Msg-Id` is kept as
 //! `Jetsink-Original-Msg-Id`, and the copy's own `Nats-Msg-Id` is `<stream>:<sequence>` so
-//! the dead-letter stream drops a second copy of the same original.
+//! the dead-letter stream drops a second copy of the same original. An original header
+//! with the name of a context header is dropped, so a publisher cannot forge the context;
+//! every other header, `Jetsink-Priority` and `Nats-Sinks-Priority` included, is kept, so a
+//! replayed message keeps its metadata.
 
 use async_nats::HeaderMap;
 use bytes::Bytes;
@@ -36,8 +39,37 @@ pub const FAILED_AT: &str = "Jetsink-Failed-At";
 /// Header: why it was dead-lettered (`metadata`, `lane`, `destination`, `last_delivery`,
 /// `max_deliveries`).
 pub const REASON: &str = "Jetsink-Reason";
-/// Prefix of every header jetsink adds.
-pub const PREFIX: &str = "Jetsink-";
+/// Every context header jetsink adds (not `Nats-Msg-Id`).
+pub const CONTEXT: [&str; 11] = [
+    ERROR_CLASS,
+    ERROR,
+    SINK,
+    ORIGINAL_SUBJECT,
+    ORIGINAL_STREAM,
+    ORIGINAL_SEQUENCE,
+    ORIGINAL_MSG_ID,
+    DELIVERED,
+    FAILED_AT,
+    REASON,
+    "Jetsink-Replayed",
+];
+
+/// Whether a header is one of jetsink's context headers.
+pub fn is_context(name: &str) -> bool {
+    CONTEXT.iter().any(|c| c.eq_ignore_ascii_case(name))
+}
+
+/// Whether a header tells the server how to store a publish; such headers must not travel
+/// from an original to its copy or replay.
+pub fn is_server_directive(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    matches!(
+        n.as_str(),
+        "nats-msg-id" | "nats-rollup" | "nats-ttl" | "nats-incr"
+    ) || n.starts_with("nats-expected-")
+        || n.starts_with("nats-batch-")
+        || n.starts_with("nats-schedule")
+}
 
 /// A copy ready to publish.
 #[derive(Debug, Clone)]
@@ -79,8 +111,7 @@ pub fn build(
     let mut headers = HeaderMap::new();
     if cfg.include_headers {
         for (name, values) in &envelope.headers {
-            let lower = name.to_ascii_lowercase();
-            if lower.starts_with("nats-") || lower.starts_with("jetsink-") {
+            if is_server_directive(name) || is_context(name) {
                 continue;
             }
             for v in values {
@@ -139,6 +170,8 @@ mod tests {
                 ("Nats-Expected-Stream", "ORDERS"),
                 ("X-Trace", "abc"),
                 ("Jetsink-Error", "forged"),
+                ("Jetsink-Priority", "urgent"),
+                ("Nats-Sinks-Priority", "high"),
             ],
             Bytes::from_static(b"{\"bad\":true}"),
             IdempotencyKey::StreamSequence,

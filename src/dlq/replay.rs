@@ -36,14 +36,14 @@ pub struct Line {
     pub outcome: String,
 }
 
-/// The headers a replay republishes: the copy's, minus jetsink's context; the original
-/// `Nats-Msg-Id` is restored so `message_id` idempotency still holds.
+/// The headers a replay republishes: the copy's, minus jetsink's context and server
+/// directives; the original `Nats-Msg-Id` is restored so `message_id` idempotency still
+/// holds. Metadata headers (`Jetsink-Priority`, ...) are kept.
 pub fn replay_headers(copy_headers: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::new();
     for (name, values) in copy_headers.iter() {
         let n: &str = name.as_ref();
-        let lower = n.to_ascii_lowercase();
-        if lower.starts_with(&copy::PREFIX.to_ascii_lowercase()) || lower.starts_with("nats-") {
+        if copy::is_context(n) || copy::is_server_directive(n) {
             continue;
         }
         for v in values {
@@ -164,12 +164,17 @@ mod tests {
     fn replay_drops_context_and_restores_the_original_id() {
         let mut h = HeaderMap::new();
         h.insert("X-Trace", "abc");
+        h.insert("Jetsink-Priority", "urgent");
         h.insert(copy::ERROR, "boom");
         h.insert(copy::ORIGINAL_MSG_ID, "order-7");
         h.insert("Nats-Msg-Id", "ORDERS:42");
         let out = replay_headers(&h);
         assert_eq!(out.get("X-Trace").map(|v| v.as_str()), Some("abc"));
         assert!(out.get(copy::ERROR).is_none());
+        assert_eq!(
+            out.get("Jetsink-Priority").map(|v| v.as_str()),
+            Some("urgent")
+        );
         assert_eq!(out.get("Nats-Msg-Id").map(|v| v.as_str()), Some("order-7"));
         let mut plain = HeaderMap::new();
         plain.insert("Nats-Msg-Id", "ORDERS:1");

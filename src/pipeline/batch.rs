@@ -13,7 +13,7 @@ use async_nats::Subject;
 
 use crate::config::IdempotencyKey;
 use crate::envelope::{self, Envelope};
-use crate::metadata::MetadataPolicy;
+use crate::metadata::{MetadataField, MetadataPolicy};
 use crate::pipeline::lanes::{LanePolicy, LaneStats};
 use crate::pipeline::randomizer::Randomizer;
 
@@ -99,6 +99,7 @@ impl Stages {
             }
         }
         let mut refused = Vec::new();
+        let lanes_on = self.lanes.as_ref().is_some_and(LanePolicy::enabled);
         if let Some(policy) = &self.metadata {
             let mut kept = Vec::with_capacity(items.len());
             for (mut e, reply) in items {
@@ -112,7 +113,13 @@ impl Stages {
                     Err(err) => refused.push(Refused {
                         envelope: e,
                         reply,
-                        by: RefusedBy::Metadata,
+                        // With lanes on, a bad priority breaks the lane policy (the seed
+                        // counts it as a lane rejection).
+                        by: if lanes_on && err.field == MetadataField::Priority {
+                            RefusedBy::Lane
+                        } else {
+                            RefusedBy::Metadata
+                        },
                         reason: err.to_string(),
                     }),
                 }
