@@ -190,7 +190,7 @@ async fn bind_all(
     spec: &SinkSpec,
 ) -> Result<Vec<Bound>, AppError> {
     let mut bound = Vec::new();
-    for source in spec.source.bindings() {
+    for (source, _) in spec.consumer_bindings() {
         bound.push(bind(js, &spec.name, &source).await.map_err(|e| {
             if e.is_config() {
                 AppError::Config(e.to_string())

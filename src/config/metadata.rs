@@ -252,6 +252,12 @@ pub struct LaneConfig {
     /// Messages taken from this lane per round-robin pass, 1 to 100. Default 1.
     #[serde(default = "default_weight")]
     pub weight: u32,
+    /// Per-lane consumer mode (opt-in): subject filters whose messages belong to this lane.
+    /// When any lane lists subjects, every lane must, and each subject gets its own
+    /// filtered durable consumer; pulls alternate between lanes by weight, so an urgent
+    /// message does not wait behind a routine backlog. Default none (in-batch lanes only).
+    #[serde(default)]
+    pub subjects: Vec<String>,
 }
 
 fn default_lane_name() -> String {
@@ -265,6 +271,7 @@ fn default_lanes() -> Vec<LaneConfig> {
         name: default_lane_name(),
         priorities: Vec::new(),
         weight: default_weight(),
+        subjects: Vec::new(),
     }]
 }
 fn default_weight() -> u32 {

@@ -248,3 +248,41 @@ impl Config {
         out
     }
 }
+
+impl SinkSpec {
+    /// The durable consumers this sink binds, each with the priority lane it feeds in
+    /// per-lane consumer mode: one consumer, one per random subject bucket, or one per
+    /// lane subject (named `<consumer>-lane-<lane>-<i>`).
+    pub fn consumer_bindings(&self) -> Vec<(SourceConfig, Option<usize>)> {
+        let lanes = &self.delivery.priority_lanes;
+        let per_lane = lanes.enabled && lanes.lanes.iter().any(|l| !l.subjects.is_empty());
+        if !per_lane {
+            return self
+                .source
+                .bindings()
+                .into_iter()
+                .map(|s| (s, None))
+                .collect();
+        }
+        let all: Vec<String> = lanes
+            .lanes
+            .iter()
+            .flat_map(|l| l.subjects.clone())
+            .collect();
+        let mut out = Vec::new();
+        for (li, lane) in lanes.lanes.iter().enumerate() {
+            for (si, subject) in lane.subjects.iter().enumerate() {
+                let mut s = self.source.clone();
+                s.consumer = format!("{}-lane-{}-{si}", self.source.consumer, lane.name);
+                s.subjects = vec![subject.clone()];
+                if let Some(cs) = s.create_stream.as_mut() {
+                    if cs.subjects.is_empty() {
+                        cs.subjects = all.clone();
+                    }
+                }
+                out.push((s, Some(li)));
+            }
+        }
+        out
+    }
+}

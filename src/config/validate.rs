@@ -357,6 +357,45 @@ fn check_sink_at(
     issues
         .0
         .extend(metadata::validate_lanes(&d.priority_lanes, &lanes_path));
+    let lane_subjects: Vec<(usize, &String)> = d
+        .priority_lanes
+        .lanes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, l)| l.subjects.iter().map(move |s| (i, s)))
+        .collect();
+    if !lane_subjects.is_empty() {
+        if !d.priority_lanes.enabled {
+            issues.push(
+                format!("{lanes_path}.enabled"),
+                "lanes[].subjects (per-lane consumer mode) needs enabled: true",
+            );
+        }
+        if raw.source.buckets.is_some() {
+            issues.push(
+                format!("{}.buckets", p.source),
+                "cannot be combined with lanes[].subjects (per-lane consumer mode)",
+            );
+        }
+        let mut seen: Vec<&String> = Vec::new();
+        for (i, lane) in d.priority_lanes.lanes.iter().enumerate() {
+            if lane.subjects.is_empty() {
+                issues.push(
+                    format!("{lanes_path}.lanes[{i}].subjects"),
+                    "in per-lane consumer mode every lane needs at least one subject",
+                );
+            }
+            for (j, subj) in lane.subjects.iter().enumerate() {
+                let path = format!("{lanes_path}.lanes[{i}].subjects[{j}]");
+                if let Err(why) = check_subject(subj) {
+                    issues.push(path, format!("{why}: {subj:?}"));
+                } else if seen.contains(&subj) {
+                    issues.push(path, format!("subject {subj:?} is listed in two lanes"));
+                }
+                seen.push(subj);
+            }
+        }
+    }
     let metadata_path = p.key("message_metadata");
     if let Some(m) = &raw.message_metadata {
         issues
@@ -469,7 +508,12 @@ fn check_sink_at(
     }
     if let Some(cs) = &s.create_stream {
         let base = format!("{}.create_stream", p.source);
-        if cs.subjects.is_empty() && s.subjects.is_empty() && s.buckets.is_none() {
+        let per_lane = d
+            .priority_lanes
+            .lanes
+            .iter()
+            .any(|l| !l.subjects.is_empty());
+        if cs.subjects.is_empty() && s.subjects.is_empty() && s.buckets.is_none() && !per_lane {
             issues.push(
                 format!("{base}.subjects"),
                 "needed when the source has no filter subject",

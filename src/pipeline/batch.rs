@@ -86,6 +86,9 @@ pub struct Stages {
     /// Delayed-NAK randomizer; `None` when disabled. Its decisions need the runner's
     /// window, so the runner applies it, after the lanes.
     pub randomizer: Option<Randomizer>,
+    /// Per-lane consumer mode: consumer name → lane index. A message's lane is the lane
+    /// of the consumer that delivered it.
+    pub consumer_lane: std::collections::HashMap<String, usize>,
 }
 
 impl Stages {
@@ -142,6 +145,7 @@ impl Stages {
                 .ordered
                 .into_iter()
                 .map(|((mut e, reply), lane)| {
+                    let lane = self.consumer_lane.get(&e.consumer).copied().unwrap_or(lane);
                     e.lane = lanes.lane_name(lane).map(str::to_string);
                     (e, reply)
                 })
@@ -217,12 +221,18 @@ impl Stages {
         } else {
             None
         };
+        let consumer_lane = spec
+            .consumer_bindings()
+            .into_iter()
+            .filter_map(|(source, lane)| lane.map(|l| (source.consumer, l)))
+            .collect();
         Ok(Stages {
             sink: spec.name.clone(),
             key: spec.delivery.idempotency_key,
             metadata,
             lanes,
             randomizer,
+            consumer_lane,
         })
     }
 }

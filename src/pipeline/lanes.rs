@@ -293,11 +293,13 @@ mod tests {
                     name: "urgent".into(),
                     priorities: vec!["Urgent".into()],
                     weight: 2,
+                    subjects: Vec::new(),
                 },
                 LaneConfig {
                     name: "routine".into(),
                     priorities: vec!["routine".into()],
                     weight: 1,
+                    subjects: Vec::new(),
                 },
             ],
         })
@@ -565,6 +567,63 @@ mod tests {
             let order = schedule(&lanes_of, &weights);
             let items: Vec<usize> = (0..lanes_of.len()).collect();
             prop_assert_eq!(reorder(items, &order), order);
+        }
+    }
+}
+
+/// Per-lane consumer mode: the order in which to try the consumers for one pull.
+/// `lane_of[c]` is the lane of consumer `c`; lanes take turns by weight across pulls (a
+/// cycle where lane `l` appears `weights[l]` times), starting at position `cursor` of that
+/// cycle; the lanes after it follow in cycle order, so an empty lane hands the pull to the
+/// next. Pure, so the rotation is tested without a server.
+pub fn pull_order(lane_of: &[usize], weights: &[u32], cursor: usize) -> Vec<usize> {
+    let cycle: Vec<usize> = weights
+        .iter()
+        .enumerate()
+        .flat_map(|(lane, w)| std::iter::repeat_n(lane, (*w).max(1) as usize))
+        .collect();
+    if cycle.is_empty() {
+        return (0..lane_of.len()).collect();
+    }
+    let start = cursor % cycle.len();
+    let mut lanes: Vec<usize> = Vec::with_capacity(weights.len());
+    for lane in cycle[start..].iter().chain(cycle[..start].iter()) {
+        if !lanes.contains(lane) {
+            lanes.push(*lane);
+        }
+    }
+    let mut order = Vec::with_capacity(lane_of.len());
+    for lane in lanes {
+        order.extend((0..lane_of.len()).filter(|c| lane_of[*c] == lane));
+    }
+    // Consumers of a lane outside `weights` still get their turn, last.
+    order.extend((0..lane_of.len()).filter(|c| lane_of[*c] >= weights.len()));
+    order
+}
+
+#[cfg(test)]
+mod pull_order_tests {
+    use super::*;
+
+    #[test]
+    fn lanes_take_turns_by_weight_across_pulls() {
+        // consumers 0,1 are lane 0 (urgent, weight 3), consumer 2 is lane 1 (routine, 1).
+        let lane_of = [0, 0, 1];
+        let firsts: Vec<usize> = (0..8)
+            .map(|c| lane_of[pull_order(&lane_of, &[3, 1], c)[0]])
+            .collect();
+        assert_eq!(firsts, vec![0, 0, 0, 1, 0, 0, 0, 1]);
+        assert_eq!(pull_order(&lane_of, &[3, 1], 3), vec![2, 0, 1]);
+        assert_eq!(pull_order(&lane_of, &[3, 1], 0), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn every_consumer_is_tried_once() {
+        let lane_of = [1, 0, 2, 1, 0];
+        for cursor in 0..10 {
+            let mut o = pull_order(&lane_of, &[2, 1, 5], cursor);
+            o.sort_unstable();
+            assert_eq!(o, vec![0, 1, 2, 3, 4]);
         }
     }
 }

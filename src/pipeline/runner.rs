@@ -46,6 +46,7 @@ use tokio::time::Instant;
 use super::acks::Acks;
 use super::batch::{Batch, Prepared, Refused, RefusedBy, Stages};
 use super::disposal::Disposal;
+use super::lanes;
 use super::randomizer::Window;
 use super::retry::backoff;
 use crate::config::SinkSpec;
@@ -93,6 +94,12 @@ pub struct Runner {
     window: Window,
     /// Origin of the window's millisecond clock.
     clock_origin: Instant,
+    /// Per-lane consumer mode: the lane of each consumer.
+    consumer_lanes: Option<Vec<usize>>,
+    /// Lane weights, for taking turns across pulls.
+    lane_weights: Vec<u32>,
+    /// Position in the weighted cycle of lanes.
+    lane_cursor: usize,
 }
 
 /// The JetStream side of a runner: the context (for ACKs and re-binding) and the bound
@@ -136,6 +143,18 @@ impl Runner {
         let Observers { metrics, health } = observers;
         let Binding { js, consumers } = binding;
         let ack_wait = Duration::from_millis(spec.source.ack_wait_ms);
+        let consumer_lanes: Option<Vec<usize>> = spec
+            .consumer_bindings()
+            .into_iter()
+            .map(|(_, lane)| lane)
+            .collect();
+        let lane_weights = spec
+            .delivery
+            .priority_lanes
+            .lanes
+            .iter()
+            .map(|l| l.weight)
+            .collect();
         let acks = Acks::new(&spec.name, js.client(), metrics.clone());
         let limits = FetchLimits {
             max_messages: spec.delivery.batch_size,
@@ -162,6 +181,9 @@ impl Runner {
             ack_tasks: VecDeque::new(),
             window: Window::new(ack_wait),
             clock_origin: Instant::now(),
+            consumer_lanes,
+            lane_weights,
+            lane_cursor: usize::MAX,
         }
     }
 
@@ -219,9 +241,19 @@ impl Runner {
                 Ok(stages.prepare(messages))
             });
         }
-        // Random subject buckets: visit them in a fresh random order each pull.
-        let mut order: Vec<usize> = (0..self.consumers.len()).collect();
-        order.shuffle(&mut self.rng);
+        let order = match &self.consumer_lanes {
+            // Per-lane consumers: lanes take turns by weight across pulls.
+            Some(lanes) => {
+                self.lane_cursor = self.lane_cursor.wrapping_add(1);
+                lanes::pull_order(lanes, &self.lane_weights, self.lane_cursor)
+            }
+            // Random subject buckets: visit them in a fresh random order each pull.
+            None => {
+                let mut order: Vec<usize> = (0..self.consumers.len()).collect();
+                order.shuffle(&mut self.rng);
+                order
+            }
+        };
         let consumers = self.consumers.clone();
         tokio::spawn(async move {
             let messages = fetch_any(&consumers, &order, limits).await?;
@@ -315,7 +347,7 @@ impl Runner {
 
     async fn rebind(&mut self) {
         let mut consumers = Vec::with_capacity(self.consumers.len());
-        for source in self.spec.source.bindings() {
+        for (source, _) in self.spec.consumer_bindings() {
             match bind(&self.js, &self.spec.name, &source).await {
                 Ok(b) => consumers.push(b.consumer),
                 Err(e) => {
