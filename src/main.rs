@@ -67,7 +67,7 @@ enum Command {
         #[arg(long, requires = "buckets")]
         bucket_prefix: Option<String>,
         /// Number of buckets for --bucket-prefix.
-        #[arg(long, requires = "bucket_prefix", value_parser = clap::value_parser!(u32).range(1..=256))]
+        #[arg(long, requires = "bucket_prefix", value_parser = clap::value_parser!(u32).range(2..=256))]
         buckets: Option<u32>,
     },
     /// Measure the pipeline against the bare-consumer ceiling on a fresh stream.

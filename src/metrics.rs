@@ -251,7 +251,7 @@ impl Metrics {
             rejected: counter(
                 r,
                 "jetsink_messages_rejected_total",
-                "Messages the destination refused permanently; left unacked for redelivery.",
+                "Refused messages handed back with a delayed NAK (no dead-letter copy), to be redelivered.",
                 &["sink"],
             ),
             fetch_errors: counter(

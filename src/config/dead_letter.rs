@@ -172,6 +172,21 @@ pub fn validate(cfg: &DeadLetterConfig, path: &str) -> Vec<Issue> {
                 format!("not a valid stream name: {:?}", cs.name),
             );
         }
+        if cs.max_age_ms != 0 && cs.duplicate_window_ms > cs.max_age_ms {
+            push(
+                "create_stream.duplicate_window_ms",
+                format!(
+                    "must not exceed max_age_ms ({}), got {}",
+                    cs.max_age_ms, cs.duplicate_window_ms
+                ),
+            );
+        }
+        if cs.duplicate_window_ms > 604_800_000 {
+            push(
+                "create_stream.duplicate_window_ms",
+                format!("must be at most 604800000, got {}", cs.duplicate_window_ms),
+            );
+        }
         if !(1..=5).contains(&cs.replicas) {
             push(
                 "create_stream.replicas",

@@ -377,8 +377,26 @@ fn check_sink_at(
                 "cannot be combined with lanes[].subjects (per-lane consumer mode)",
             );
         }
+        if !raw.source.subjects.is_empty() {
+            issues.push(
+                p.subjects.clone(),
+                "leave it empty in per-lane consumer mode: each lane subject gets its own consumer",
+            );
+        }
         let mut seen: Vec<&String> = Vec::new();
         for (i, lane) in d.priority_lanes.lanes.iter().enumerate() {
+            let name = format!(
+                "{}-lane-{}-{}",
+                raw.source.consumer,
+                lane.name,
+                lane.subjects.len()
+            );
+            if name.len() > 255 {
+                issues.push(
+                    p.consumer.clone(),
+                    format!("derived lane consumer names such as {name:?} exceed 255 characters"),
+                );
+            }
             if lane.subjects.is_empty() {
                 issues.push(
                     format!("{lanes_path}.lanes[{i}].subjects"),

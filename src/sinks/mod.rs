@@ -74,7 +74,8 @@ impl SinkError {
 pub trait Sink: Send {
     /// Connects or creates what the destination needs (directory, table). Called once at
     /// start-up, where an error stops the daemon (exit 69 for `Transient`, 78 for
-    /// `Misconfigured`), and again by the runner before retrying after a transient failure.
+    /// `Misconfigured`). After a transient failure the runner simply calls `write_batch`
+    /// again: a destination reopens whatever it dropped there.
     async fn open(&mut self) -> Result<(), SinkError>;
 
     /// Writes and commits the whole batch. `Ok` means every envelope is durable (fsync'd,
@@ -84,8 +85,8 @@ pub trait Sink: Send {
     /// [`Envelope::idempotency_key`]).
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError>;
 
-    /// Cheap check that the destination is still usable, for `/readyz` and for deciding
-    /// when a failing destination has come back.
+    /// Cheap check that the destination is still usable. The runner reports readiness from
+    /// write outcomes; this is for tools and tests that want to probe without writing.
     async fn health(&mut self) -> Result<(), SinkError>;
 }
 
