@@ -344,7 +344,11 @@ async fn a_dead_letter_subject_without_a_stream_acks_nothing_that_was_not_stored
         },
     )
     .await;
-    assert_eq!(ack_floor(&js).await, 20, "the poison (sequence 21) is not ACKed");
+    assert_eq!(
+        ack_floor(&js).await,
+        20,
+        "the poison (sequence 21) is not ACKed"
+    );
     assert!(d
         .terminate(Duration::from_secs(15))
         .is_some_and(|s| s.success()));
@@ -425,6 +429,82 @@ async fn an_outage_of_several_seconds_dead_letters_nothing_and_loses_nothing() {
         .await
         .unwrap();
     assert_eq!(info.num_redelivered, 0, "no delivery budget was burnt");
+    assert!(d
+        .terminate(Duration::from_secs(15))
+        .is_some_and(|s| s.success()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_the_server_gave_up_on_is_rescued_from_the_stream_by_the_advisory() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "POISON", "poison.>").await;
+    // Another worker on the same durable consumer takes the message twice and crashes
+    // each time (never ACKs): its deliveries are used up without jetsink seeing them.
+    let consumer = js
+        .get_stream("POISON")
+        .await
+        .unwrap()
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some("jetsink".into()),
+            filter_subject: "poison.>".into(),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(3),
+            max_deliver: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    js.publish("poison.jobs", "lost job".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let take = || async {
+        use futures::StreamExt;
+        let mut batch = consumer
+            .fetch()
+            .max_messages(1)
+            .expires(Duration::from_secs(2))
+            .messages()
+            .await
+            .unwrap();
+        batch.next().await.expect("a delivery").unwrap()
+    };
+    let first = take().await;
+    assert_eq!(first.info().unwrap().delivered, 1);
+    tokio::time::sleep(Duration::from_millis(3_300)).await;
+    let second = take().await;
+    assert_eq!(second.info().unwrap().delivered, 2);
+    // jetsink starts while the last delivery is still out; when its AckWait ends the
+    // server gives up and says so in an advisory.
+    let mut cfg = sink_config(&server, Some(dlq_config()), 2);
+    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(3_000);
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let db = dir.path().join("data/p.db");
+    poison_table(&db);
+    let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    eventually(Duration::from_secs(20), "the dead letter", || async {
+        dlq_messages(&js).await.len() == 1
+    })
+    .await;
+    let dl = &dlq_messages(&js).await[0];
+    assert_eq!(&dl.payload[..], b"lost job");
+    let h = |n: &str| {
+        dl.headers
+            .get(n)
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default()
+    };
+    assert_eq!(h("Jetsink-Reason"), "max_deliveries");
+    assert_eq!(h("Jetsink-Original-Sequence"), "1");
+    assert_eq!(h("Jetsink-Delivered"), "2");
+    assert_eq!(
+        metric(&listen, "jetsink_max_deliveries_total{sink=\"main\"}").await,
+        Some(1.0)
+    );
+    assert_eq!(sqlite_count(&db, TABLE), 0, "the message was never written");
     assert!(d
         .terminate(Duration::from_secs(15))
         .is_some_and(|s| s.success()));
