@@ -231,7 +231,16 @@ fn progress_bar(opts: &Options) -> indicatif::ProgressBar {
 fn describe(target: &Target) -> String {
     match target {
         Target::Discard => "none (discard)".into(),
-        Target::Builtin(d) => d.describe(),
+        Target::Builtin(d) => match d.as_ref() {
+            DestinationConfig::File(c) => {
+                format!("file in a temporary directory (fsync={})", c.fsync)
+            }
+            DestinationConfig::Sqlite(c) => format!(
+                "sqlite in a temporary directory (synchronous={})",
+                c.synchronous.pragma()
+            ),
+            other => other.describe(),
+        },
         Target::Configured(s) => format!("sink {}: {}", s.name, s.destination.describe()),
     }
 }

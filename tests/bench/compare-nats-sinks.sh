@@ -72,6 +72,18 @@ if [ "$BATCH" -gt 10000 ]; then
 fi
 TIMEOUT=${TIMEOUT:-$(( N / 20 > 600 ? N / 20 : 600 ))}
 
+# Fail fast when the server is not reachable (before the slow virtualenv set-up).
+hostport=${SERVER#*://}
+hostport=${hostport##*@}
+hostport=${hostport%%/*}
+host=${hostport%:*}
+port=${hostport##*:}
+[ "$port" = "$hostport" ] && port=4222
+if ! timeout 5 bash -c "exec 3<>/dev/tcp/$host/$port" 2>/dev/null; then
+    echo "cannot reach the NATS server at $SERVER ($host:$port)" >&2
+    exit 1
+fi
+
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/compare-nats-sinks.XXXXXX")
 ID="$$_$(date +%s)"
@@ -350,9 +362,16 @@ EOF
         argv=("$JETSINK" run --config "$cfg")
     fi
     log "run $run, fsync $fsync: draining with $tool ..."
+    # In the background, so that a signal to this script is handled at once (bash runs
+    # traps only between commands, and `wait` is interruptible).
+    "$PY" "$H" drain "$SERVER" "$STREAM" "$consumer" "$N" "$TIMEOUT" "$POLL_MS" \
+        "$WORK/$consumer.pid" "$out/process.log" "${argv[@]}" >"$out/result.json" &
+    echo $! >"$WORK/helper.pid"
+    wait $! || true
+    rm -f "$WORK/helper.pid"
     local res
-    res=$("$PY" "$H" drain "$SERVER" "$STREAM" "$consumer" "$N" "$TIMEOUT" "$POLL_MS" \
-        "$WORK/$consumer.pid" "$out/process.log" "${argv[@]}")
+    res=$(cat "$out/result.json")
+    [ -n "$res" ] || res='{"ok": false, "error": "the drain helper failed"}'
     if [ "$(json_field "$res" ok)" != True ]; then
         log "FAILED: $tool (fsync $fsync, run $run): $res"
         log "--- last lines of its output:"
