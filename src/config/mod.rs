@@ -212,6 +212,14 @@ impl Config {
                 bt = s.delivery.batch_timeout_ms,
                 dest = s.destination.describe(),
             ));
+            let bindings = s.consumer_bindings();
+            if bindings.len() > 1 {
+                let names: Vec<String> = bindings
+                    .iter()
+                    .map(|(b, _)| format!("{} ({})", b.consumer, b.subjects.join(",")))
+                    .collect();
+                out.push_str(&format!("    consumers:   {}\n", names.join(", ")));
+            }
             let r = &s.delivery.randomizer;
             if r.enabled {
                 out.push_str(&format!(
