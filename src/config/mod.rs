@@ -228,7 +228,7 @@ impl Config {
                 ));
                 for rate in rates {
                     out.push_str(&format!(
-                        "                 at {rate} msg/s the delayed window grows toward R x D = {:.0} messages (settles near {:.0} with max_window {}{})\n",
+                        "                 at {rate} msg/s the delayed window grows toward R x D x (1-P) = {:.0} messages (settles near {:.0} with max_window {}{})\n",
                         randomizer::expected_window(*rate, r),
                         randomizer::settled_window(*rate, r),
                         r.max_window,

@@ -9,7 +9,7 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: tests/bench/randomization.sh [-n N] [-s SIZE] [-b BATCH] [-r RUNS]
+Usage: tests/bench/randomization.sh [-n N] [-s SIZE] [-b BATCH] [-r RUNS] [--rate R]
                                     [--scenarios "LIST"] [--keep]
 
 For every scenario: starts a private nats-server (JetStream, file storage, a free port,
@@ -18,6 +18,11 @@ bytes (`jetsink publish`), then starts `jetsink run` with a generated config (on
 SQLite destination with synchronous=full, batch BATCH, AckWait 30 s, MaxAckPending
 10000, MaxDeliver -1) and waits until the table holds N rows and every consumer shows
 0 pending and 0 ack-pending. The daemon is then stopped with SIGTERM.
+
+With --rate R there is no prefill: the N messages are published at R msg/s while the
+daemon runs (publisher started right after the daemon), so the randomizer works on a
+steady flow instead of a backlog; wall_s is then about N/R plus the tail, and rel shows
+what the randomization adds to that, not a capacity ratio.
 
 Reported per scenario (one table row each):
   wall_s    seconds from daemon start to N rows in SQLite (SQLite polled every 20 ms)
@@ -58,6 +63,7 @@ Options (or environment variables):
   -b BATCH           delivery.batch_size                  (BATCH, default 500)
   -r RUNS            repeat the whole scenario list       (RUNS, default 1);
                      with RUNS > 1 a table of medians follows
+  --rate R           publish at R msg/s during the drain  (RATE, default: prefill)
   --scenarios LIST   scenarios to run                     (SCENARIOS)
   --keep             keep the work directory (configs, logs, databases)
   -h, --help         this text
@@ -65,7 +71,7 @@ Environment only:
   JETSINK       jetsink binary (default: cargo build --release of this repository)
   NATS_SERVER   nats-server binary (default: nats-server on PATH)
   PYTHON        python3 with the sqlite3 module (default python3); no packages needed
-  TIMEOUT       seconds allowed per drain (default: max(300, N/50))
+  TIMEOUT       seconds allowed per drain (default: max(300, N/50), plus N/R with --rate)
 
 Never touches a shared server: every scenario gets its own nats-server on 127.0.0.1.
 Exit status: 0 when every scenario drained and passed its checks, 1 otherwise.
@@ -76,6 +82,7 @@ N=${N:-20000}
 SIZE=${SIZE:-200}
 BATCH=${BATCH:-500}
 RUNS=${RUNS:-1}
+RATE=${RATE:-}
 PYTHON=${PYTHON:-python3}
 NATS_SERVER=${NATS_SERVER:-nats-server}
 KEEP=0
@@ -90,13 +97,14 @@ while [ $# -gt 0 ]; do
         -s) SIZE=$2; shift 2 ;;
         -b) BATCH=$2; shift 2 ;;
         -r) RUNS=$2; shift 2 ;;
+        --rate) RATE=$2; shift 2 ;;
         --scenarios) SCENARIOS=$2; shift 2 ;;
         --keep) KEEP=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
     esac
 done
-for v in N SIZE BATCH RUNS; do
+for v in N SIZE BATCH RUNS ${RATE:+RATE}; do
     if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
         echo "$v must be a positive integer, got '${!v}'" >&2
         exit 2
@@ -116,7 +124,7 @@ for s in $SCENARIOS; do
         exit 2
     fi
 done
-TIMEOUT=${TIMEOUT:-$(( N / 50 > 300 ? N / 50 : 300 ))}
+TIMEOUT=${TIMEOUT:-$(( (N / 50 > 300 ? N / 50 : 300) + (${RATE:-0} > 0 ? N / ${RATE:-1} : 0) ))}
 command -v "$NATS_SERVER" >/dev/null || { echo "nats-server not found: $NATS_SERVER" >&2; exit 1; }
 "$PYTHON" -c 'import sqlite3' || { echo "$PYTHON lacks the sqlite3 module" >&2; exit 1; }
 
@@ -591,9 +599,11 @@ run_scenario() {
             ;;
     esac
     H create-stream "$port" RANDBENCH "$stream_subject" || return 1
-    "$JETSINK" publish --server "nats://127.0.0.1:$port" "${publish_args[@]}" \
-        --count "$N" --size "$SIZE" >"$dir/publish.log" 2>&1 \
-        || { cat "$dir/publish.log" >&2; return 1; }
+    publish_args+=(--server "nats://127.0.0.1:$port" --count "$N" --size "$SIZE")
+    if [ -z "$RATE" ]; then
+        "$JETSINK" publish "${publish_args[@]}" >"$dir/publish.log" 2>&1 \
+            || { cat "$dir/publish.log" >&2; return 1; }
+    fi
     H config "$dir/jetsink.json" "$port" "$hport" "$dir/bench.db" "$BATCH" "$name" || return 1
     "$JETSINK" validate --config "$dir/jetsink.json" >"$dir/validate.log" 2>&1 \
         || { cat "$dir/validate.log" >&2; return 1; }
@@ -601,16 +611,26 @@ run_scenario() {
     t0=$(date +%s.%N)
     "$JETSINK" run --config "$dir/jetsink.json" >"$dir/daemon.log" 2>&1 &
     echo $! >"$WORK/pids/daemon"
+    if [ -n "$RATE" ]; then
+        "$JETSINK" publish "${publish_args[@]}" --rate "$RATE" >"$dir/publish.log" 2>&1 &
+        echo $! >"$WORK/pids/publisher"
+    fi
     if ! H watch "$dir/bench.db" "$N" "$t0" "$(cat "$WORK/pids/daemon")" "$hport" \
         "$TIMEOUT" "$dir/watch.json"; then
         NOTES+=("$name: drain failed; daemon log tail:")
         NOTES+=("$(tail -n 20 "$dir/daemon.log")")
+        stop_pid publisher
         stop_pid daemon
         stop_pid nats
         ROWS+=("$(printf '%-24s %s' "$name" "FAILED (see notes)")")
         echo "${ROWS[-1]}"
         FAILED=1
         return 0
+    fi
+    if [ -e "$WORK/pids/publisher" ]; then
+        wait "$(cat "$WORK/pids/publisher")" \
+            || NOTES+=("$name: publisher failed: $(cat "$dir/publish.log")")
+        rm -f "$WORK/pids/publisher"
     fi
     # shellcheck disable=SC2086
     drained=$(H drained "$port" RANDBENCH 30 $consumers) || true
@@ -645,7 +665,8 @@ log "jetsink:      $JETSINK ($("$JETSINK" --version))"
 log "nats-server:  $("$NATS_SERVER" --version)"
 log "work dir:     $WORK"
 COMMIT=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
-echo "# randomization.sh: N=$N SIZE=$SIZE BATCH=$BATCH RUNS=$RUNS, commit $COMMIT, $(nproc) CPUs, $("$NATS_SERVER" --version)"
+if [ -n "$RATE" ]; then MODE="published at $RATE msg/s during the drain"; else MODE="prefilled backlog"; fi
+echo "# randomization.sh: N=$N SIZE=$SIZE BATCH=$BATCH RUNS=$RUNS, $MODE, commit $COMMIT, $(nproc) CPUs, $("$NATS_SERVER" --version)"
 echo "$HEADER"
 idx=0
 for ((run = 1; run <= RUNS; run++)); do
@@ -653,6 +674,7 @@ for ((run = 1; run <= RUNS; run++)); do
     for s in $SCENARIOS; do
         idx=$((idx + 1))
         if ! run_scenario "$s" "$idx"; then
+            stop_pid publisher
             stop_pid daemon
             stop_pid nats
             ROWS+=("$(printf '%-24s %s' "$s" "FAILED (set-up)")")
