@@ -82,8 +82,9 @@ pub async fn connect(cfg: &NatsConfig, metrics: &Metrics) -> Result<Client, Conn
                         tracing::warn!("NATS connection lost; reconnecting");
                     }
                     Event::Closed => {
+                        // Also emitted when jetsink itself drops the client at shutdown.
                         m.set_nats_connected(false);
-                        tracing::error!("NATS connection closed");
+                        tracing::warn!("NATS connection closed");
                     }
                     Event::SlowConsumer(sid) => {
                         tracing::warn!(sid, "NATS slow consumer: a subscription dropped messages")
