@@ -962,3 +962,58 @@ async fn start_up_exits_78_for_a_wrong_table_and_69_for_an_unreachable_server() 
     let status = daemon.wait_exit(Duration::from_secs(20)).expect("exits");
     assert_eq!(status.code(), Some(69), "{}", daemon.log_text());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_longer_than_ack_wait_is_kept_alive_and_nothing_is_redelivered() {
+    let db = TestDb::create("slow").await;
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "{}; CREATE FUNCTION slow_insert() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(0.003); RETURN NEW; END $$ LANGUAGE plpgsql; \
+             CREATE TRIGGER slow BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION slow_insert();",
+            jetsink_layout_sql()
+        ))
+        .await
+        .unwrap();
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "PGSLOW", "pgslow.>").await;
+    publish_n(&js, "pgslow.x", 1_000).await;
+    let mut cfg = config(
+        &server,
+        "PGSLOW",
+        "pgslow.>",
+        db.destination(json!({})),
+        // 500 rows x 3 ms: each write takes about 1.5 s, longer than AckWait.
+        json!({"batch_size": 500, "batch_timeout_ms": 200}),
+    );
+    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(1_000);
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    eventually(Duration::from_secs(60), "every row", || async {
+        db.count("events").await == 1_000
+    })
+    .await;
+    eventually(Duration::from_secs(10), "consumer drained", || async {
+        consumer_state(&js, "PGSLOW", "jetsink").await == (0, 0)
+    })
+    .await;
+    let info = js
+        .get_stream("PGSLOW")
+        .await
+        .unwrap()
+        .consumer_info("jetsink")
+        .await
+        .unwrap();
+    assert_eq!(
+        info.num_redelivered, 0,
+        "progress kept every message of a slow write alive"
+    );
+    assert_eq!(
+        info.delivered.consumer_sequence, 1_000,
+        "each message was delivered once"
+    );
+    assert!(daemon
+        .terminate(Duration::from_secs(15))
+        .is_some_and(|s| s.success()));
+}

@@ -448,11 +448,19 @@ impl Runner {
         let mut attempt: u32 = 0;
         loop {
             let started = Instant::now();
+            // A write that runs longer than half of AckWait (a slow database) keeps its
+            // messages, and a batch pulled ahead meanwhile, alive with +WPI.
+            let keep = KeepAlive {
+                acks: &self.acks,
+                held: &replies[range.clone()],
+                every: ack_wait / 2,
+            };
             let result = alongside(
                 self.sink.write_batch(part),
                 &mut self.pull_ahead,
                 &mut self.waiting,
                 &self.spec.name,
+                Some(keep),
             )
             .await;
             self.metrics
@@ -523,6 +531,7 @@ impl Runner {
                             &mut self.pull_ahead,
                             &mut self.waiting,
                             &self.spec.name,
+                            None,
                         )
                         .await;
                     }
@@ -546,28 +555,58 @@ impl Runner {
     }
 }
 
+/// Progress acknowledgements sent while a write runs.
+struct KeepAlive<'a> {
+    acks: &'a Acks,
+    /// The messages being written.
+    held: &'a [Subject],
+    every: Duration,
+}
+
 /// Polls `work` to completion while also collecting a background pull that finishes
-/// meanwhile, so its messages can be kept alive (progress) during a long hold.
+/// meanwhile (so its messages can be kept alive during a long hold) and, with `keep`,
+/// sending `+WPI` for the messages in hand every `keep.every`.
 async fn alongside<F: Future>(
     work: F,
     pull_ahead: &mut Option<PendingPull>,
     waiting: &mut Option<Prepared>,
     sink: &str,
+    keep: Option<KeepAlive<'_>>,
 ) -> F::Output {
     tokio::pin!(work);
+    let mut next_tick = keep.as_ref().map(|k| Instant::now() + k.every);
     loop {
-        let Some(pending) = pull_ahead.as_mut() else {
-            return work.await;
+        let tick = async {
+            match next_tick {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let pull = async {
+            match pull_ahead.as_mut() {
+                Some(p) => p.await,
+                None => std::future::pending().await,
+            }
         };
         tokio::select! {
             biased;
             out = &mut work => return out,
-            pulled = pending => {
+            pulled = pull => {
                 *pull_ahead = None;
                 match pulled {
                     Ok(Ok(p)) => *waiting = Some(p),
                     Ok(Err(e)) => tracing::debug!(sink, error = %e, "pull ahead failed; pulling again later"),
                     Err(e) => tracing::error!(sink, error = %e, "pull-ahead task failed"),
+                }
+            }
+            () = tick => {
+                if let Some(k) = &keep {
+                    let mut replies = k.held.to_vec();
+                    if let Some(w) = waiting.as_ref() {
+                        replies.extend(w.all_replies().cloned());
+                    }
+                    k.acks.send(replies, AckKind::Progress).await;
+                    next_tick = Some(Instant::now() + k.every);
                 }
             }
         }
