@@ -119,20 +119,7 @@ async fn ack_floor(js: &jetstream::Context) -> u64 {
 }
 
 async fn metric(listen: &str, needle: &str) -> Option<f64> {
-    let url = format!("http://{listen}/metrics");
-    let text = tokio::task::spawn_blocking(move || {
-        ureq::get(&url)
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-    })
-    .await
-    .ok()
-    .flatten()?;
-    text.lines()
-        .find(|l| l.starts_with(needle))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+    metric_value(listen, needle).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -37,20 +37,9 @@ fn randomized(server: &NatsServer, max_ack_pending: i64) -> serde_json::Value {
 }
 
 async fn window_gauge(listen: &str) -> Option<u64> {
-    let url = format!("http://{listen}/metrics");
-    let text = tokio::task::spawn_blocking(move || {
-        ureq::get(&url)
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-    })
-    .await
-    .ok()
-    .flatten()?;
-    text.lines()
-        .find(|l| l.starts_with("jetsink_randomizer_window{sink=\"main\"}"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+    metric_value(listen, "jetsink_randomizer_window{sink=\"main\"}")
+        .await
+        .map(|v| v as u64)
 }
 
 /// Pairs out of order, over all pairs: 0 for identical order, about 0.5 for a shuffle.

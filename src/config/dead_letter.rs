@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::raw::StorageKind;
-use super::validate::check_subject;
+use super::validate::{check_subject, is_valid_name};
 use super::Issue;
 
 /// Dead-letter settings of one sink.
@@ -161,12 +161,7 @@ pub fn validate(cfg: &DeadLetterConfig, path: &str) -> Vec<Issue> {
         );
     }
     if let Some(cs) = &cfg.create_stream {
-        let bad_name = cs.name.is_empty()
-            || cs.name.len() > 255
-            || cs.name.chars().any(|c| {
-                c.is_whitespace() || c.is_control() || matches!(c, '.' | '*' | '>' | '/' | '\\')
-            });
-        if bad_name {
+        if !is_valid_name(&cs.name) {
             push(
                 "create_stream.name",
                 format!("not a valid stream name: {:?}", cs.name),

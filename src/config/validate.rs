@@ -756,10 +756,7 @@ fn check_name(name: &str, path: &str, what: &str, issues: &mut Issues) {
         issues.push(path, format!("{what} name must not be empty"));
         return;
     }
-    let bad = name
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '.' | '*' | '>' | '/' | '\\'));
-    if bad || name.len() > 255 {
+    if !is_valid_name(name) {
         issues.push(
             path,
             format!(
@@ -767,6 +764,16 @@ fn check_name(name: &str, path: &str, what: &str, issues: &mut Issues) {
             ),
         );
     }
+}
+
+/// A stream or consumer name the server accepts: 1 to 255 characters without whitespace,
+/// control characters, `.`, `*`, `>`, `/` or `\`.
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.chars().any(|c| {
+            c.is_whitespace() || c.is_control() || matches!(c, '.' | '*' | '>' | '/' | '\\')
+        })
 }
 
 /// A NATS subject or filter: dot-separated non-empty tokens; `*` is a whole token; `>` only

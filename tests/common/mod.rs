@@ -378,3 +378,22 @@ pub fn publish_paced(
         }
     })
 }
+
+/// The value of the sample line starting with `series` (name and labels) on a running
+/// daemon's `/metrics`, or `None` when the endpoint or the series is not there.
+pub async fn metric_value(listen: &str, series: &str) -> Option<f64> {
+    let url = format!("http://{listen}/metrics");
+    let text = tokio::task::spawn_blocking(move || {
+        ureq::get(&url)
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+    })
+    .await
+    .ok()
+    .flatten()?;
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
