@@ -12,6 +12,12 @@ use tokio::sync::watch;
 use jetsink::config::{Config, LogFormat};
 use jetsink::{app, exit, logging, publish};
 
+/// mimalloc instead of glibc malloc: the pipeline allocates a few small objects per
+/// message (the NATS client's message, the envelope's strings), and glibc's `malloc` and
+/// `free` were a sixth of the daemon's instructions in a profile of a drain.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "jetsink",

@@ -31,6 +31,8 @@ pub struct FetchLimits {
     pub wait: Duration,
 }
 
+/// Largest message count a pull's vector is sized for up front.
+const MAX_PRESIZE: usize = 4_096;
 /// Extra time past a pull's `expires` before the local timeout gives up on it.
 const GRACE: Duration = Duration::from_millis(2_000);
 /// Local bound of a no-wait pull. Such a pull carries no `expires`: the server answers it
@@ -60,7 +62,7 @@ pub async fn fetch_batch(
         .expires(limits.wait)
         .messages()
         .await?;
-    let (mut first, err) = drain(batch, limits.wait + GRACE).await;
+    let (mut first, err) = drain(batch, limits.wait + GRACE, limits.max_messages).await;
     if first.is_empty() {
         return match err {
             Some(e) => Err(e),
@@ -90,16 +92,21 @@ async fn no_wait(
         .max_bytes(max_bytes)
         .messages()
         .await?;
-    Ok(drain(batch, NO_WAIT_LIMIT).await)
+    Ok(drain(batch, NO_WAIT_LIMIT, max_messages).await)
 }
 
-/// Collects a pull's messages until it ends, fails or times out locally.
-async fn drain<S>(mut batch: S, limit: Duration) -> (Vec<Message>, Option<async_nats::Error>)
+/// Collects a pull's messages until it ends, fails or times out locally. `expected` sizes
+/// the vector once instead of growing it message by message.
+async fn drain<S>(
+    mut batch: S,
+    limit: Duration,
+    expected: usize,
+) -> (Vec<Message>, Option<async_nats::Error>)
 where
     S: futures::Stream<Item = Result<Message, async_nats::Error>> + Unpin,
 {
     let deadline = Instant::now() + limit;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(expected.min(MAX_PRESIZE));
     loop {
         match tokio::time::timeout_at(deadline, batch.next()).await {
             Ok(Some(Ok(m))) => out.push(m),

@@ -1,9 +1,11 @@
 //! Everything that talks to NATS before the runner takes over: connecting, binding a
-//! sink's stream and durable consumer, and pulling one bounded batch.
+//! sink's stream and durable consumer, pulling one bounded batch, and reading the delivery
+//! metadata of what was pulled.
 
 pub mod binding;
 pub mod connect;
 pub mod fetch;
+pub mod reply;
 
 pub use binding::{bind, BindError, Bound};
 pub use connect::{connect, ConnectError};

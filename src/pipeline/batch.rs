@@ -14,6 +14,7 @@ use async_nats::Subject;
 use crate::config::IdempotencyKey;
 use crate::envelope::{self, Envelope};
 use crate::metadata::{MetadataField, MetadataPolicy};
+use crate::nats::reply;
 use crate::pipeline::lanes::{LanePolicy, LaneStats};
 use crate::pipeline::randomizer::Randomizer;
 
@@ -161,42 +162,43 @@ impl Stages {
     }
 
     fn normalize(&self, m: jetstream::Message) -> Option<(Envelope, Subject)> {
-        let e = {
-            let info = match m.info() {
-                Ok(i) => i,
-                Err(e) => {
-                    tracing::warn!(sink = %self.sink, subject = %m.subject, error = %e, "skipping a message without JetStream metadata");
-                    return None;
-                }
-            };
-            let delivery = envelope::Delivery {
-                stream: info.stream,
-                consumer: info.consumer,
-                stream_sequence: info.stream_sequence,
-                consumer_sequence: info.consumer_sequence,
-                delivered: info.delivered,
-                published: info.published,
-            };
-            let mut pairs: Vec<(&str, &str)> = Vec::new();
-            if let Some(h) = &m.headers {
-                for (name, values) in h.iter() {
-                    for v in values {
-                        pairs.push((name.as_ref(), v.as_str()));
-                    }
-                }
-                // HeaderMap has no order; sort by name so stored headers are deterministic.
-                pairs.sort_by(|a, b| a.0.cmp(b.0));
-            }
-            envelope::normalize(
-                m.subject.as_str(),
-                delivery,
-                pairs,
-                m.payload.clone(),
-                self.key,
-            )
+        let async_nats::Message {
+            subject,
+            reply,
+            payload,
+            headers,
+            ..
+        } = m.message;
+        let Some(reply) = reply else {
+            tracing::warn!(sink = %self.sink, subject = %subject, "skipping a message without a reply subject");
+            return None;
         };
-        // `info()` succeeded, so the reply subject is there.
-        let reply = m.message.reply?;
+        let info = match reply::parse(reply.as_str()) {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(sink = %self.sink, subject = %subject, error = %e, "skipping a message without JetStream metadata");
+                return None;
+            }
+        };
+        let delivery = envelope::Delivery {
+            stream: info.stream,
+            consumer: info.consumer,
+            stream_sequence: info.stream_sequence,
+            consumer_sequence: info.consumer_sequence,
+            delivered: i64::try_from(info.delivered).unwrap_or(i64::MAX),
+            published: info.published,
+        };
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        if let Some(h) = &headers {
+            for (name, values) in h.iter() {
+                for v in values {
+                    pairs.push((name.as_ref(), v.as_str()));
+                }
+            }
+            // HeaderMap has no order; sort by name so stored headers are deterministic.
+            pairs.sort_by(|a, b| a.0.cmp(b.0));
+        }
+        let e = envelope::normalize(subject.as_str(), delivery, pairs, payload, self.key);
         Some((e, reply))
     }
 }

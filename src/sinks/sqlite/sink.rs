@@ -287,15 +287,31 @@ fn insert_batch(
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| classify(&e, None))?;
+    // One statement per chunk size, taken from the cache once per batch, not once per
+    // chunk: the cache's lookup and return cost more than a row's binding.
+    let mut statement: Option<(usize, rusqlite::CachedStatement<'_>)> = None;
     for (c, chunk) in batch.chunks(ROWS_PER_STATEMENT).enumerate() {
         let first = c * ROWS_PER_STATEMENT;
-        let sql = scratch
-            .statements
-            .entry(chunk.len())
-            .or_insert_with(|| schema::insert_rows_sql(table, chunk.len()));
-        let mut stmt = tx.prepare_cached(sql).map_err(|e| classify(&e, None))?;
+        if statement
+            .as_ref()
+            .is_none_or(|(rows, _)| *rows != chunk.len())
+        {
+            // Return the previous statement to the cache before taking the next.
+            drop(statement.take());
+            let sql = scratch
+                .statements
+                .entry(chunk.len())
+                .or_insert_with(|| schema::insert_rows_sql(table, chunk.len()));
+            let stmt = tx.prepare_cached(sql).map_err(|e| classify(&e, None))?;
+            statement = Some((chunk.len(), stmt));
+        }
+        let Some((_, stmt)) = statement.as_mut() else {
+            return Err(SinkError::transient(
+                "sqlite insert statement is not prepared",
+            ));
+        };
         for (r, e) in chunk.iter().enumerate() {
-            bind_row(&mut stmt, r, e, first + r, &written_at, scratch)
+            bind_row(stmt, r, e, first + r, &written_at, scratch)
                 .map_err(|err| classify(&err, Some(first + r)))?;
         }
         if let Err(err) = stmt.raw_execute() {
@@ -305,6 +321,7 @@ fn insert_batch(
             return Err(classify(&err, index));
         }
     }
+    drop(statement);
     tx.commit().map_err(|e| classify(&e, None))
 }
 
