@@ -14,7 +14,9 @@ use jetsink::{app, exit, logging, publish};
 
 /// mimalloc instead of glibc malloc: the pipeline allocates a few small objects per
 /// message (the NATS client's message, the envelope's strings), and glibc's `malloc` and
-/// `free` were a sixth of the daemon's instructions in a profile of a drain.
+/// `free` were a sixth of the daemon's instructions in a profile of a drain. Built without
+/// transparent huge pages (`no_thp`): with them, draining a 1,000,000-message backlog peaked
+/// at 70 MiB of RSS instead of 20 MiB.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
