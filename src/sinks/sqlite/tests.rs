@@ -445,6 +445,39 @@ async fn a_refused_message_is_permanent_with_its_index_and_nothing_commits() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_refused_row_past_the_first_statement_is_named_by_its_batch_index() {
+    use super::sink::ROWS_PER_STATEMENT;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        let ddl = schema::create_table_sql(TABLE).replace(
+            "payload BLOB NOT NULL",
+            "payload BLOB NOT NULL CHECK (length(payload) < 16)",
+        );
+        conn.execute_batch(&ddl).unwrap();
+    }
+    let mut sink = opened(&path).await;
+    // Two full statements and a shorter last one; the bad row sits inside the second.
+    let n = (2 * ROWS_PER_STATEMENT + ROWS_PER_STATEMENT / 2) as u64;
+    let bad = ROWS_PER_STATEMENT + ROWS_PER_STATEMENT / 2;
+    let mut envelopes = batch(1..=n);
+    envelopes[bad] = envelope_with(bad as u64 + 1, 1, b"A-PAYLOAD-THAT-IS-TOO-LONG".to_vec());
+    match sink.write_batch(&envelopes).await {
+        Err(SinkError::Permanent { index, .. }) => assert_eq!(index, Some(bad)),
+        other => panic!("expected permanent, got {other:?}"),
+    }
+    assert!(
+        read_rows(&path, TABLE).is_empty(),
+        "the batch was rolled back"
+    );
+    envelopes.remove(bad);
+    sink.write_batch(&envelopes).await.unwrap();
+    let expected: Vec<u64> = (1..=n).filter(|&s| s != bad as u64 + 1).collect();
+    assert_eq!(keys(&read_rows(&path, TABLE)), expected_keys(expected));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_locked_database_is_transient_and_the_retry_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("jetsink.db");
