@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Counts the instructions `jetsink run` spends draining a prefilled backlog, under
+# valgrind's callgrind. Instruction counts repeat from run to run whatever else the machine
+# does, so two builds can be compared where wall-clock ratios are too noisy. A script for
+# people, not part of `cargo test`.
+#
+# usage: tests/bench/callgrind-drain.sh [file|sqlite] [MESSAGES]
+#   destination file (fsync per batch, default) or sqlite (synchronous=full)
+#   MESSAGES    backlog to drain (default 50000; 200-byte JSON payloads, batch 500)
+# env: JETSINK (binary, default target/release/jetsink), OUT (callgrind output file,
+#      default callgrind.<destination>.out in the current directory)
+# needs: nats-server, valgrind, curl
+set -euo pipefail
+DEST=${1:-file}
+N=${2:-50000}
+JETSINK=$(realpath "${JETSINK:-target/release/jetsink}")
+OUT=$(realpath -m "${OUT:-callgrind.$DEST.out}")
+[ -x "$JETSINK" ] || { echo "build first: cargo build --release" >&2; exit 2; }
+case "$DEST" in file|sqlite) ;; *) echo "destination must be file or sqlite" >&2; exit 2 ;; esac
+
+work=$(mktemp -d)
+server_pid=""
+daemon_pid=""
+cleanup() {
+  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null || true
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+http=$(free_port)
+nats-server -a 127.0.0.1 -p "$port" -js -sd "$work/js" >/dev/null 2>&1 &
+server_pid=$!
+sleep 0.5
+
+if [ "$DEST" = file ]; then
+  destination="{\"type\": \"file\", \"directory\": \"$work/out\", \"fsync\": true}"
+else
+  destination="{\"type\": \"sqlite\", \"path\": \"$work/out/drain.db\", \"synchronous\": \"full\"}"
+fi
+cat > "$work/c.json" <<JSON
+{"nats": {"servers": ["nats://127.0.0.1:$port"]}, "http": {"listen": "127.0.0.1:$http"},
+ "logging": {"level": "warn"},
+ "sinks": {"drain": {
+   "source": {"stream": "DRAIN", "consumer": "jetsink", "create_stream": {"subjects": ["drain.>"]}},
+   "delivery": {"batch_size": 500},
+   "destination": $destination}}}
+JSON
+
+# Bind the stream and the consumer, then stop, so the backlog waits unread.
+"$JETSINK" run --config "$work/c.json" 2>"$work/log1" &
+first=$!
+sleep 1.5; kill -INT "$first"; wait "$first" 2>/dev/null || true
+"$JETSINK" publish --server "nats://127.0.0.1:$port" --subject drain.x --count "$N" --size 200 >/dev/null
+
+valgrind --tool=callgrind --callgrind-out-file="$OUT" "$JETSINK" run --config "$work/c.json" 2>"$work/log2" &
+daemon_pid=$!
+acked() { curl -s "127.0.0.1:$http/metrics" | awk '/^jetsink_messages_acked_total/ {print $2}'; }
+# Poll slowly: every /metrics request is counted too.
+until [ "$(acked)" = "$N" ] 2>/dev/null; do sleep 1; done
+kill -INT "$daemon_pid"; wait "$daemon_pid" 2>/dev/null || true
+daemon_pid=""
+
+total=$(callgrind_annotate "$OUT" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+echo "callgrind-drain: $N messages x 200 B, batch 500, destination $DEST, $($JETSINK --version)"
+echo "instructions: $total ($((total / N)) per message, start-up and shutdown included)"
+echo "inclusive instructions per message of the pipeline's stages:"
+callgrind_annotate --inclusive=yes "$OUT" 2>/dev/null | python3 -c '
+import re, sys
+n = int(sys.argv[1])
+stages = ["ConnectionHandler::process", "Runner::pull", "Stages::prepare", "reply::parse",
+          "envelope::normalize", "Runner::settle", "write_blocking", "record::encode",
+          "PayloadEncoding::of", "bind_row", "Runner::committed"]
+best = {}
+for line in sys.stdin:
+    m = re.match(r"\s*([\d,]+) .*?:(?:jetsink|async_nats)::(\S+)", line)
+    if not m:
+        continue
+    count, name = int(m.group(1).replace(",", "")), m.group(2)
+    for stage in stages:
+        if re.search(r"(^|::)" + re.escape(stage) + r"(::\{\{closure\}\})*$", name):
+            best[stage] = max(best.get(stage, 0), count)
+for stage in stages:
+    if stage in best:
+        print(f"  {stage:<30} {best[stage] // n:>8}")
+' "$N"
+echo "output: $OUT (callgrind_annotate --inclusive=yes $OUT)"
