@@ -1017,3 +1017,52 @@ async fn a_write_longer_than_ack_wait_is_kept_alive_and_nothing_is_redelivered()
         .terminate(Duration::from_secs(15))
         .is_some_and(|s| s.success()));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stored_keys_counts_one_stream_and_declines_a_mapping_without_the_key() {
+    let db = TestDb::create("keys").await;
+    let mut sink = opened(db.config(json!({}))).await;
+    sink.write_batch(&json_batch(1..=5)).await.unwrap();
+    sink.write_batch(&json_batch(4..=7)).await.unwrap();
+    assert_eq!(sink.stored_keys("ORDERS").await.unwrap(), Some(7));
+    assert_eq!(sink.stored_keys("OTHER").await.unwrap(), Some(0));
+    orders_table(&db.client().await, "orders").await;
+    let mut mapped =
+        opened(db.config(json!({"table": "orders", "columns": orders_columns()}))).await;
+    assert_eq!(mapped.stored_keys("ORDERS").await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_of_a_configured_postgres_sink_verifies_every_stored_key() {
+    let db = TestDb::create("bench").await;
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &server,
+        "PGBENCH",
+        "pgbench.>",
+        db.destination(json!({})),
+        json!({"batch_size": 100}),
+    );
+    let path = write_config(dir.path(), &cfg);
+    let url = server.url();
+    let (code, out, err) = jetsink(
+        &[
+            "bench",
+            "--server",
+            &url,
+            "--config",
+            path.to_str().unwrap(),
+            "--sink",
+            "main",
+            "--messages",
+            "300",
+            "--runs",
+            "1",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("verified: 300 distinct keys stored"), "{out}");
+    assert_eq!(db.count("events").await, 300);
+}

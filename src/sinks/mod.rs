@@ -88,6 +88,13 @@ pub trait Sink: Send {
     /// Cheap check that the destination is still usable. The runner reports readiness from
     /// write outcomes; this is for tools and tests that want to probe without writing.
     async fn health(&mut self) -> Result<(), SinkError>;
+
+    /// Distinct idempotency keys of `stream` the destination holds, so `jetsink bench` can
+    /// prove that a pass lost nothing. `None` when the destination cannot tell (a custom
+    /// column mapping without the key or the stream).
+    async fn stored_keys(&mut self, _stream: &str) -> Result<Option<u64>, SinkError> {
+        Ok(None)
+    }
 }
 
 /// Builds the destination a config describes. Nothing is opened yet.

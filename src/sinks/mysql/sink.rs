@@ -424,6 +424,36 @@ impl Sink for MysqlSink {
     async fn health(&mut self) -> Result<(), SinkError> {
         self.check().await
     }
+
+    async fn stored_keys(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
+        let Ok(mapping) = &self.mapping else {
+            return Ok(None);
+        };
+        let (Some(key), Some(stream_column)) = (
+            mapping.column_of(Field::IdempotencyKey),
+            mapping.column_of(Field::Stream),
+        ) else {
+            return Ok(None);
+        };
+        let sql = format!(
+            "SELECT COUNT(DISTINCT {}) FROM {} WHERE {} = ?",
+            schema::quote_ident(key),
+            self.table_sql(),
+            schema::quote_ident(stream_column)
+        );
+        if self.conn.is_none() {
+            self.connect().await?;
+        }
+        let live = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| SinkError::transient("mysql connection is not open"))?;
+        let count: Option<u64> =
+            live.conn.exec_first(sql, (stream,)).await.map_err(|e| {
+                with_context(classify(&e, Phase::Write, None), &self.config.target())
+            })?;
+        Ok(Some(count.unwrap_or(0)))
+    }
 }
 
 impl std::fmt::Debug for MysqlSink {

@@ -32,7 +32,9 @@ use crate::config::destination::{
     DatabaseTlsConfig, PostgresConfig, PostgresPayloadType, WriteMode,
 };
 use crate::envelope::Envelope;
-use crate::sinks::util::columns::{plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey};
+use crate::sinks::util::columns::{
+    plan_table, Family, Field, Mapping, TableColumn, TablePlan, UniqueKey,
+};
 use crate::sinks::util::database::{read_password, with_context, Phase};
 use crate::sinks::{Sink, SinkError};
 
@@ -536,6 +538,37 @@ impl Sink for PostgresSink {
 
     async fn health(&mut self) -> Result<(), SinkError> {
         self.check().await
+    }
+
+    async fn stored_keys(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
+        let Ok(mapping) = &self.mapping else {
+            return Ok(None);
+        };
+        let (Some(key), Some(stream_column)) = (
+            mapping.column_of(Field::IdempotencyKey),
+            mapping.column_of(Field::Stream),
+        ) else {
+            return Ok(None);
+        };
+        let sql = format!(
+            "SELECT COUNT(DISTINCT {})::bigint FROM {} WHERE {}::text = $1",
+            schema::quote_ident(key),
+            self.table_sql,
+            schema::quote_ident(stream_column)
+        );
+        if self.conn.is_none() {
+            self.connect().await?;
+        }
+        let conn = self
+            .conn
+            .as_ref()
+            .ok_or_else(|| SinkError::transient("postgres connection is not open"))?;
+        let row = conn
+            .client
+            .query_one(&sql, &[&stream])
+            .await
+            .map_err(|e| with_context(classify(&e, Phase::Write, None), &self.where_()))?;
+        Ok(Some(row.get::<_, i64>(0).max(0) as u64))
     }
 }
 

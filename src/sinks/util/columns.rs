@@ -337,6 +337,14 @@ impl Mapping {
             .iter()
             .any(|(_, s)| matches!(s, Source::Pointer(_)))
     }
+
+    /// The first column that stores `field` as it is, if any.
+    pub fn column_of(&self, field: Field) -> Option<&str> {
+        self.columns
+            .iter()
+            .find(|(_, s)| *s == Source::Field(field))
+            .map(|(c, _)| c.as_str())
+    }
 }
 
 /// A column name jetsink can quote for any database: 1–63 bytes, no control characters.
