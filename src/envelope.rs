@@ -49,7 +49,7 @@ pub struct Envelope {
 }
 
 /// Delivery metadata taken from the JetStream reply subject.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivery<'a> {
     /// Stream name.
     pub stream: &'a str,
@@ -59,8 +59,8 @@ pub struct Delivery<'a> {
     pub stream_sequence: u64,
     /// Consumer sequence.
     pub consumer_sequence: u64,
-    /// Delivery count as the server reports it.
-    pub delivered: i64,
+    /// Delivery count as the server reports it (0 is read as 1).
+    pub delivered: u64,
     /// Server store time.
     pub published: OffsetDateTime,
 }
@@ -98,7 +98,7 @@ pub fn normalize<'h>(
         consumer: delivery.consumer.to_string(),
         stream_sequence: delivery.stream_sequence,
         consumer_sequence: delivery.consumer_sequence,
-        delivered: delivery.delivered.max(1) as u64,
+        delivered: delivery.delivered.max(1),
         published_at: delivery.published,
         headers: grouped,
         message_id,
@@ -194,7 +194,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn delivery(seq: u64, delivered: i64) -> Delivery<'static> {
+    fn delivery(seq: u64, delivered: u64) -> Delivery<'static> {
         Delivery {
             stream: "ORDERS",
             consumer: "sink",

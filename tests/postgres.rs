@@ -1037,32 +1037,7 @@ async fn bench_of_a_configured_postgres_sink_verifies_every_stored_key() {
     let db = TestDb::create("bench").await;
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        &server,
-        "PGBENCH",
-        "pgbench.>",
-        db.destination(json!({})),
-        json!({"batch_size": 100}),
-    );
-    let path = write_config(dir.path(), &cfg);
-    let url = server.url();
-    let (code, out, err) = jetsink(
-        &[
-            "bench",
-            "--server",
-            &url,
-            "--config",
-            path.to_str().unwrap(),
-            "--sink",
-            "main",
-            "--messages",
-            "300",
-            "--runs",
-            "1",
-        ],
-        dir.path(),
-    );
-    assert_eq!(code, 0, "{out}\n{err}");
+    let out = bench_configured_sink(&server, dir.path(), db.destination(json!({})), 300);
     assert!(out.contains("verified: 300 distinct keys stored"), "{out}");
     assert_eq!(db.count("events").await, 300);
 }

@@ -151,7 +151,7 @@ async fn rescue(
             consumer: &advisory.consumer,
             stream_sequence: raw.sequence,
             consumer_sequence: 0,
-            delivered: advisory.deliveries as i64,
+            delivered: advisory.deliveries,
             published: raw.time,
         },
         pairs,

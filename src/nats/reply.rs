@@ -13,29 +13,12 @@
 use thiserror::Error;
 use time::OffsetDateTime;
 
+use crate::envelope::Delivery;
+
 const PREFIX: &[u8] = b"$JS.ACK.";
 
 /// Most tokens looked at after the prefix; later ones are ignored, as ADR-15 allows.
 const MAX_TOKENS: usize = 10;
-
-/// The delivery metadata of one message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AckInfo<'a> {
-    /// The stream that stored the message.
-    pub stream: &'a str,
-    /// The consumer that delivered it.
-    pub consumer: &'a str,
-    /// Deliveries so far, this one included.
-    pub delivered: u64,
-    /// Sequence in the stream.
-    pub stream_sequence: u64,
-    /// Sequence in the consumer's deliveries.
-    pub consumer_sequence: u64,
-    /// When the server stored it.
-    pub published: OffsetDateTime,
-    /// Messages still pending for the consumer.
-    pub pending: u64,
-}
 
 /// Why a reply subject is not a JetStream ACK subject.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -54,8 +37,8 @@ pub enum ReplyError {
     Time,
 }
 
-/// Parses a `$JS.ACK` reply subject.
-pub fn parse(reply: &str) -> Result<AckInfo<'_>, ReplyError> {
+/// Parses a `$JS.ACK` reply subject into what normalization needs.
+pub fn parse(reply: &str) -> Result<Delivery<'_>, ReplyError> {
     let bytes = reply.as_bytes();
     if !bytes.starts_with(PREFIX) {
         return Err(ReplyError::NotAck);
@@ -93,14 +76,15 @@ pub fn parse(reply: &str) -> Result<AckInfo<'_>, ReplyError> {
         .and_then(|secs| OffsetDateTime::from_unix_timestamp(secs).ok())
         .and_then(|t| t.replace_nanosecond((nanos % 1_000_000_000) as u32).ok())
         .ok_or(ReplyError::Time)?;
-    Ok(AckInfo {
+    // The pending count (token 6) is checked like the others but not kept: nothing uses it.
+    number(token(6), "pending count")?;
+    Ok(Delivery {
         stream: token(0),
         consumer: token(1),
         delivered: number(token(2), "delivery count")?,
         stream_sequence: number(token(3), "stream sequence")?,
         consumer_sequence: number(token(4), "consumer sequence")?,
         published,
-        pending: number(token(6), "pending count")?,
     })
 }
 
@@ -140,7 +124,6 @@ mod tests {
             info.published,
             OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_789).unwrap()
         );
-        assert_eq!(info.pending, 9);
     }
 
     #[test]
@@ -213,7 +196,6 @@ mod tests {
             prop_assert_eq!(info.stream_sequence, sseq);
             prop_assert_eq!(info.consumer_sequence, cseq);
             prop_assert_eq!(info.published.unix_timestamp_nanos(), i128::from(nanos));
-            prop_assert_eq!(info.pending, pending);
         }
 
         #[test]

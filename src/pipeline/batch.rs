@@ -173,20 +173,12 @@ impl Stages {
             tracing::warn!(sink = %self.sink, subject = %subject, "skipping a message without a reply subject");
             return None;
         };
-        let info = match reply::parse(reply.as_str()) {
-            Ok(i) => i,
+        let delivery = match reply::parse(reply.as_str()) {
+            Ok(d) => d,
             Err(e) => {
                 tracing::warn!(sink = %self.sink, subject = %subject, error = %e, "skipping a message without JetStream metadata");
                 return None;
             }
-        };
-        let delivery = envelope::Delivery {
-            stream: info.stream,
-            consumer: info.consumer,
-            stream_sequence: info.stream_sequence,
-            consumer_sequence: info.consumer_sequence,
-            delivered: i64::try_from(info.delivered).unwrap_or(i64::MAX),
-            published: info.published,
         };
         let mut pairs: Vec<(&str, &str)> = Vec::new();
         if let Some(h) = &headers {

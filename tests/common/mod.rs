@@ -227,6 +227,42 @@ pub fn jetsink(args: &[&str], dir: &Path) -> (i32, String, String) {
     )
 }
 
+/// Runs `jetsink bench --config … --sink main` for `messages` messages into `destination`
+/// and returns its report; fails the test unless it exits 0.
+pub fn bench_configured_sink(
+    server: &NatsServer,
+    dir: &Path,
+    destination: serde_json::Value,
+    messages: u64,
+) -> String {
+    let cfg = config(
+        server,
+        "BENCH_CFG",
+        "bench-cfg.>",
+        destination,
+        serde_json::json!({"batch_size": 100}),
+    );
+    let path = write_config(dir, &cfg);
+    let (url, count) = (server.url(), messages.to_string());
+    let path = path.to_string_lossy().into_owned();
+    let args = [
+        "bench",
+        "--server",
+        &url,
+        "--config",
+        &path,
+        "--sink",
+        "main",
+        "--messages",
+        &count,
+        "--runs",
+        "1",
+    ];
+    let (code, out, err) = jetsink(&args, dir);
+    assert_eq!(code, 0, "{out}\n{err}");
+    out
+}
+
 /// A multi-sink config for one sink reading `stream`/`subjects` into `destination`.
 pub fn config(
     server: &NatsServer,

@@ -426,13 +426,8 @@ impl Sink for MysqlSink {
     }
 
     async fn stored_keys(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
-        let Ok(mapping) = &self.mapping else {
-            return Ok(None);
-        };
-        let (Some(key), Some(stream_column)) = (
-            mapping.column_of(Field::IdempotencyKey),
-            mapping.column_of(Field::Stream),
-        ) else {
+        let columns = self.mapping.as_ref().ok();
+        let Some((key, stream_column)) = columns.and_then(Mapping::key_and_stream_columns) else {
             return Ok(None);
         };
         let sql = format!(

@@ -32,9 +32,7 @@ use crate::config::destination::{
     DatabaseTlsConfig, PostgresConfig, PostgresPayloadType, WriteMode,
 };
 use crate::envelope::Envelope;
-use crate::sinks::util::columns::{
-    plan_table, Family, Field, Mapping, TableColumn, TablePlan, UniqueKey,
-};
+use crate::sinks::util::columns::{plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey};
 use crate::sinks::util::database::{read_password, with_context, Phase};
 use crate::sinks::{Sink, SinkError};
 
@@ -541,13 +539,8 @@ impl Sink for PostgresSink {
     }
 
     async fn stored_keys(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
-        let Ok(mapping) = &self.mapping else {
-            return Ok(None);
-        };
-        let (Some(key), Some(stream_column)) = (
-            mapping.column_of(Field::IdempotencyKey),
-            mapping.column_of(Field::Stream),
-        ) else {
+        let columns = self.mapping.as_ref().ok();
+        let Some((key, stream_column)) = columns.and_then(Mapping::key_and_stream_columns) else {
             return Ok(None);
         };
         let sql = format!(

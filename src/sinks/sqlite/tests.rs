@@ -30,7 +30,7 @@ fn published(seq: u64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_789 + i128::from(seq)).unwrap()
 }
 
-fn envelope_with(seq: u64, delivered: i64, payload: Vec<u8>) -> Envelope {
+fn envelope_with(seq: u64, delivered: u64, payload: Vec<u8>) -> Envelope {
     let msg_id = format!("id-{seq}");
     let mut headers = vec![("A", "1"), ("B", "x"), ("A", "2")];
     if seq.is_multiple_of(2) {
@@ -411,18 +411,21 @@ async fn keyword_table_names_work_because_they_are_quoted() {
     assert_eq!(keys(&read_rows(&path, "order")), expected_keys(1..=2));
 }
 
+/// A jetsink table whose CHECK constraint refuses payloads of 16 bytes or more.
+fn create_table_refusing_long_payloads(path: &Path) {
+    let conn = Connection::open(path).unwrap();
+    let ddl = schema::create_table_sql(TABLE).replace(
+        "payload BLOB NOT NULL",
+        "payload BLOB NOT NULL CHECK (length(payload) < 16)",
+    );
+    conn.execute_batch(&ddl).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_message_is_permanent_with_its_index_and_nothing_commits() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("jetsink.db");
-    {
-        let conn = Connection::open(&path).unwrap();
-        let ddl = schema::create_table_sql(TABLE).replace(
-            "payload BLOB NOT NULL",
-            "payload BLOB NOT NULL CHECK (length(payload) < 16)",
-        );
-        conn.execute_batch(&ddl).unwrap();
-    }
+    create_table_refusing_long_payloads(&path);
     let mut sink = opened(&path).await;
     let mut envelopes = batch(1..=3);
     envelopes[1] = envelope_with(2, 1, b"SECRET-PAYLOAD-THAT-IS-TOO-LONG".to_vec());
@@ -449,14 +452,7 @@ async fn a_refused_row_past_the_first_statement_is_named_by_its_batch_index() {
     use super::sink::ROWS_PER_STATEMENT;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("jetsink.db");
-    {
-        let conn = Connection::open(&path).unwrap();
-        let ddl = schema::create_table_sql(TABLE).replace(
-            "payload BLOB NOT NULL",
-            "payload BLOB NOT NULL CHECK (length(payload) < 16)",
-        );
-        conn.execute_batch(&ddl).unwrap();
-    }
+    create_table_refusing_long_payloads(&path);
     let mut sink = opened(&path).await;
     // Two full statements and a shorter last one; the bad row sits inside the second.
     let n = (2 * ROWS_PER_STATEMENT + ROWS_PER_STATEMENT / 2) as u64;
