@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use bytes::Bytes;
+use common::database::*;
 use common::*;
 use jetsink::config::destination::MysqlConfig;
-use jetsink::config::IdempotencyKey;
-use jetsink::envelope::{normalize, Delivery, Envelope};
+use jetsink::envelope::Envelope;
 use jetsink::sinks::mysql::MysqlSink;
 use jetsink::sinks::{Sink, SinkError};
 use mysql_async::prelude::Queryable;
@@ -117,55 +117,10 @@ impl Drop for TestDb {
     }
 }
 
-fn envelope(seq: u64, payload: &[u8]) -> Envelope {
-    let id = format!("id-{seq}");
-    let mut e = normalize(
-        "orders.new",
-        Delivery {
-            stream: "ORDERS",
-            consumer: "sink",
-            stream_sequence: seq,
-            consumer_sequence: seq + 100,
-            delivered: 1,
-            published: OffsetDateTime::from_unix_timestamp_nanos(
-                1_700_000_000_123_456_000 + i128::from(seq) * 1_000,
-            )
-            .unwrap(),
-        },
-        [
-            ("A", "1"),
-            ("B", "x"),
-            ("A", "2"),
-            ("Nats-Msg-Id", id.as_str()),
-        ],
-        Bytes::copy_from_slice(payload),
-        IdempotencyKey::StreamSequence,
-    );
-    e.priority = Some("high".into());
-    e.labels = vec!["a".into(), "b".into()];
-    e
-}
-
-fn json_batch(seqs: std::ops::RangeInclusive<u64>) -> Vec<Envelope> {
-    seqs.map(|s| envelope(s, format!("{{\"n\":{s}}}").as_bytes()))
-        .collect()
-}
-
 async fn opened(config: MysqlConfig) -> MysqlSink {
     let mut sink = MysqlSink::new(config);
     sink.open().await.expect("open");
     sink
-}
-
-fn misconfigured(result: Result<(), SinkError>, needles: &[&str]) {
-    match result {
-        Err(SinkError::Misconfigured { message }) => {
-            for n in needles {
-                assert!(message.contains(n), "{message:?} lacks {n:?}");
-            }
-        }
-        other => panic!("expected misconfigured with {needles:?}, got {other:?}"),
-    }
 }
 
 // ---------------------------------------------------------------- the sink on its own

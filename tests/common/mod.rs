@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 
+pub mod database;
+
 /// Finds a free loopback port.
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
