@@ -96,7 +96,7 @@ async fn no_wait(
 }
 
 /// Collects a pull's messages until it ends, fails or times out locally. `expected` sizes
-/// the vector once instead of growing it message by message.
+/// the vector once, at the first message, instead of growing it message by message.
 async fn drain<S>(
     mut batch: S,
     limit: Duration,
@@ -106,10 +106,17 @@ where
     S: futures::Stream<Item = Result<Message, async_nats::Error>> + Unpin,
 {
     let deadline = Instant::now() + limit;
-    let mut out = Vec::with_capacity(expected.min(MAX_PRESIZE));
+    let mut out = Vec::new();
     loop {
         match tokio::time::timeout_at(deadline, batch.next()).await {
-            Ok(Some(Ok(m))) => out.push(m),
+            Ok(Some(Ok(m))) => {
+                // Sized at the first message, so the many empty pulls of an idle sink
+                // (or of empty buckets) allocate nothing.
+                if out.is_empty() {
+                    out.reserve(expected.min(MAX_PRESIZE));
+                }
+                out.push(m);
+            }
             Ok(Some(Err(e))) => return (out, Some(e)),
             Ok(None) => return (out, None),
             Err(_) => {
