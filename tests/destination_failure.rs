@@ -12,12 +12,6 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 
-async fn delivered_so_far(js: &async_nats::jetstream::Context, stream: &str) -> (u64, usize) {
-    let s = js.get_stream(stream).await.unwrap();
-    let info = s.consumer_info("jetsink").await.unwrap();
-    (info.delivered.consumer_sequence, info.num_redelivered)
-}
-
 async fn hold_while_missing(
     destination: serde_json::Value,
     data_dir: &str,
@@ -58,37 +52,7 @@ async fn hold_while_missing(
         consumer_state(&js, "FAIL", "jetsink").await.1 > 0
     })
     .await;
-    // The next batch may have been pulled ahead while the failing write ran: wait for the
-    // failure to be logged, then for that pull to settle, before taking the snapshot.
-    eventually(Duration::from_secs(10), "the failure is logged", || async {
-        daemon
-            .log_text()
-            .contains("destination failed; holding the batch")
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let before = delivered_so_far(&js, "FAIL").await;
-    let (_, held) = consumer_state(&js, "FAIL", "jetsink").await;
-    // Three AckWaits: any redelivery or further fetch would show up.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let after = delivered_so_far(&js, "FAIL").await;
-    assert_eq!(
-        before, after,
-        "no new deliveries or redeliveries while the destination fails"
-    );
-    let (pending, ack_pending) = consumer_state(&js, "FAIL", "jetsink").await;
-    assert_eq!(
-        ack_pending, held,
-        "the held batch is neither ACKed nor released"
-    );
-    assert_eq!(
-        pending as usize + ack_pending,
-        300,
-        "nothing was ACKed while failing"
-    );
-    assert!(daemon
-        .log_text()
-        .contains("destination failed; holding the batch"));
+    assert_batch_held(&js, &daemon, "FAIL", 300).await;
 
     std::fs::rename(&away, &data).unwrap();
     eventually(

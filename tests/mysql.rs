@@ -618,12 +618,6 @@ async fn sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once() {
     assert!(status.is_some_and(|s| s.success()), "{}", daemon.log_text());
 }
 
-async fn delivered_so_far(js: &async_nats::jetstream::Context, stream: &str) -> (u64, usize) {
-    let s = js.get_stream(stream).await.unwrap();
-    let info = s.consumer_info("jetsink").await.unwrap();
-    (info.delivered.consumer_sequence, info.num_redelivered)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_returns() {
     let db = TestDb::create("outage").await;
@@ -657,41 +651,7 @@ async fn table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_return
         consumer_state(&js, "MYFAIL", "jetsink").await.1 > 0
     })
     .await;
-    // The runner may have pulled the next batch ahead while the last good write ran; let
-    // that settle before watching for further deliveries.
-    eventually(
-        Duration::from_secs(10),
-        "the failure is noticed",
-        || async {
-            daemon
-                .log_text()
-                .contains("destination failed; holding the batch")
-        },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let before = delivered_so_far(&js, "MYFAIL").await;
-    let (_, held) = consumer_state(&js, "MYFAIL", "jetsink").await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(
-        before,
-        delivered_so_far(&js, "MYFAIL").await,
-        "no new deliveries or redeliveries while the table is away\n{}",
-        daemon.log_text()
-    );
-    let (pending, ack_pending) = consumer_state(&js, "MYFAIL", "jetsink").await;
-    assert_eq!(
-        ack_pending, held,
-        "the held batch is neither ACKed nor released"
-    );
-    assert_eq!(
-        pending as usize + ack_pending,
-        300,
-        "nothing was ACKed while failing"
-    );
-    assert!(daemon
-        .log_text()
-        .contains("destination failed; holding the batch"));
+    assert_batch_held(&js, &daemon, "MYFAIL", 300).await;
     assert_eq!(db.count("away").await, 500);
 
     db.exec("RENAME TABLE away TO events").await;

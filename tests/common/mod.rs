@@ -229,6 +229,53 @@ pub fn jetsink(args: &[&str], dir: &Path) -> (i32, String, String) {
     )
 }
 
+/// What the consumer has delivered so far: (last consumer sequence, redelivered count).
+pub async fn delivered_so_far(js: &jetstream::Context, stream: &str) -> (u64, usize) {
+    let s = js.get_stream(stream).await.unwrap();
+    let info = s.consumer_info("jetsink").await.unwrap();
+    (info.delivered.consumer_sequence, info.num_redelivered)
+}
+
+/// Proves that a failing destination holds its batch: once the daemon logs the failure,
+/// 6 s (three AckWaits of the 2 s the outage tests configure) pass without a new delivery or
+/// a redelivery, the held messages stay ack-pending, and the `unacked` messages published
+/// during the outage are all still pending or held (none ACKed).
+pub async fn assert_batch_held(
+    js: &jetstream::Context,
+    daemon: &Daemon,
+    stream: &str,
+    unacked: usize,
+) {
+    eventually(Duration::from_secs(10), "the failure is logged", || async {
+        daemon
+            .log_text()
+            .contains("destination failed; holding the batch")
+    })
+    .await;
+    // The runner may have pulled the next batch ahead while the failing write ran: let
+    // that settle before taking the snapshot.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = delivered_so_far(js, stream).await;
+    let (_, held) = consumer_state(js, stream, "jetsink").await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        before,
+        delivered_so_far(js, stream).await,
+        "no new deliveries or redeliveries while the destination fails\n{}",
+        daemon.log_text()
+    );
+    let (pending, ack_pending) = consumer_state(js, stream, "jetsink").await;
+    assert_eq!(
+        ack_pending, held,
+        "the held batch is neither ACKed nor released"
+    );
+    assert_eq!(
+        pending as usize + ack_pending,
+        unacked,
+        "nothing was ACKed while failing"
+    );
+}
+
 /// Runs `jetsink bench --config … --sink main` for `messages` messages into `destination`
 /// and returns its report; fails the test unless it exits 0.
 pub fn bench_configured_sink(
