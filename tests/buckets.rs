@@ -65,9 +65,7 @@ async fn bucketed_messages_land_once_interleaved_across_buckets_and_fifo_within_
         )
         .await;
     }
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
 
     let conn = rusqlite::Connection::open(&db).unwrap();
     let mut stmt = conn

@@ -349,9 +349,7 @@ async fn server_kill_then_unready(d: &mut Daemon, mut server: NatsServer, listen
         },
     )
     .await;
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }
 
 /// GET `path` from the daemon's endpoint: (status, body); (0, "") when nothing answers.

@@ -78,9 +78,7 @@ async fn sigkill_three_times_mid_drain_loses_nothing_in_sqlite_or_files() {
         },
     )
     .await;
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
     // Every line is complete JSON: torn lines from the kills were repaired on reopen.
     for f in std::fs::read_dir(&out).unwrap() {
         let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
@@ -131,6 +129,5 @@ async fn broker_killed_and_restarted_mid_drain_loses_nothing() {
         consumer_state(&js, "BROKER", "jetsink").await == (0, 0)
     })
     .await;
-    let status = daemon.terminate(Duration::from_secs(15));
-    assert!(status.is_some_and(|s| s.success()), "{}", daemon.log_text());
+    daemon.stop_cleanly();
 }

@@ -189,9 +189,7 @@ async fn one_poison_among_500_commits_499_and_dead_letters_one_with_every_header
         metric(&listen, "jetsink_poison_isolated_total{sink=\"main\"}").await,
         Some(1.0)
     );
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
 
     // Replay: fix the cause, put the message back, and the sink commits it.
     cure(&db);
@@ -251,9 +249,7 @@ async fn one_poison_among_500_commits_499_and_dead_letters_one_with_every_header
         !headers.contains("Jetsink-"),
         "replay drops the context headers: {headers}"
     );
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -294,9 +290,7 @@ async fn without_a_dead_letter_queue_the_poison_stays_unacked_and_comes_back() {
         d.log_text().contains("no dead-letter queue configured")
             || d.log_text().contains("message refused")
     );
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
     assert_eq!(sqlite_count(&db, TABLE), 49);
 }
 
@@ -336,9 +330,7 @@ async fn a_dead_letter_subject_without_a_stream_acks_nothing_that_was_not_stored
         20,
         "the poison (sequence 21) is not ACKed"
     );
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -370,9 +362,7 @@ async fn a_message_refused_on_every_delivery_is_dead_lettered_on_its_last() {
     })
     .await;
     assert_eq!(sqlite_count(&db, TABLE), 4);
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -416,9 +406,7 @@ async fn an_outage_of_several_seconds_dead_letters_nothing_and_loses_nothing() {
         .await
         .unwrap();
     assert_eq!(info.num_redelivered, 0, "no delivery budget was burnt");
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -492,7 +480,5 @@ async fn a_message_the_server_gave_up_on_is_rescued_from_the_stream_by_the_advis
         Some(1.0)
     );
     assert_eq!(sqlite_count(&db, TABLE), 0, "the message was never written");
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }

@@ -65,9 +65,7 @@ async fn hold_while_missing(
         consumer_state(&js, "FAIL", "jetsink").await == (0, 0)
     })
     .await;
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -90,9 +90,7 @@ async fn ten_thousand_messages_become_ten_thousand_distinct_file_lines() {
         consumer_state(&js, "FILES", "jetsink").await == (0, 0)
     })
     .await;
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
     let lines = jsonl_lines(&out);
     assert_eq!(lines.len(), N, "no duplicates without crashes");
     let first = &lines[0];
@@ -174,9 +172,7 @@ async fn odd_payloads_and_headers_are_stored_faithfully_in_sqlite() {
         consumer_state(&js, "ODD", "jetsink").await == (0, 0)
     })
     .await;
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
     let conn = rusqlite::Connection::open(&db).unwrap();
     let mut stmt = conn
         .prepare("SELECT payload, headers, message_id FROM events ORDER BY stream_sequence")
@@ -220,9 +216,7 @@ async fn odd_payloads_and_headers_are_stored_faithfully_in_files() {
         jsonl_lines(&out).len() == sent.len()
     })
     .await;
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
     let lines = jsonl_lines(&out);
     let decode = |v: &serde_json::Value| -> Vec<u8> {
         match v["payload_encoding"].as_str().unwrap() {
@@ -292,7 +286,5 @@ async fn sigterm_mid_drain_exits_zero_and_a_restart_completes_the_drain() {
         consumer_state(&js, "TERM", "jetsink").await == (0, 0)
     })
     .await;
-    assert!(again
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    again.stop_cleanly();
 }

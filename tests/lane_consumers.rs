@@ -50,9 +50,7 @@ async fn urgent_messages_behind_a_routine_backlog_commit_early_with_per_lane_con
         })
         .await;
     }
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
     let conn = rusqlite::Connection::open(&db).unwrap();
     let (urgent, last_urgent_position): (i64, i64) = conn
         .query_row(

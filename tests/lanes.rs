@@ -184,74 +184,20 @@ async fn seed_worked_example_reaches_sqlite_in_order_1_2_4_3_5() {
         "sink order must be stream sequences 1, 2, 4, 3, 5\n{}",
         daemon.log_text()
     );
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
-/// The seed's lane example, character for character.
-const SEED_LANES: &str = r#"{
-  "delivery": {
-    "batch_size": 100,
-    "priority_lanes": {
-      "enabled": true,
-      "default_lane": "routine",
-      "unknown_priority_action": "default_lane",
-      "max_priority_value_length": 64,
-      "lanes": [
-        {
-          "name": "urgent",
-          "priorities": ["urgent", "immediate"],
-          "weight": 3
-        },
-        {
-          "name": "routine",
-          "priorities": ["normal", "routine"],
-          "weight": 1
-        }
-      ]
-    }
-  }
-}"#;
+/// The seed's lane example, character for character (shared with the unit tests of
+/// src/config/metadata.rs).
+const SEED_LANES: &str = include_str!("data/seed-lanes.json");
 
-/// The seed's metadata example, character for character.
-const SEED_METADATA: &str = r#"{
-  "message_metadata": {
-    "priority": {
-      "header": "Nats-Sinks-Priority",
-      "default": "routine"
-    },
-    "rules": [
-      {
-        "subject": "alerts.>",
-        "priority": "urgent"
-      },
-      {
-        "subject": "training.>",
-        "priority": "routine"
-      }
-    ]
-  }
-}"#;
+/// The seed's metadata example, character for character (shared with the unit tests of
+/// src/config/metadata.rs).
+const SEED_METADATA: &str = include_str!("data/seed-metadata.json");
 
-/// The seed's "default policy is equivalent to this" block, character for character.
-const SEED_DEFAULT_POLICY: &str = r#"{
-  "delivery": {
-    "priority_lanes": {
-      "enabled": false,
-      "default_lane": "default",
-      "unknown_priority_action": "default_lane",
-      "max_priority_value_length": 64,
-      "lanes": [
-        {
-          "name": "default",
-          "priorities": [],
-          "weight": 1
-        }
-      ]
-    }
-  }
-}"#;
+/// The seed's "default policy is equivalent to this" block, character for character
+/// (shared with the unit tests of src/config/metadata.rs).
+const SEED_DEFAULT_POLICY: &str = include_str!("data/seed-default-lanes.json");
 
 /// The members of a seed block (its text between the outer braces), pasted unchanged.
 fn members(block: &str) -> &str {
@@ -383,9 +329,7 @@ async fn seed_metadata_example_runs_as_written_alerts_default_to_urgent_and_head
         Some(1.0),
         "only the unknown `bulk` is defaulted: the others got a priority from a header, a rule or priority.default"
     );
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -506,9 +450,7 @@ async fn subject_rules_fill_missing_fields_headers_stay_authoritative_in_sqlite_
         "SQLite columns"
     );
     assert_eq!(file_rows(&out), expected, "JSON Lines fields");
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -606,9 +548,7 @@ async fn an_invalid_priority_fails_only_its_message_which_stays_unacked_comes_ba
         daemon.wait_exit(Duration::from_millis(10)).is_none(),
         "the daemon keeps running:\n{log}"
     );
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -672,9 +612,7 @@ async fn with_a_dead_letter_queue_a_lane_rejected_message_is_copied_with_reason_
         ),
         Some(1.0)
     );
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 /// Runs three messages, the second with a BEL in its priority, through an enabled lane
@@ -725,9 +663,7 @@ async fn control_character_in_priority() -> (f64, f64) {
         .collect();
     assert_eq!(seqs, vec![1, 3], "only the good messages are written");
     let metrics = scrape(&listen).await;
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
     (
         sample(&metrics, rejected).unwrap_or(0.0),
         sample(&metrics, lane_rejected).unwrap_or(0.0),
@@ -922,9 +858,7 @@ async fn metrics_show_prints_the_lane_counters_of_a_running_daemon() {
         "a histogram shows as _sum and _count, without buckets:\n{out}"
     );
 
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
     let (code, _, err) = jetsink(&["metrics", "show", "--url", &url], dir.path());
     assert_eq!(code, 69, "an unreachable endpoint is EX_UNAVAILABLE: {err}");
     assert!(err.contains(&url), "the error names the URL: {err}");

@@ -614,8 +614,7 @@ async fn sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once() {
         .await
         .unwrap();
     assert_eq!(row, Some((N as i64, 1, N as u64)));
-    let status = daemon.terminate(Duration::from_secs(15));
-    assert!(status.is_some_and(|s| s.success()), "{}", daemon.log_text());
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -665,9 +664,7 @@ async fn table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_return
         consumer_state(&js, "MYFAIL", "jetsink").await == (0, 0)
     })
     .await;
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 async fn publish_orders(
@@ -731,9 +728,7 @@ async fn a_row_breaking_a_check_constraint_is_isolated_and_the_rest_commit() {
     let log = daemon.log_text();
     assert!(log.contains("stream_sequence=137"), "{log}");
     assert!(log.contains("4025"), "{log}");
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -799,9 +794,7 @@ async fn column_mapping_fills_a_typed_user_table() {
         consumer_state(&js, "MYMAP", "jetsink").await == (0, 0)
     })
     .await;
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]

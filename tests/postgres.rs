@@ -647,8 +647,7 @@ async fn sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once() {
         ),
         (N as i64, 1, N as i64)
     );
-    let status = daemon.terminate(Duration::from_secs(15));
-    assert!(status.is_some_and(|s| s.success()), "{}", daemon.log_text());
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -710,9 +709,7 @@ async fn table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_return
         consumer_state(&js, "PGFAIL", "jetsink").await == (0, 0)
     })
     .await;
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 async fn publish_orders(
@@ -784,9 +781,7 @@ async fn a_row_breaking_a_check_constraint_is_isolated_and_the_rest_commit() {
     assert!(log.contains("stream_sequence=137"), "{log}");
     assert!(log.contains("23514"), "{log}");
     assert!(!log.contains("\"amount\":-1"), "no payloads in logs");
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -839,9 +834,7 @@ async fn column_mapping_fills_a_typed_user_table() {
         consumer_state(&js, "PGMAP", "jetsink").await == (0, 0)
     })
     .await;
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -927,9 +920,7 @@ async fn a_write_longer_than_ack_wait_is_kept_alive_and_nothing_is_redelivered()
         info.delivered.consumer_sequence, 1_000,
         "each message was delivered once"
     );
-    assert!(daemon
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    daemon.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]

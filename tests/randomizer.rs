@@ -123,9 +123,7 @@ async fn randomized_delivery_lands_everything_once_out_of_order_within_the_windo
         })
         .unwrap();
     assert!(delayed > 0, "some messages were delayed once");
-    assert!(d
-        .terminate(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
+    d.stop_cleanly();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -645,69 +645,14 @@ mod tests {
     use super::*;
     use crate::config::{deserialize_at, strict_json};
 
-    /// The seed document's lane example, verbatim.
-    const SEED_LANES: &str = r#"{
-  "delivery": {
-    "batch_size": 100,
-    "priority_lanes": {
-      "enabled": true,
-      "default_lane": "routine",
-      "unknown_priority_action": "default_lane",
-      "max_priority_value_length": 64,
-      "lanes": [
-        {
-          "name": "urgent",
-          "priorities": ["urgent", "immediate"],
-          "weight": 3
-        },
-        {
-          "name": "routine",
-          "priorities": ["normal", "routine"],
-          "weight": 1
-        }
-      ]
-    }
-  }
-}"#;
+    /// The seed document's lane example, verbatim (shared with tests/lanes.rs).
+    const SEED_LANES: &str = include_str!("../../tests/data/seed-lanes.json");
 
-    /// The seed document's metadata example, verbatim.
-    const SEED_METADATA: &str = r#"{
-  "message_metadata": {
-    "priority": {
-      "header": "Nats-Sinks-Priority",
-      "default": "routine"
-    },
-    "rules": [
-      {
-        "subject": "alerts.>",
-        "priority": "urgent"
-      },
-      {
-        "subject": "training.>",
-        "priority": "routine"
-      }
-    ]
-  }
-}"#;
+    /// The seed document's metadata example, verbatim (shared with tests/lanes.rs).
+    const SEED_METADATA: &str = include_str!("../../tests/data/seed-metadata.json");
 
-    /// The seed document's default policy, verbatim.
-    const SEED_DEFAULT_LANES: &str = r#"{
-  "delivery": {
-    "priority_lanes": {
-      "enabled": false,
-      "default_lane": "default",
-      "unknown_priority_action": "default_lane",
-      "max_priority_value_length": 64,
-      "lanes": [
-        {
-          "name": "default",
-          "priorities": [],
-          "weight": 1
-        }
-      ]
-    }
-  }
-}"#;
+    /// The seed document's default policy, verbatim (shared with tests/lanes.rs).
+    const SEED_DEFAULT_LANES: &str = include_str!("../../tests/data/seed-default-lanes.json");
 
     fn section<T: serde::de::DeserializeOwned>(text: &str, pointer: &str) -> Result<T, Issue> {
         let doc = strict_json::parse(text).unwrap();

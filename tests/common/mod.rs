@@ -168,6 +168,17 @@ impl Daemon {
         }
     }
 
+    /// SIGTERM, and fails the test with the daemon's log unless it exits 0 within 15 s: the
+    /// clean shutdown most tests end with.
+    pub fn stop_cleanly(&mut self) {
+        let status = self.terminate(Duration::from_secs(15));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "jetsink did not stop cleanly on SIGTERM ({status:?}):\n{}",
+            self.log_text()
+        );
+    }
+
     /// SIGTERM, then waits up to `within` for the exit status.
     pub fn terminate(&mut self, within: Duration) -> Option<ExitStatus> {
         let mut c = self.child.take()?;
