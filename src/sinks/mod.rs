@@ -55,6 +55,24 @@ impl SinkError {
         }
     }
 
+    /// Prefixes the message with where the error happened (a table, a file, a server),
+    /// keeping its class and index: the runner decides on the class, the operator reads
+    /// the place.
+    pub fn with_context(self, context: &str) -> SinkError {
+        match self {
+            SinkError::Transient { message } => SinkError::Transient {
+                message: format!("{context}: {message}"),
+            },
+            SinkError::Permanent { index, message } => SinkError::Permanent {
+                index,
+                message: format!("{context}: {message}"),
+            },
+            SinkError::Misconfigured { message } => SinkError::Misconfigured {
+                message: format!("{context}: {message}"),
+            },
+        }
+    }
+
     /// The metric label of this error's class.
     pub fn class(&self) -> &'static str {
         match self {
@@ -104,5 +122,28 @@ pub fn build(config: &DestinationConfig) -> Box<dyn Sink> {
         DestinationConfig::File(c) => Box::new(file::FileSink::new(c.clone())),
         DestinationConfig::Postgres(c) => Box::new(postgres::PostgresSink::new(c.clone())),
         DestinationConfig::Mysql(c) => Box::new(mysql::MysqlSink::new(c.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SinkError;
+
+    #[test]
+    fn context_keeps_the_class_and_index() {
+        let e = SinkError::Permanent {
+            index: Some(4),
+            message: "no".into(),
+        }
+        .with_context("table t");
+        assert_eq!(
+            e,
+            SinkError::Permanent {
+                index: Some(4),
+                message: "table t: no".into()
+            }
+        );
+        let e = SinkError::transient("gone").with_context("file f");
+        assert_eq!(e, SinkError::transient("file f: gone"));
     }
 }

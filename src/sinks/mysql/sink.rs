@@ -27,7 +27,7 @@ use crate::envelope::Envelope;
 use crate::sinks::util::columns::{
     parse_documents, plan_table, Family, Field, Mapping, Source, TableColumn, TablePlan, UniqueKey,
 };
-use crate::sinks::util::database::{read_password, with_context, Phase};
+use crate::sinks::util::database::{read_password, Phase};
 use crate::sinks::{Sink, SinkError};
 
 /// Prepared statements the driver keeps per connection (one per distinct row count).
@@ -107,7 +107,7 @@ impl MysqlSink {
                     limit.as_millis()
                 )))
             })
-            .map_err(|e| with_context(e, &self.config.target()))?;
+            .map_err(|e| e.with_context(&self.config.target()))?;
         self.conn = Some(live);
         if !self.opened_once {
             tracing::info!(destination = %self.config.target(), mode = self.config.mode.as_str(), "mysql destination open");
@@ -269,7 +269,7 @@ impl MysqlSink {
                 self.conn = None;
             }
         }
-        result.map_err(|e| with_context(e, &self.config.target()))
+        result.map_err(|e| e.with_context(&self.config.target()))
     }
 
     async fn check(&mut self) -> Result<(), SinkError> {
@@ -285,7 +285,7 @@ impl MysqlSink {
         if result.is_err() {
             self.conn = None;
         }
-        result.map_err(|e| with_context(e, &self.config.target()))
+        result.map_err(|e| e.with_context(&self.config.target()))
     }
 }
 
@@ -445,7 +445,7 @@ impl Sink for MysqlSink {
             .ok_or_else(|| SinkError::transient("mysql connection is not open"))?;
         let count: Option<u64> =
             live.conn.exec_first(sql, (stream,)).await.map_err(|e| {
-                with_context(classify(&e, Phase::Write, None), &self.config.target())
+                classify(&e, Phase::Write, None).with_context(&self.config.target())
             })?;
         Ok(Some(count.unwrap_or(0)))
     }

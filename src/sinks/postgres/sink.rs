@@ -33,7 +33,7 @@ use crate::config::destination::{
 };
 use crate::envelope::Envelope;
 use crate::sinks::util::columns::{plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey};
-use crate::sinks::util::database::{read_password, with_context, Phase};
+use crate::sinks::util::database::{read_password, Phase};
 use crate::sinks::{Sink, SinkError};
 
 /// Size of the `COPY` data messages a batch is sent in.
@@ -122,7 +122,7 @@ impl PostgresSink {
                     limit.as_millis()
                 )))
             })
-            .map_err(|e| with_context(e, &self.where_()))?;
+            .map_err(|e| e.with_context(&self.where_()))?;
         self.conn = Some(conn);
         if !self.opened_once {
             tracing::info!(destination = %self.where_(), mode = self.config.mode.as_str(), "postgres destination open");
@@ -346,7 +346,7 @@ impl PostgresSink {
                 self.conn = None;
             }
         }
-        result.map_err(|e| with_context(e, &self.where_()))
+        result.map_err(|e| e.with_context(&self.where_()))
     }
 
     async fn check(&mut self) -> Result<(), SinkError> {
@@ -362,7 +362,7 @@ impl PostgresSink {
         if result.is_err() {
             self.conn = None;
         }
-        result.map_err(|e| with_context(e, &self.where_()))
+        result.map_err(|e| e.with_context(&self.where_()))
     }
 }
 
@@ -560,7 +560,7 @@ impl Sink for PostgresSink {
             .client
             .query_one(&sql, &[&stream])
             .await
-            .map_err(|e| with_context(classify(&e, Phase::Write, None), &self.where_()))?;
+            .map_err(|e| classify(&e, Phase::Write, None).with_context(&self.where_()))?;
         Ok(Some(row.get::<_, i64>(0).max(0) as u64))
     }
 }

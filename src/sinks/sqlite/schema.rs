@@ -136,7 +136,7 @@ pub(crate) fn column_problems(columns: &[ColumnInfo]) -> Option<String> {
 /// Creates `table` if missing and checks that it accepts jetsink's insert. `db_path` is only
 /// used in messages.
 pub(crate) fn ensure_table(conn: &Connection, table: &str, db_path: &str) -> Result<(), SinkError> {
-    let in_db = |e: SinkError| super::sink::with_context(e, &format!("table {table} in {db_path}"));
+    let in_db = |e: SinkError| e.with_context(&format!("table {table} in {db_path}"));
     conn.execute_batch(&create_table_sql(table))
         .map_err(|e| in_db(classify(&e, None)))?;
     let mut columns = table_info(conn, table).map_err(|e| in_db(classify(&e, None)))?;

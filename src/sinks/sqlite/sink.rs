@@ -96,9 +96,9 @@ impl SqliteSink {
         } else {
             Connection::open(&self.path)
         }
-        .map_err(|e| with_context(classify(&e, None), &format!("opening {path_text}")))?;
+        .map_err(|e| classify(&e, None).with_context(&format!("opening {path_text}")))?;
         configure(&conn, &self.config)
-            .map_err(|e| with_context(e, &format!("configuring {path_text}")))?;
+            .map_err(|e| e.with_context(&format!("configuring {path_text}")))?;
         schema::ensure_table(&conn, &self.config.table, &path_text)?;
 
         let identity =
@@ -157,7 +157,7 @@ impl SqliteSink {
         // runner ACKs. A retry of a batch that did land is absorbed by ON CONFLICT.
         let result = result.and_then(|()| self.check_identity());
         let result =
-            result.map_err(|e| with_context(e, &format!("writing to {}", self.path.display())));
+            result.map_err(|e| e.with_context(&format!("writing to {}", self.path.display())));
         if result.is_ok() && self.wal_identity.is_none() {
             // The first commit created the WAL: guard it from now on.
             self.wal_identity = FileIdentity::of(&self.wal_path()).ok();
@@ -179,7 +179,7 @@ impl SqliteSink {
                 .map_err(|e| classify(&e, None))
         });
         let result =
-            result.map_err(|e| with_context(e, &format!("checking {}", self.path.display())));
+            result.map_err(|e| e.with_context(&format!("checking {}", self.path.display())));
         self.after(result)
     }
 
@@ -388,22 +388,6 @@ fn find_refused_row(
     }
     let _ = tx.execute_batch("ROLLBACK TO jetsink_probe; RELEASE jetsink_probe");
     found
-}
-
-/// Prefixes an error's message with where it happened, keeping its class.
-pub(crate) fn with_context(err: SinkError, context: &str) -> SinkError {
-    match err {
-        SinkError::Transient { message } => SinkError::Transient {
-            message: format!("{context}: {message}"),
-        },
-        SinkError::Permanent { index, message } => SinkError::Permanent {
-            index,
-            message: format!("{context}: {message}"),
-        },
-        SinkError::Misconfigured { message } => SinkError::Misconfigured {
-            message: format!("{context}: {message}"),
-        },
-    }
 }
 
 #[async_trait]

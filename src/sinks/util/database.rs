@@ -1,6 +1,6 @@
 //! Pieces the network database destinations (PostgreSQL, MySQL/MariaDB) share: when an
 //! error happened (which changes its class), reading the password from where the config
-//! points, and keeping an error's class while adding where it happened.
+//! points, and naming the part of a batch an error is about.
 //!
 //! The same database error means different things at start-up and mid-run: a missing table
 //! or a refused login at the first open is a configuration mistake (exit 78), while the same
@@ -45,22 +45,6 @@ pub fn read_password(env: Option<&str>, file: Option<&str>) -> Result<Option<Str
     Ok(None)
 }
 
-/// Prefixes an error's message with where it happened, keeping its class.
-pub fn with_context(err: SinkError, context: &str) -> SinkError {
-    match err {
-        SinkError::Transient { message } => SinkError::Transient {
-            message: format!("{context}: {message}"),
-        },
-        SinkError::Permanent { index, message } => SinkError::Permanent {
-            index,
-            message: format!("{context}: {message}"),
-        },
-        SinkError::Misconfigured { message } => SinkError::Misconfigured {
-            message: format!("{context}: {message}"),
-        },
-    }
-}
-
 /// Where `index` is, for messages: `message at batch index 3` or `batch`.
 pub fn at(index: Option<usize>) -> String {
     match index {
@@ -91,23 +75,5 @@ mod tests {
         let e = read_password(None, Some("/nonexistent/jetsink/pw")).unwrap_err();
         assert_eq!(e.class(), "misconfigured");
         assert_eq!(read_password(None, None).unwrap(), None);
-    }
-
-    #[test]
-    fn context_keeps_the_class_and_index() {
-        let e = with_context(
-            SinkError::Permanent {
-                index: Some(4),
-                message: "no".into(),
-            },
-            "table t",
-        );
-        assert_eq!(
-            e,
-            SinkError::Permanent {
-                index: Some(4),
-                message: "table t: no".into()
-            }
-        );
     }
 }
