@@ -5,6 +5,7 @@
 //! (`pipeline::runner`) turns each outcome into ACK, retry or rejection. A new destination
 //! is one folder here and one `impl Sink`.
 
+pub mod blocking;
 pub mod file;
 pub mod mysql;
 pub mod postgres;
@@ -85,9 +86,9 @@ impl SinkError {
 
 /// A durable destination.
 ///
-/// Calls happen from one task, one at a time. Implementations may block the thread inside
-/// [`tokio::task::block_in_place`] for file and embedded-database I/O (the daemon runs a
-/// multi-threaded runtime).
+/// Calls happen from one task, one at a time. Destinations whose I/O blocks (files, an
+/// embedded database) implement [`blocking::BlockingSink`] instead, which runs their calls
+/// inside [`tokio::task::block_in_place`] (the daemon runs a multi-threaded runtime).
 #[async_trait]
 pub trait Sink: Send {
     /// Connects or creates what the destination needs (directory, table). Called once at

@@ -8,15 +8,14 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use async_trait::async_trait;
-
 use super::naming::{self, FileStamp};
 use super::record;
 use crate::config::FileConfig;
 use crate::envelope::{rfc3339, Envelope};
+use crate::sinks::blocking::BlockingSink;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::SinkError;
 
 /// Where the sink reads the time: file names, rotation by age and `written_at`.
 pub type Clock = Box<dyn Fn() -> SystemTime + Send + Sync>;
@@ -91,7 +90,8 @@ struct Current {
 }
 
 impl FileSink {
-    /// A sink for `config`, reading the system clock. Does no I/O: [`Sink::open`] does.
+    /// A sink for `config`, reading the system clock. Does no I/O: [`Sink::open`](crate::sinks::Sink::open)
+    /// does.
     pub fn new(config: FileConfig) -> FileSink {
         FileSink::with_clock(config, Box::new(SystemTime::now))
     }
@@ -110,7 +110,7 @@ impl FileSink {
     }
 
     /// Opens (or reopens) the newest file of the prefix, or a new one.
-    fn open_blocking(&mut self) -> Result<(), SinkError> {
+    fn open_file(&mut self) -> Result<(), SinkError> {
         self.current = None;
         self.prepare_directory()?;
         let newest = self.newest_file()?;
@@ -287,12 +287,12 @@ impl FileSink {
         })
     }
 
-    fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+    fn write_lines(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
         if batch.is_empty() {
             return Ok(());
         }
         if self.current.is_none() {
-            self.open_blocking()?;
+            self.open_file()?;
         }
         let now = (self.clock)();
         self.buffer.clear();
@@ -351,9 +351,9 @@ impl FileSink {
         Ok(())
     }
 
-    fn health_blocking(&mut self) -> Result<(), SinkError> {
+    fn check_current(&mut self) -> Result<(), SinkError> {
         let Some(current) = &self.current else {
-            return self.open_blocking();
+            return self.open_file();
         };
         if let Err(m) = current.identity.check() {
             // Dropped, so the next call tries to open again and notices a recovery.
@@ -364,22 +364,21 @@ impl FileSink {
     }
 }
 
-#[async_trait]
-impl Sink for FileSink {
+impl BlockingSink for FileSink {
     /// Prepares the directory (created the first time only) and opens the newest file of
     /// the prefix, cutting a torn last line, or starts a new file.
-    async fn open(&mut self) -> Result<(), SinkError> {
-        tokio::task::block_in_place(|| self.open_blocking())
+    fn open_blocking(&mut self) -> Result<(), SinkError> {
+        self.open_file()
     }
 
     /// Appends the batch with one write and, when `fsync` is on, one fdatasync.
-    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        tokio::task::block_in_place(|| self.write_blocking(batch))
+    fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        self.write_lines(batch)
     }
 
     /// Checks the current file is still the one opened, or tries to open.
-    async fn health(&mut self) -> Result<(), SinkError> {
-        tokio::task::block_in_place(|| self.health_blocking())
+    fn health_blocking(&mut self) -> Result<(), SinkError> {
+        self.check_current()
     }
 }
 

@@ -1,17 +1,17 @@
-//! The SQLite [`Sink`]: connection lifecycle, one transaction per batch, and the guards that
-//! keep a commit from landing anywhere but the configured database file.
+//! The SQLite destination's I/O: connection lifecycle, one transaction per batch, and the
+//! guards that keep a commit from landing anywhere but the configured database file.
 //!
-//! SQLite calls block, so every one runs inside [`tokio::task::block_in_place`]. After a
-//! transient failure the connection is dropped and the next call reopens it, so a retry
-//! never inherits a half-finished transaction or a handle to a file that is gone. Reopening
-//! never creates anything: once a database has been opened, its disappearance is an error
-//! until it is restored (or jetsink restarts), not a reason to start an empty one.
+//! SQLite calls block, so the sink is a [`BlockingSink`] and every call runs inside
+//! [`tokio::task::block_in_place`]. After a transient failure the connection is dropped and
+//! the next call reopens it, so a retry never inherits a half-finished transaction or a
+//! handle to a file that is gone. Reopening never creates anything: once a database has
+//! been opened, its disappearance is an error until it is restored (or jetsink restarts),
+//! not a reason to start an empty one.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use time::OffsetDateTime;
 
@@ -19,9 +19,10 @@ use super::classify::classify;
 use super::schema;
 use crate::config::SqliteConfig;
 use crate::envelope::{rfc3339, write_rfc3339, Envelope, RFC3339_LEN};
+use crate::sinks::blocking::BlockingSink;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::SinkError;
 
 /// Writes envelopes as rows of one SQLite table, a transaction per batch, idempotent on
 /// [`Envelope::idempotency_key`].
@@ -39,7 +40,8 @@ pub struct SqliteSink {
 }
 
 impl SqliteSink {
-    /// A sink for `config`. Does no I/O; [`Sink::open`] connects.
+    /// A sink for `config`. Does no I/O; [`Sink::open`](crate::sinks::Sink::open)
+    /// connects.
     pub fn new(config: SqliteConfig) -> SqliteSink {
         SqliteSink {
             path: PathBuf::from(&config.path),
@@ -58,7 +60,7 @@ impl SqliteSink {
         PathBuf::from(p)
     }
 
-    fn open_blocking(&mut self) -> Result<(), SinkError> {
+    fn open_database(&mut self) -> Result<(), SinkError> {
         // Close any previous connection before looking at the file.
         self.conn = None;
         let path_text = self.path.display().to_string();
@@ -139,12 +141,12 @@ impl SqliteSink {
             })
     }
 
-    fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+    fn write_rows(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
         if batch.is_empty() {
             return Ok(());
         }
         if self.conn.is_none() {
-            self.open_blocking()?;
+            self.open_database()?;
         }
         let result = self.check_identity().and_then(|()| {
             let conn = self
@@ -165,9 +167,9 @@ impl SqliteSink {
         self.after(result)
     }
 
-    fn health_blocking(&mut self) -> Result<(), SinkError> {
+    fn check_database(&mut self) -> Result<(), SinkError> {
         if self.conn.is_none() {
-            return self.open_blocking();
+            return self.open_database();
         }
         let result = self.check_identity().and_then(|()| {
             let conn = self
@@ -390,18 +392,17 @@ fn find_refused_row(
     found
 }
 
-#[async_trait]
-impl Sink for SqliteSink {
-    async fn open(&mut self) -> Result<(), SinkError> {
-        tokio::task::block_in_place(|| self.open_blocking())
+impl BlockingSink for SqliteSink {
+    fn open_blocking(&mut self) -> Result<(), SinkError> {
+        self.open_database()
     }
 
-    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        tokio::task::block_in_place(|| self.write_blocking(batch))
+    fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        self.write_rows(batch)
     }
 
-    async fn health(&mut self) -> Result<(), SinkError> {
-        tokio::task::block_in_place(|| self.health_blocking())
+    fn health_blocking(&mut self) -> Result<(), SinkError> {
+        self.check_database()
     }
 }
 

@@ -1,0 +1,44 @@
+//! The adapter for destinations whose I/O blocks the thread (files, SQLite).
+//!
+//! Such a destination implements [`BlockingSink`] with plain synchronous methods, and this
+//! module's one `impl Sink` runs each call inside [`tokio::task::block_in_place`]: the
+//! runner's task keeps its worker thread while the write and its fsync run, and the
+//! runtime moves the other tasks (ACK senders, pulls, the HTTP endpoint) to other workers,
+//! so a slow disk never stalls an ACK. That needs the multi-threaded runtime the daemon
+//! runs on. The call is made in place, on the caller's `&mut self` and borrowed batch, so
+//! the adapter adds no allocation, copy or thread hop per batch or per message.
+
+use async_trait::async_trait;
+
+use super::{Sink, SinkError};
+use crate::envelope::Envelope;
+
+/// A destination whose calls block: the synchronous form of [`Sink`], with the same
+/// meaning for every method and every error class. Implementing it makes the type a
+/// [`Sink`].
+pub trait BlockingSink: Send {
+    /// Creates or checks what the destination needs; see [`Sink::open`].
+    fn open_blocking(&mut self) -> Result<(), SinkError>;
+
+    /// Writes and commits the whole batch, durably, before returning `Ok`; see
+    /// [`Sink::write_batch`].
+    fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError>;
+
+    /// Cheap check that the destination is still usable; see [`Sink::health`].
+    fn health_blocking(&mut self) -> Result<(), SinkError>;
+}
+
+#[async_trait]
+impl<T: BlockingSink> Sink for T {
+    async fn open(&mut self) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| self.open_blocking())
+    }
+
+    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| self.write_blocking(batch))
+    }
+
+    async fn health(&mut self) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| self.health_blocking())
+    }
+}
