@@ -16,15 +16,23 @@ use crate::envelope::Envelope;
 /// A destination whose calls block: the synchronous form of [`Sink`], with the same
 /// meaning for every method and every error class. Implementing it makes the type a
 /// [`Sink`].
+///
+/// A destination drops its handle after a failure that could leave it unusable; the
+/// adapter then reopens it before the next write or health check, so `write_blocking` and
+/// `health_blocking` only ever run on an open destination, and `write_blocking` never sees
+/// an empty batch.
 pub trait BlockingSink: Send {
-    /// Creates or checks what the destination needs; see [`Sink::open`].
+    /// Whether the destination holds an open handle (file, connection).
+    fn is_open(&self) -> bool;
+
+    /// Creates or checks what the destination needs and opens it; see [`Sink::open`].
     fn open_blocking(&mut self) -> Result<(), SinkError>;
 
     /// Writes and commits the whole batch, durably, before returning `Ok`; see
     /// [`Sink::write_batch`].
     fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError>;
 
-    /// Cheap check that the destination is still usable; see [`Sink::health`].
+    /// Cheap check that the open destination is still usable; see [`Sink::health`].
     fn health_blocking(&mut self) -> Result<(), SinkError>;
 }
 
@@ -35,10 +43,24 @@ impl<T: BlockingSink> Sink for T {
     }
 
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        tokio::task::block_in_place(|| self.write_blocking(batch))
+        if batch.is_empty() {
+            return Ok(());
+        }
+        tokio::task::block_in_place(|| {
+            if !self.is_open() {
+                self.open_blocking()?;
+            }
+            self.write_blocking(batch)
+        })
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {
-        tokio::task::block_in_place(|| self.health_blocking())
+        tokio::task::block_in_place(|| {
+            if self.is_open() {
+                self.health_blocking()
+            } else {
+                self.open_blocking()
+            }
+        })
     }
 }

@@ -6,6 +6,7 @@
 //! is one folder here and one `impl Sink`.
 
 pub mod blocking;
+pub mod database;
 pub mod file;
 pub mod mysql;
 pub mod postgres;

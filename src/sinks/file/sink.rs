@@ -109,44 +109,6 @@ impl FileSink {
         }
     }
 
-    /// Opens (or reopens) the newest file of the prefix, or a new one.
-    fn open_file(&mut self) -> Result<(), SinkError> {
-        self.current = None;
-        self.prepare_directory()?;
-        let newest = self.newest_file()?;
-        let now = (self.clock)();
-        let mut after = None;
-        if let Some((stamp, path)) = newest {
-            let file = OpenOptions::new()
-                .read(true)
-                .append(true)
-                .open(&path)
-                .map_err(|e| io_error(&format!("cannot open {}", path.display()), &e))?;
-            let len = cut_torn_tail(&file, &path)
-                .map_err(|e| io_error(&format!("cannot repair {}", path.display()), &e))?;
-            if self.config.rotate_bytes == 0 || len < self.config.rotate_bytes {
-                let identity = FileIdentity::of(&path)
-                    .map_err(|e| io_error(&format!("cannot stat {}", path.display()), &e))?;
-                if self.config.fsync {
-                    // Covers a file whose creation was not yet made durable (the directory
-                    // sync failed before the process stopped or the handle was dropped).
-                    sync_dir(&self.directory)?;
-                }
-                self.current = Some(Current {
-                    file,
-                    path,
-                    stamp,
-                    identity,
-                    created: SystemTime::from(stamp.created),
-                });
-                return Ok(());
-            }
-            after = Some(stamp);
-        }
-        self.current = Some(self.create_file(now, after)?);
-        Ok(())
-    }
-
     /// The first time, creates the directory; later, requires it to be the same one.
     fn prepare_directory(&mut self) -> Result<(), SinkError> {
         let dir = &self.directory;
@@ -287,31 +249,6 @@ impl FileSink {
         })
     }
 
-    fn write_lines(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        if self.current.is_none() {
-            self.open_file()?;
-        }
-        let now = (self.clock)();
-        self.buffer.clear();
-        let written_at = rfc3339(naming::utc(now));
-        for (index, envelope) in batch.iter().enumerate() {
-            record::encode(envelope, &written_at, &mut self.buffer).map_err(|e| {
-                SinkError::Permanent {
-                    index: Some(index),
-                    message: format!("cannot encode message as a JSON line: {e}"),
-                }
-            })?;
-        }
-        let result = self.append_buffer(now, batch.len());
-        if self.buffer.capacity() > RETAINED_BUFFER_BYTES {
-            self.buffer = Vec::new();
-        }
-        result
-    }
-
     /// Appends the encoded batch to the current file, rotating first if due. Any failure
     /// leaves `current` empty, so the next call reopens.
     fn append_buffer(&mut self, now: SystemTime, messages: usize) -> Result<(), SinkError> {
@@ -350,10 +287,76 @@ impl FileSink {
         self.current = Some(current);
         Ok(())
     }
+}
 
-    fn check_current(&mut self) -> Result<(), SinkError> {
+impl BlockingSink for FileSink {
+    fn is_open(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// Prepares the directory (created the first time only) and opens (or reopens) the
+    /// newest file of the prefix, cutting a torn last line, or starts a new file.
+    fn open_blocking(&mut self) -> Result<(), SinkError> {
+        self.current = None;
+        self.prepare_directory()?;
+        let newest = self.newest_file()?;
+        let now = (self.clock)();
+        let mut after = None;
+        if let Some((stamp, path)) = newest {
+            let file = OpenOptions::new()
+                .read(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| io_error(&format!("cannot open {}", path.display()), &e))?;
+            let len = cut_torn_tail(&file, &path)
+                .map_err(|e| io_error(&format!("cannot repair {}", path.display()), &e))?;
+            if self.config.rotate_bytes == 0 || len < self.config.rotate_bytes {
+                let identity = FileIdentity::of(&path)
+                    .map_err(|e| io_error(&format!("cannot stat {}", path.display()), &e))?;
+                if self.config.fsync {
+                    // Covers a file whose creation was not yet made durable (the directory
+                    // sync failed before the process stopped or the handle was dropped).
+                    sync_dir(&self.directory)?;
+                }
+                self.current = Some(Current {
+                    file,
+                    path,
+                    stamp,
+                    identity,
+                    created: SystemTime::from(stamp.created),
+                });
+                return Ok(());
+            }
+            after = Some(stamp);
+        }
+        self.current = Some(self.create_file(now, after)?);
+        Ok(())
+    }
+
+    /// Appends the batch with one write and, when `fsync` is on, one fdatasync.
+    fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        let now = (self.clock)();
+        self.buffer.clear();
+        let written_at = rfc3339(naming::utc(now));
+        for (index, envelope) in batch.iter().enumerate() {
+            record::encode(envelope, &written_at, &mut self.buffer).map_err(|e| {
+                SinkError::Permanent {
+                    index: Some(index),
+                    message: format!("cannot encode message as a JSON line: {e}"),
+                }
+            })?;
+        }
+        let result = self.append_buffer(now, batch.len());
+        if self.buffer.capacity() > RETAINED_BUFFER_BYTES {
+            self.buffer = Vec::new();
+        }
+        result
+    }
+
+    /// Checks the current file is still the one opened.
+    fn health_blocking(&mut self) -> Result<(), SinkError> {
         let Some(current) = &self.current else {
-            return self.open_file();
+            return Err(SinkError::transient("file sink is not open"));
         };
         if let Err(m) = current.identity.check() {
             // Dropped, so the next call tries to open again and notices a recovery.
@@ -361,24 +364,6 @@ impl FileSink {
             return Err(SinkError::transient(m));
         }
         Ok(())
-    }
-}
-
-impl BlockingSink for FileSink {
-    /// Prepares the directory (created the first time only) and opens the newest file of
-    /// the prefix, cutting a torn last line, or starts a new file.
-    fn open_blocking(&mut self) -> Result<(), SinkError> {
-        self.open_file()
-    }
-
-    /// Appends the batch with one write and, when `fsync` is on, one fdatasync.
-    fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        self.write_lines(batch)
-    }
-
-    /// Checks the current file is still the one opened, or tries to open.
-    fn health_blocking(&mut self) -> Result<(), SinkError> {
-        self.check_current()
     }
 }
 

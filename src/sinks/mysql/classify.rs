@@ -13,7 +13,7 @@
 //! bisecting. The server's text is only repeated for errors whose text holds no values:
 //! others (`Incorrect integer value: '...'`, `Duplicate entry '...'`) quote the content.
 
-use crate::sinks::util::database::{at, Phase};
+use crate::sinks::database::util::{at, Phase};
 use crate::sinks::SinkError;
 
 /// What an error number means for a batch.

@@ -4,9 +4,13 @@
 //! Split like the PostgreSQL destination: `classify` is the pure error-number →
 //! retry-or-reject mapping (and reads the failing row out of data errors), `schema` owns
 //! the DDL, catalog queries, type classes and generated SQL, `encode` turns envelopes into
-//! parameter rows (refusing content it can check itself, by index), and `sink` holds the
-//! connection lifecycle and the write path. The column mapping and table check shared with
-//! PostgreSQL live in `sinks::util::columns`.
+//! parameter rows (refusing content it can check itself, by index), and `sink` is the
+//! [`Dialect`]: connection options, the table check and the write path. The connection
+//! lifecycle shared with PostgreSQL is
+//! [`DatabaseSink`](crate::sinks::database::DatabaseSink); the column mapping and table
+//! check shared with PostgreSQL live in `sinks::util::columns`.
+//!
+//! [`Dialect`]: crate::sinks::database::Dialect
 
 mod classify;
 mod encode;
@@ -16,4 +20,4 @@ mod sink;
 mod tests;
 
 pub use classify::{class_of, classify, row_of, Class, Rows};
-pub use sink::MysqlSink;
+pub use sink::{Mysql, MysqlSink};

@@ -1,9 +1,7 @@
-//! The MySQL/MariaDB [`Sink`]: one connection, the table check at open, and one
-//! transaction per batch.
-//!
-//! Like the PostgreSQL sink it holds one connection (one task drives a sink, one call at a
-//! time), drops it after any failure that is not about content, and reconnects and checks
-//! the table again on the next call. The default table is created only at the first open.
+//! The MySQL/MariaDB [`Dialect`]: connection options, the table check at open, and the
+//! write path. The connection lifecycle around it is
+//! [`DatabaseSink`](crate::sinks::database::DatabaseSink)'s; the default table is created
+//! only at the first open.
 //!
 //! A batch is one multi-row `INSERT ... ON DUPLICATE KEY UPDATE` prepared statement (cached
 //! per row count by the driver), committed in autocommit; a batch too big for one statement
@@ -14,7 +12,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, SslOpts, TxOpts, Value};
 use time::OffsetDateTime;
@@ -24,98 +21,37 @@ use super::encode;
 use super::schema;
 use crate::config::destination::{MysqlConfig, MysqlPayloadType, WriteMode};
 use crate::envelope::Envelope;
+use crate::sinks::database::util::{read_password, Phase};
+use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
 use crate::sinks::util::columns::{
     parse_documents, plan_table, Family, Field, Mapping, Source, TableColumn, TablePlan, UniqueKey,
 };
-use crate::sinks::util::database::{read_password, Phase};
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::SinkError;
 
 /// Prepared statements the driver keeps per connection (one per distinct row count).
 const STATEMENT_CACHE: usize = 64;
 
-/// Writes envelopes as rows of one MySQL or MariaDB table, a transaction per batch,
-/// idempotent on a unique key (the jetsink layout's `idempotency_key`).
-pub struct MysqlSink {
+database_settings!(MysqlConfig);
+
+/// The MySQL / MariaDB destination: a [`DatabaseSink`] speaking MySQL.
+pub type MysqlSink = DatabaseSink<Mysql>;
+
+/// MySQL's half of the database sink.
+pub struct Mysql {
     config: MysqlConfig,
-    /// The parsed mapping, or why it does not parse (reported at open).
-    mapping: Result<Mapping, String>,
-    conn: Option<Live>,
-    /// Whether an open has ever succeeded (see the PostgreSQL sink).
-    opened_once: bool,
+    /// The quoted table name.
+    table_sql: String,
 }
 
 /// A live connection and the plan checked on it.
-struct Live {
+pub struct Live {
     conn: Conn,
     plan: TablePlan,
     /// Most bytes of values in one statement.
     max_bytes: usize,
 }
 
-impl MysqlSink {
-    /// A sink for `config`. Does no I/O; [`Sink::open`] connects.
-    pub fn new(config: MysqlConfig) -> MysqlSink {
-        let mapping = match &config.columns {
-            None => Ok(Mapping::default_layout()),
-            Some(columns) => Mapping::parse(columns).map_err(|errors| {
-                errors
-                    .into_iter()
-                    .map(|(c, e)| format!("columns.{c}: {e}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            }),
-        };
-        MysqlSink {
-            config,
-            mapping,
-            conn: None,
-            opened_once: false,
-        }
-    }
-
-    fn phase(&self) -> Phase {
-        if self.opened_once {
-            Phase::Write
-        } else {
-            Phase::Open
-        }
-    }
-
-    fn table_sql(&self) -> String {
-        schema::quote_ident(&self.config.table)
-    }
-
-    async fn connect(&mut self) -> Result<(), SinkError> {
-        if let Some(old) = self.conn.take() {
-            // Close politely in the background; a broken connection just drops.
-            tokio::spawn(async move {
-                let _ = old.conn.disconnect().await;
-            });
-        }
-        let phase = self.phase();
-        let mapping = self
-            .mapping
-            .clone()
-            .map_err(|message| SinkError::Misconfigured { message })?;
-        let limit = Duration::from_millis(self.config.connect_timeout_ms)
-            + Duration::from_millis(self.config.statement_timeout_ms);
-        let live = tokio::time::timeout(limit, self.connect_inner(&mapping, phase))
-            .await
-            .unwrap_or_else(|_| {
-                Err(SinkError::transient(format!(
-                    "mysql: connecting and checking the table took longer than {} ms",
-                    limit.as_millis()
-                )))
-            })
-            .map_err(|e| e.with_context(&self.config.target()))?;
-        self.conn = Some(live);
-        if !self.opened_once {
-            tracing::info!(destination = %self.config.target(), mode = self.config.mode.as_str(), "mysql destination open");
-        }
-        self.opened_once = true;
-        Ok(())
-    }
-
+impl Mysql {
     fn opts(&self) -> Result<Opts, SinkError> {
         let c = &self.config;
         let mut b = match &c.url {
@@ -143,74 +79,6 @@ impl MysqlSink {
         Ok(b.stmt_cache_size(STATEMENT_CACHE)
             .init(schema::SESSION_INIT.to_vec())
             .into())
-    }
-
-    async fn connect_inner(&self, mapping: &Mapping, phase: Phase) -> Result<Live, SinkError> {
-        let db = |e: mysql_async::Error| classify(&e, phase, None);
-        let mut conn = Conn::new(self.opts()?).await.map_err(db)?;
-        let (flush, packet): (Option<String>, u64) = conn
-            .query_first(
-                "SELECT CAST(@@innodb_flush_log_at_trx_commit AS CHAR), @@max_allowed_packet",
-            )
-            .await
-            .map_err(db)?
-            .unwrap_or((None, 16 << 20));
-        if phase == Phase::Open && flush.as_deref().is_some_and(|f| f != "1") {
-            tracing::warn!(destination = %self.config.target(), "innodb_flush_log_at_trx_commit is not 1: a server crash can lose commits jetsink has already ACKed");
-        }
-        let max_bytes = usize::try_from(packet / 4)
-            .unwrap_or(4 << 20)
-            .clamp(64 << 10, 16 << 20);
-
-        let mut columns = read_columns(&mut conn, &self.config.table)
-            .await
-            .map_err(db)?;
-        if columns.is_empty() {
-            let default_layout = self.config.columns.is_none();
-            if phase == Phase::Write {
-                return Err(SinkError::transient(format!(
-                    "table {} disappeared after it was opened (or the user lost every \
-                     privilege on it); restore it (jetsink does not re-create it)",
-                    self.config.table
-                )));
-            }
-            if !(default_layout && self.config.auto_create) {
-                return Err(SinkError::Misconfigured {
-                    message: format!(
-                        "table {} does not exist (or the user may not see it){}",
-                        self.config.table,
-                        if default_layout {
-                            " and auto_create is false"
-                        } else {
-                            "; with `columns` the table must be created beforehand"
-                        }
-                    ),
-                });
-            }
-            let payload = self.config.payload_type.unwrap_or_default();
-            conn.query_drop(schema::create_table_sql(&self.config.table, payload))
-                .await
-                .map_err(db)?;
-            tracing::info!(table = %self.config.table, "created mysql table");
-            columns = read_columns(&mut conn, &self.config.table)
-                .await
-                .map_err(db)?;
-        }
-        let keys = read_keys(&mut conn, &self.config.table).await.map_err(db)?;
-        let plan = plan_table(mapping, &columns, &keys, true).map_err(|problem| {
-            SinkError::Misconfigured {
-                message: format!("table {} cannot be used: {problem}", self.config.table),
-            }
-        })?;
-        self.check_payload_type(&plan)?;
-        // Preparing the statement checks the table and the INSERT (and UPDATE) privileges.
-        let sql = schema::insert_sql(&self.table_sql(), &plan, 1, self.config.mode);
-        conn.prep(sql).await.map_err(db)?;
-        Ok(Live {
-            conn,
-            plan,
-            max_bytes,
-        })
     }
 
     fn check_payload_type(&self, plan: &TablePlan) -> Result<(), SinkError> {
@@ -241,51 +109,6 @@ impl MysqlSink {
                 ),
             })
         }
-    }
-
-    async fn write(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        if self.conn.is_none() {
-            self.connect().await?;
-        }
-        let table = self.table_sql();
-        let mode = self.config.mode;
-        let Some(live) = self.conn.as_mut() else {
-            return Err(SinkError::transient("mysql connection is not open"));
-        };
-        let limit = Duration::from_millis(self.config.statement_timeout_ms);
-        let result = tokio::time::timeout(limit, write_batch(live, &table, batch, mode))
-            .await
-            .unwrap_or_else(|_| {
-                Err(SinkError::transient(format!(
-                    "mysql: the batch was not committed within {} ms",
-                    limit.as_millis()
-                )))
-            });
-        if let Err(e) = &result {
-            if !matches!(e, SinkError::Permanent { .. }) {
-                self.conn = None;
-            }
-        }
-        result.map_err(|e| e.with_context(&self.config.target()))
-    }
-
-    async fn check(&mut self) -> Result<(), SinkError> {
-        let Some(live) = self.conn.as_mut() else {
-            return self.connect().await;
-        };
-        let limit = Duration::from_millis(self.config.connect_timeout_ms);
-        let result = match tokio::time::timeout(limit, live.conn.ping()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(classify(&e, Phase::Write, None)),
-            Err(_) => Err(SinkError::transient("mysql: health check timed out")),
-        };
-        if result.is_err() {
-            self.conn = None;
-        }
-        result.map_err(|e| e.with_context(&self.config.target()))
     }
 }
 
@@ -411,51 +234,123 @@ async fn read_keys(conn: &mut Conn, table: &str) -> Result<Vec<UniqueKey>, mysql
     Ok(keys)
 }
 
-#[async_trait]
-impl Sink for MysqlSink {
-    async fn open(&mut self) -> Result<(), SinkError> {
-        self.connect().await
+impl Dialect for Mysql {
+    type Config = MysqlConfig;
+    type Conn = Live;
+    const WRITE_GRACE: Duration = Duration::ZERO;
+    const NAME: &'static str = "mysql";
+
+    fn new(config: MysqlConfig) -> Mysql {
+        Mysql {
+            table_sql: schema::quote_ident(&config.table),
+            config,
+        }
     }
 
-    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        self.write(batch).await
+    async fn connect(&self, mapping: &Mapping, phase: Phase) -> Result<Live, SinkError> {
+        let db = |e: mysql_async::Error| classify(&e, phase, None);
+        let mut conn = Conn::new(self.opts()?).await.map_err(db)?;
+        let (flush, packet): (Option<String>, u64) = conn
+            .query_first(
+                "SELECT CAST(@@innodb_flush_log_at_trx_commit AS CHAR), @@max_allowed_packet",
+            )
+            .await
+            .map_err(db)?
+            .unwrap_or((None, 16 << 20));
+        if phase == Phase::Open && flush.as_deref().is_some_and(|f| f != "1") {
+            tracing::warn!(destination = %self.config.target(), "innodb_flush_log_at_trx_commit is not 1: a server crash can lose commits jetsink has already ACKed");
+        }
+        let max_bytes = usize::try_from(packet / 4)
+            .unwrap_or(4 << 20)
+            .clamp(64 << 10, 16 << 20);
+
+        let mut columns = read_columns(&mut conn, &self.config.table)
+            .await
+            .map_err(db)?;
+        if columns.is_empty() {
+            let default_layout = self.config.columns.is_none();
+            if phase == Phase::Write {
+                return Err(SinkError::transient(format!(
+                    "table {} disappeared after it was opened (or the user lost every \
+                     privilege on it); restore it (jetsink does not re-create it)",
+                    self.config.table
+                )));
+            }
+            if !(default_layout && self.config.auto_create) {
+                return Err(SinkError::Misconfigured {
+                    message: format!(
+                        "table {} does not exist (or the user may not see it){}",
+                        self.config.table,
+                        if default_layout {
+                            " and auto_create is false"
+                        } else {
+                            "; with `columns` the table must be created beforehand"
+                        }
+                    ),
+                });
+            }
+            let payload = self.config.payload_type.unwrap_or_default();
+            conn.query_drop(schema::create_table_sql(&self.config.table, payload))
+                .await
+                .map_err(db)?;
+            tracing::info!(table = %self.config.table, "created mysql table");
+            columns = read_columns(&mut conn, &self.config.table)
+                .await
+                .map_err(db)?;
+        }
+        let keys = read_keys(&mut conn, &self.config.table).await.map_err(db)?;
+        let plan = plan_table(mapping, &columns, &keys, true).map_err(|problem| {
+            SinkError::Misconfigured {
+                message: format!("table {} cannot be used: {problem}", self.config.table),
+            }
+        })?;
+        self.check_payload_type(&plan)?;
+        // Preparing the statement checks the table and the INSERT (and UPDATE) privileges.
+        let sql = schema::insert_sql(&self.table_sql, &plan, 1, self.config.mode);
+        conn.prep(sql).await.map_err(db)?;
+        Ok(Live {
+            conn,
+            plan,
+            max_bytes,
+        })
     }
 
-    async fn health(&mut self) -> Result<(), SinkError> {
-        self.check().await
+    async fn write(&self, live: &mut Live, batch: &[Envelope]) -> Result<(), SinkError> {
+        write_batch(live, &self.table_sql, batch, self.config.mode).await
     }
 
-    async fn stored_keys(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
-        let columns = self.mapping.as_ref().ok();
-        let Some((key, stream_column)) = columns.and_then(Mapping::key_and_stream_columns) else {
-            return Ok(None);
-        };
+    async fn ping(&self, live: &mut Live) -> Result<(), SinkError> {
+        live.conn
+            .ping()
+            .await
+            .map_err(|e| classify(&e, Phase::Write, None))
+    }
+
+    async fn count_keys(
+        &self,
+        live: &mut Live,
+        key: &str,
+        stream_column: &str,
+        stream: &str,
+    ) -> Result<u64, SinkError> {
         let sql = format!(
             "SELECT COUNT(DISTINCT {}) FROM {} WHERE {} = ?",
             schema::quote_ident(key),
-            self.table_sql(),
+            self.table_sql,
             schema::quote_ident(stream_column)
         );
-        if self.conn.is_none() {
-            self.connect().await?;
-        }
-        let live = self
+        let count: Option<u64> = live
             .conn
-            .as_mut()
-            .ok_or_else(|| SinkError::transient("mysql connection is not open"))?;
-        let count: Option<u64> =
-            live.conn.exec_first(sql, (stream,)).await.map_err(|e| {
-                classify(&e, Phase::Write, None).with_context(&self.config.target())
-            })?;
-        Ok(Some(count.unwrap_or(0)))
+            .exec_first(sql, (stream,))
+            .await
+            .map_err(|e| classify(&e, Phase::Write, None))?;
+        Ok(count.unwrap_or(0))
     }
-}
 
-impl std::fmt::Debug for MysqlSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MysqlSink")
-            .field("target", &self.config.target())
-            .field("open", &self.conn.is_some())
-            .finish()
+    /// Closes politely in the background; a broken connection just drops.
+    fn retire(live: Live) {
+        tokio::spawn(async move {
+            let _ = live.conn.disconnect().await;
+        });
     }
 }

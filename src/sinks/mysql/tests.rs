@@ -10,10 +10,10 @@ use super::classify::{class_of, classify, row_of, Class, Rows};
 use super::encode::value;
 use super::schema::{self, chunks, family, insert_sql, json_checked_column, quote_ident};
 use crate::config::destination::{MysqlPayloadType, WriteMode};
+use crate::sinks::database::util::Phase;
 use crate::sinks::util::columns::{
     plan_table, Cell, Family, Mapping, TableColumn, UniqueKey, DEFAULT_LAYOUT,
 };
-use crate::sinks::util::database::Phase;
 use crate::sinks::SinkError;
 
 #[test]

@@ -15,7 +15,7 @@
 //! offending value there (`invalid input syntax for type integer: "..."`) and the row in
 //! `DETAIL`; they name the SQLSTATE, constraint, column and table instead.
 
-use crate::sinks::util::database::{at, Phase};
+use crate::sinks::database::util::{at, Phase};
 use crate::sinks::SinkError;
 
 /// What a SQLSTATE means for a batch.

@@ -4,9 +4,13 @@
 //! Split so the parts that decide correctness can be read and tested alone: `classify` is
 //! the pure SQLSTATE → retry-or-reject mapping, `schema` owns the DDL, the catalog queries,
 //! the type classes and the generated SQL, `encode` turns a batch into bindable column
-//! arrays (refusing content it can check itself, by index), and `sink` holds the connection
-//! lifecycle and the two write paths (multi-row `INSERT` from arrays, binary `COPY`). The
-//! column mapping and table check shared with MySQL live in `sinks::util::columns`.
+//! arrays (refusing content it can check itself, by index), and `sink` is the [`Dialect`]:
+//! connecting, the table check and the two write paths (multi-row `INSERT` from arrays,
+//! binary `COPY`). The connection lifecycle shared with MySQL is
+//! [`DatabaseSink`](crate::sinks::database::DatabaseSink); the column mapping and table
+//! check shared with MySQL live in `sinks::util::columns`.
+//!
+//! [`Dialect`]: crate::sinks::database::Dialect
 
 mod classify;
 mod encode;
@@ -16,4 +20,4 @@ mod sink;
 mod tests;
 
 pub use classify::{class_of, classify, Class};
-pub use sink::PostgresSink;
+pub use sink::{Postgres, PostgresSink};

@@ -1,11 +1,10 @@
-//! The PostgreSQL [`Sink`]: one connection, the table check at open, and one transaction per
-//! batch.
+//! The PostgreSQL [`Dialect`]: connecting (TLS, session settings), the table check at open,
+//! and the two write paths. The connection lifecycle around it is
+//! [`DatabaseSink`](crate::sinks::database::DatabaseSink)'s.
 //!
-//! A sink is driven by one task, one call at a time, so it holds one connection rather than
-//! a pool; after any failure that is not about a message's content the connection is
-//! dropped and the next call reconnects and checks the table again. Opening creates the
-//! default table only the first time: a table that disappears later (renamed, dropped) is
-//! an outage that holds the batch until it is back, not a reason to start an empty one.
+//! Opening creates the default table only the first time: a table that disappears later
+//! (renamed, dropped) is an outage that holds the batch until it is back, not a reason to
+//! start an empty one.
 //!
 //! A batch is written as one statement in autocommit — `INSERT ... SELECT FROM unnest(...)`
 //! with one array parameter per column, a single round trip — or, from `copy_threshold`
@@ -18,7 +17,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::SinkExt;
 use time::OffsetDateTime;
 use tokio::task::JoinHandle;
@@ -32,28 +30,28 @@ use crate::config::destination::{
     DatabaseTlsConfig, PostgresConfig, PostgresPayloadType, WriteMode,
 };
 use crate::envelope::Envelope;
+use crate::sinks::database::util::{read_password, Phase};
+use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
 use crate::sinks::util::columns::{plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey};
-use crate::sinks::util::database::{read_password, Phase};
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::SinkError;
 
 /// Size of the `COPY` data messages a batch is sent in.
 const COPY_CHUNK: usize = 1 << 20;
 
-/// Writes envelopes as rows of one PostgreSQL table, a transaction per batch, idempotent on
-/// a unique key (the jetsink layout's `idempotency_key`).
-pub struct PostgresSink {
+database_settings!(PostgresConfig);
+
+/// The PostgreSQL destination: a [`DatabaseSink`] speaking PostgreSQL.
+pub type PostgresSink = DatabaseSink<Postgres>;
+
+/// PostgreSQL's half of the database sink.
+pub struct Postgres {
     config: PostgresConfig,
-    /// The parsed mapping, or why it does not parse (reported at open).
-    mapping: Result<Mapping, String>,
+    /// The schema-qualified, quoted table name.
     table_sql: String,
-    conn: Option<Conn>,
-    /// Whether an open has ever succeeded: from then on nothing is created and schema
-    /// errors are outages, not configuration errors.
-    opened_once: bool,
 }
 
 /// A live connection and what was prepared on it.
-struct Conn {
+pub struct Conn {
     client: Client,
     driver: JoinHandle<()>,
     plan: TablePlan,
@@ -70,177 +68,9 @@ impl Drop for Conn {
     }
 }
 
-impl PostgresSink {
-    /// A sink for `config`. Does no I/O; [`Sink::open`] connects.
-    pub fn new(config: PostgresConfig) -> PostgresSink {
-        let mapping = match &config.columns {
-            None => Ok(Mapping::default_layout()),
-            Some(columns) => Mapping::parse(columns).map_err(|errors| {
-                errors
-                    .into_iter()
-                    .map(|(c, e)| format!("columns.{c}: {e}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            }),
-        };
-        PostgresSink {
-            table_sql: schema::qualified(config.schema.as_deref(), &config.table),
-            config,
-            mapping,
-            conn: None,
-            opened_once: false,
-        }
-    }
-
-    fn phase(&self) -> Phase {
-        if self.opened_once {
-            Phase::Write
-        } else {
-            Phase::Open
-        }
-    }
-
+impl Postgres {
     fn where_(&self) -> String {
         self.config.target()
-    }
-
-    /// Connects, checks (and the first time creates) the table, and prepares statements.
-    async fn connect(&mut self) -> Result<(), SinkError> {
-        self.conn = None;
-        let phase = self.phase();
-        let mapping = self
-            .mapping
-            .clone()
-            .map_err(|message| SinkError::Misconfigured { message })?;
-        let limit = Duration::from_millis(self.config.connect_timeout_ms)
-            + Duration::from_millis(self.config.statement_timeout_ms);
-        let conn = tokio::time::timeout(limit, self.connect_inner(&mapping, phase))
-            .await
-            .unwrap_or_else(|_| {
-                Err(SinkError::transient(format!(
-                    "postgres: connecting and checking the table took longer than {} ms",
-                    limit.as_millis()
-                )))
-            })
-            .map_err(|e| e.with_context(&self.where_()))?;
-        self.conn = Some(conn);
-        if !self.opened_once {
-            tracing::info!(destination = %self.where_(), mode = self.config.mode.as_str(), "postgres destination open");
-        }
-        self.opened_once = true;
-        Ok(())
-    }
-
-    async fn connect_inner(&self, mapping: &Mapping, phase: Phase) -> Result<Conn, SinkError> {
-        let c = &self.config;
-        let mut pg = match &c.url {
-            Some(url) => {
-                url.parse::<tokio_postgres::Config>()
-                    .map_err(|e| SinkError::Misconfigured {
-                        message: format!("url is not a PostgreSQL connection URL: {e}"),
-                    })?
-            }
-            None => {
-                let mut pg = tokio_postgres::Config::new();
-                pg.host(c.host.as_deref().unwrap_or("127.0.0.1"))
-                    .port(c.port.unwrap_or(5432))
-                    .user(c.user.as_deref().unwrap_or("postgres"))
-                    .dbname(c.database.as_deref().unwrap_or("postgres"));
-                pg
-            }
-        };
-        if let Some(pw) = read_password(c.password_env.as_deref(), c.password_file.as_deref())? {
-            pg.password(pw);
-        }
-        pg.application_name("jetsink")
-            .connect_timeout(Duration::from_millis(c.connect_timeout_ms));
-        let (client, driver) = if c.tls.enabled {
-            pg.ssl_mode(SslMode::Require);
-            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(&c.tls)?);
-            let (client, connection) = pg
-                .connect(tls)
-                .await
-                .map_err(|e| classify(&e, phase, None))?;
-            (client, tokio::spawn(drive(connection)))
-        } else {
-            pg.ssl_mode(SslMode::Disable);
-            let (client, connection) = pg
-                .connect(NoTls)
-                .await
-                .map_err(|e| classify(&e, phase, None))?;
-            (client, tokio::spawn(drive(connection)))
-        };
-        let db = |e: tokio_postgres::Error| classify(&e, phase, None);
-        // Values are integers from the config, not data.
-        client
-            .batch_execute(&format!(
-                "SET statement_timeout = {}; SET TimeZone = 'UTC'",
-                c.statement_timeout_ms
-            ))
-            .await
-            .map_err(db)?;
-        if phase == Phase::Open {
-            let row = client
-                .query_one("SELECT current_setting('synchronous_commit')", &[])
-                .await
-                .map_err(db)?;
-            let sync: String = row.get(0);
-            if sync == "off" {
-                tracing::warn!(destination = %self.where_(), "synchronous_commit is off for this role: a server crash can lose commits jetsink has already ACKed");
-            }
-        }
-
-        let oid = self.resolve(&client, mapping, phase).await?;
-        let (columns, bases) = read_columns(&client, oid).await.map_err(db)?;
-        let keys = read_keys(&client, oid).await.map_err(db)?;
-        let plan = plan_table(mapping, &columns, &keys, false).map_err(|problem| {
-            SinkError::Misconfigured {
-                message: format!("table {} cannot be used: {problem}", self.table_sql),
-            }
-        })?;
-        self.check_payload_type(&plan)?;
-        let wires: Vec<Wire> = plan
-            .columns
-            .iter()
-            .map(|p| {
-                let base = columns
-                    .iter()
-                    .zip(&bases)
-                    .find(|(t, _)| t.name == p.name)
-                    .map(|(_, b)| b.as_str())
-                    .unwrap_or("");
-                schema::wire(p, base)
-            })
-            .collect();
-        let sql = schema::write_sql(&self.table_sql, &plan, &wires, c.mode);
-        let insert = client.prepare(&sql.insert).await.map_err(db)?;
-        // A write of no rows checks what preparing does not: the INSERT (and, for upsert,
-        // UPDATE) privileges on the table.
-        dry_run(&client, &insert, &wires).await.map_err(db)?;
-        let copy = if c.copy_threshold == 0 {
-            None
-        } else {
-            match client.batch_execute(&sql.create_stage).await {
-                Ok(()) => {
-                    let copy = client.prepare(&sql.copy).await.map_err(db)?;
-                    let from_stage = client.prepare(&sql.insert_from_stage).await.map_err(db)?;
-                    Some((copy, from_stage))
-                }
-                Err(e) if e.code().map(|s| s.code()) == Some("42501") => {
-                    tracing::warn!(destination = %self.where_(), "the role may not create temporary tables; large batches use the multi-row INSERT instead of COPY");
-                    None
-                }
-                Err(e) => return Err(db(e)),
-            }
-        };
-        Ok(Conn {
-            client,
-            driver,
-            plan,
-            wires,
-            insert,
-            copy,
-        })
     }
 
     /// Finds the table's oid, creating the default table the first time when allowed.
@@ -315,54 +145,6 @@ impl PostgresSink {
                 .to_lowercase(),
             })
         }
-    }
-
-    async fn write(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        if self.conn.is_none() {
-            self.connect().await?;
-        }
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(SinkError::transient("postgres connection is not open"));
-        };
-        let limit =
-            Duration::from_millis(self.config.statement_timeout_ms) + Duration::from_secs(5);
-        let result = tokio::time::timeout(
-            limit,
-            write_batch(conn, batch, self.config.mode, self.config.copy_threshold),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(SinkError::transient(format!(
-                "postgres: the batch was not committed within {} ms",
-                limit.as_millis()
-            )))
-        });
-        if let Err(e) = &result {
-            let closed = self.conn.as_ref().is_none_or(|c| c.client.is_closed());
-            if closed || !matches!(e, SinkError::Permanent { .. }) {
-                self.conn = None;
-            }
-        }
-        result.map_err(|e| e.with_context(&self.where_()))
-    }
-
-    async fn check(&mut self) -> Result<(), SinkError> {
-        let Some(conn) = self.conn.as_ref() else {
-            return self.connect().await;
-        };
-        let limit = Duration::from_millis(self.config.connect_timeout_ms);
-        let result = match tokio::time::timeout(limit, conn.client.simple_query("SELECT 1")).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(classify(&e, Phase::Write, None)),
-            Err(_) => Err(SinkError::transient("postgres: health check timed out")),
-        };
-        if result.is_err() {
-            self.conn = None;
-        }
-        result.map_err(|e| e.with_context(&self.where_()))
     }
 }
 
@@ -524,52 +306,165 @@ fn tls_config(tls: &DatabaseTlsConfig) -> Result<rustls::ClientConfig, SinkError
         .with_no_client_auth())
 }
 
-#[async_trait]
-impl Sink for PostgresSink {
-    async fn open(&mut self) -> Result<(), SinkError> {
-        self.connect().await
+impl Dialect for Postgres {
+    type Config = PostgresConfig;
+    type Conn = Conn;
+    const WRITE_GRACE: Duration = Duration::from_secs(5);
+    const NAME: &'static str = "postgres";
+
+    fn new(config: PostgresConfig) -> Postgres {
+        Postgres {
+            table_sql: schema::qualified(config.schema.as_deref(), &config.table),
+            config,
+        }
     }
 
-    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        self.write(batch).await
-    }
-
-    async fn health(&mut self) -> Result<(), SinkError> {
-        self.check().await
-    }
-
-    async fn stored_keys(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
-        let columns = self.mapping.as_ref().ok();
-        let Some((key, stream_column)) = columns.and_then(Mapping::key_and_stream_columns) else {
-            return Ok(None);
+    async fn connect(&self, mapping: &Mapping, phase: Phase) -> Result<Conn, SinkError> {
+        let c = &self.config;
+        let mut pg = match &c.url {
+            Some(url) => {
+                url.parse::<tokio_postgres::Config>()
+                    .map_err(|e| SinkError::Misconfigured {
+                        message: format!("url is not a PostgreSQL connection URL: {e}"),
+                    })?
+            }
+            None => {
+                let mut pg = tokio_postgres::Config::new();
+                pg.host(c.host.as_deref().unwrap_or("127.0.0.1"))
+                    .port(c.port.unwrap_or(5432))
+                    .user(c.user.as_deref().unwrap_or("postgres"))
+                    .dbname(c.database.as_deref().unwrap_or("postgres"));
+                pg
+            }
         };
+        if let Some(pw) = read_password(c.password_env.as_deref(), c.password_file.as_deref())? {
+            pg.password(pw);
+        }
+        pg.application_name("jetsink")
+            .connect_timeout(Duration::from_millis(c.connect_timeout_ms));
+        let (client, driver) = if c.tls.enabled {
+            pg.ssl_mode(SslMode::Require);
+            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(&c.tls)?);
+            let (client, connection) = pg
+                .connect(tls)
+                .await
+                .map_err(|e| classify(&e, phase, None))?;
+            (client, tokio::spawn(drive(connection)))
+        } else {
+            pg.ssl_mode(SslMode::Disable);
+            let (client, connection) = pg
+                .connect(NoTls)
+                .await
+                .map_err(|e| classify(&e, phase, None))?;
+            (client, tokio::spawn(drive(connection)))
+        };
+        let db = |e: tokio_postgres::Error| classify(&e, phase, None);
+        // Values are integers from the config, not data.
+        client
+            .batch_execute(&format!(
+                "SET statement_timeout = {}; SET TimeZone = 'UTC'",
+                c.statement_timeout_ms
+            ))
+            .await
+            .map_err(db)?;
+        if phase == Phase::Open {
+            let row = client
+                .query_one("SELECT current_setting('synchronous_commit')", &[])
+                .await
+                .map_err(db)?;
+            let sync: String = row.get(0);
+            if sync == "off" {
+                tracing::warn!(destination = %self.where_(), "synchronous_commit is off for this role: a server crash can lose commits jetsink has already ACKed");
+            }
+        }
+
+        let oid = self.resolve(&client, mapping, phase).await?;
+        let (columns, bases) = read_columns(&client, oid).await.map_err(db)?;
+        let keys = read_keys(&client, oid).await.map_err(db)?;
+        let plan = plan_table(mapping, &columns, &keys, false).map_err(|problem| {
+            SinkError::Misconfigured {
+                message: format!("table {} cannot be used: {problem}", self.table_sql),
+            }
+        })?;
+        self.check_payload_type(&plan)?;
+        let wires: Vec<Wire> = plan
+            .columns
+            .iter()
+            .map(|p| {
+                let base = columns
+                    .iter()
+                    .zip(&bases)
+                    .find(|(t, _)| t.name == p.name)
+                    .map(|(_, b)| b.as_str())
+                    .unwrap_or("");
+                schema::wire(p, base)
+            })
+            .collect();
+        let sql = schema::write_sql(&self.table_sql, &plan, &wires, c.mode);
+        let insert = client.prepare(&sql.insert).await.map_err(db)?;
+        // A write of no rows checks what preparing does not: the INSERT (and, for upsert,
+        // UPDATE) privileges on the table.
+        dry_run(&client, &insert, &wires).await.map_err(db)?;
+        let copy = if c.copy_threshold == 0 {
+            None
+        } else {
+            match client.batch_execute(&sql.create_stage).await {
+                Ok(()) => {
+                    let copy = client.prepare(&sql.copy).await.map_err(db)?;
+                    let from_stage = client.prepare(&sql.insert_from_stage).await.map_err(db)?;
+                    Some((copy, from_stage))
+                }
+                Err(e) if e.code().map(|s| s.code()) == Some("42501") => {
+                    tracing::warn!(destination = %self.where_(), "the role may not create temporary tables; large batches use the multi-row INSERT instead of COPY");
+                    None
+                }
+                Err(e) => return Err(db(e)),
+            }
+        };
+        Ok(Conn {
+            client,
+            driver,
+            plan,
+            wires,
+            insert,
+            copy,
+        })
+    }
+
+    async fn write(&self, conn: &mut Conn, batch: &[Envelope]) -> Result<(), SinkError> {
+        write_batch(conn, batch, self.config.mode, self.config.copy_threshold).await
+    }
+
+    async fn ping(&self, conn: &mut Conn) -> Result<(), SinkError> {
+        conn.client
+            .simple_query("SELECT 1")
+            .await
+            .map(drop)
+            .map_err(|e| classify(&e, Phase::Write, None))
+    }
+
+    async fn count_keys(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        stream_column: &str,
+        stream: &str,
+    ) -> Result<u64, SinkError> {
         let sql = format!(
             "SELECT COUNT(DISTINCT {})::bigint FROM {} WHERE {}::text = $1",
             schema::quote_ident(key),
             self.table_sql,
             schema::quote_ident(stream_column)
         );
-        if self.conn.is_none() {
-            self.connect().await?;
-        }
-        let conn = self
-            .conn
-            .as_ref()
-            .ok_or_else(|| SinkError::transient("postgres connection is not open"))?;
         let row = conn
             .client
             .query_one(&sql, &[&stream])
             .await
-            .map_err(|e| classify(&e, Phase::Write, None).with_context(&self.where_()))?;
-        Ok(Some(row.get::<_, i64>(0).max(0) as u64))
+            .map_err(|e| classify(&e, Phase::Write, None))?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
     }
-}
 
-impl std::fmt::Debug for PostgresSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresSink")
-            .field("target", &self.config.target())
-            .field("open", &self.conn.is_some())
-            .finish()
+    fn is_closed(conn: &Conn) -> bool {
+        conn.client.is_closed()
     }
 }

@@ -60,75 +60,6 @@ impl SqliteSink {
         PathBuf::from(p)
     }
 
-    fn open_database(&mut self) -> Result<(), SinkError> {
-        // Close any previous connection before looking at the file.
-        self.conn = None;
-        let path_text = self.path.display().to_string();
-        if !self.opened_once {
-            if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent).map_err(|e| {
-                    io_error(
-                        &format!("creating directory {} for sqlite", parent.display()),
-                        &e,
-                    )
-                })?;
-            }
-        } else {
-            match self.path.try_exists() {
-                Ok(true) => {}
-                Ok(false) => {
-                    return Err(SinkError::transient(format!(
-                        "sqlite database file {path_text} disappeared after it was opened; \
-                         restore it, or restart jetsink to start a new database"
-                    )))
-                }
-                Err(e) => return Err(io_error(&format!("checking {path_text}"), &e)),
-            }
-        }
-        if self.path.is_dir() {
-            return Err(SinkError::Misconfigured {
-                message: format!("sqlite path {path_text} is a directory, not a database file"),
-            });
-        }
-
-        let conn = if self.opened_once {
-            // Never create: the existence check above could race with a removal.
-            let flags = OpenFlags::default().difference(OpenFlags::SQLITE_OPEN_CREATE);
-            Connection::open_with_flags(&self.path, flags)
-        } else {
-            Connection::open(&self.path)
-        }
-        .map_err(|e| classify(&e, None).with_context(&format!("opening {path_text}")))?;
-        configure(&conn, &self.config)
-            .map_err(|e| e.with_context(&format!("configuring {path_text}")))?;
-        schema::ensure_table(&conn, &self.config.table, &path_text)?;
-
-        let identity =
-            FileIdentity::of(&self.path).map_err(|e| io_error(&format!("stat {path_text}"), &e))?;
-        if let Some(previous) = &self.identity {
-            if *previous != identity {
-                tracing::warn!(
-                    path = %path_text,
-                    "sqlite database file was replaced since it was last opened; writing to \
-                     the file now at this path"
-                );
-            }
-        }
-        // The WAL exists once the connection has read in WAL mode; if it does not, there is
-        // nothing to guard yet.
-        self.wal_identity = FileIdentity::of(&self.wal_path()).ok();
-        self.identity = Some(identity);
-        self.conn = Some(conn);
-        self.opened_once = true;
-        tracing::info!(
-            path = %path_text,
-            table = %self.config.table,
-            synchronous = self.config.synchronous.pragma(),
-            "sqlite destination open"
-        );
-        Ok(())
-    }
-
     /// Fails unless the database (and WAL) files at the path are the ones opened.
     fn check_identity(&self) -> Result<(), SinkError> {
         let check = |id: &Option<FileIdentity>| id.as_ref().map_or(Ok(()), FileIdentity::check);
@@ -139,50 +70,6 @@ impl SqliteSink {
                     "sqlite database changed underneath jetsink, not writing: {m}"
                 ))
             })
-    }
-
-    fn write_rows(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        if self.conn.is_none() {
-            self.open_database()?;
-        }
-        let result = self.check_identity().and_then(|()| {
-            let conn = self
-                .conn
-                .as_mut()
-                .ok_or_else(|| SinkError::transient("sqlite connection is not open"))?;
-            insert_batch(conn, &self.config.table, batch, &mut self.scratch)
-        });
-        // A commit into a file unlinked meanwhile is no commit: check again before the
-        // runner ACKs. A retry of a batch that did land is absorbed by ON CONFLICT.
-        let result = result.and_then(|()| self.check_identity());
-        let result =
-            result.map_err(|e| e.with_context(&format!("writing to {}", self.path.display())));
-        if result.is_ok() && self.wal_identity.is_none() {
-            // The first commit created the WAL: guard it from now on.
-            self.wal_identity = FileIdentity::of(&self.wal_path()).ok();
-        }
-        self.after(result)
-    }
-
-    fn check_database(&mut self) -> Result<(), SinkError> {
-        if self.conn.is_none() {
-            return self.open_database();
-        }
-        let result = self.check_identity().and_then(|()| {
-            let conn = self
-                .conn
-                .as_ref()
-                .ok_or_else(|| SinkError::transient("sqlite connection is not open"))?;
-            conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))
-                .map(drop)
-                .map_err(|e| classify(&e, None))
-        });
-        let result =
-            result.map_err(|e| e.with_context(&format!("checking {}", self.path.display())));
-        self.after(result)
     }
 
     /// Drops the connection after a transient failure, or when a failure left a
@@ -393,16 +280,112 @@ fn find_refused_row(
 }
 
 impl BlockingSink for SqliteSink {
+    fn is_open(&self) -> bool {
+        self.conn.is_some()
+    }
+
     fn open_blocking(&mut self) -> Result<(), SinkError> {
-        self.open_database()
+        // Close any previous connection before looking at the file.
+        self.conn = None;
+        let path_text = self.path.display().to_string();
+        if !self.opened_once {
+            if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    io_error(
+                        &format!("creating directory {} for sqlite", parent.display()),
+                        &e,
+                    )
+                })?;
+            }
+        } else {
+            match self.path.try_exists() {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(SinkError::transient(format!(
+                        "sqlite database file {path_text} disappeared after it was opened; \
+                         restore it, or restart jetsink to start a new database"
+                    )))
+                }
+                Err(e) => return Err(io_error(&format!("checking {path_text}"), &e)),
+            }
+        }
+        if self.path.is_dir() {
+            return Err(SinkError::Misconfigured {
+                message: format!("sqlite path {path_text} is a directory, not a database file"),
+            });
+        }
+
+        let conn = if self.opened_once {
+            // Never create: the existence check above could race with a removal.
+            let flags = OpenFlags::default().difference(OpenFlags::SQLITE_OPEN_CREATE);
+            Connection::open_with_flags(&self.path, flags)
+        } else {
+            Connection::open(&self.path)
+        }
+        .map_err(|e| classify(&e, None).with_context(&format!("opening {path_text}")))?;
+        configure(&conn, &self.config)
+            .map_err(|e| e.with_context(&format!("configuring {path_text}")))?;
+        schema::ensure_table(&conn, &self.config.table, &path_text)?;
+
+        let identity =
+            FileIdentity::of(&self.path).map_err(|e| io_error(&format!("stat {path_text}"), &e))?;
+        if let Some(previous) = &self.identity {
+            if *previous != identity {
+                tracing::warn!(
+                    path = %path_text,
+                    "sqlite database file was replaced since it was last opened; writing to \
+                     the file now at this path"
+                );
+            }
+        }
+        // The WAL exists once the connection has read in WAL mode; if it does not, there is
+        // nothing to guard yet.
+        self.wal_identity = FileIdentity::of(&self.wal_path()).ok();
+        self.identity = Some(identity);
+        self.conn = Some(conn);
+        self.opened_once = true;
+        tracing::info!(
+            path = %path_text,
+            table = %self.config.table,
+            synchronous = self.config.synchronous.pragma(),
+            "sqlite destination open"
+        );
+        Ok(())
     }
 
     fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        self.write_rows(batch)
+        let result = self.check_identity().and_then(|()| {
+            let conn = self
+                .conn
+                .as_mut()
+                .ok_or_else(|| SinkError::transient("sqlite connection is not open"))?;
+            insert_batch(conn, &self.config.table, batch, &mut self.scratch)
+        });
+        // A commit into a file unlinked meanwhile is no commit: check again before the
+        // runner ACKs. A retry of a batch that did land is absorbed by ON CONFLICT.
+        let result = result.and_then(|()| self.check_identity());
+        let result =
+            result.map_err(|e| e.with_context(&format!("writing to {}", self.path.display())));
+        if result.is_ok() && self.wal_identity.is_none() {
+            // The first commit created the WAL: guard it from now on.
+            self.wal_identity = FileIdentity::of(&self.wal_path()).ok();
+        }
+        self.after(result)
     }
 
     fn health_blocking(&mut self) -> Result<(), SinkError> {
-        self.check_database()
+        let result = self.check_identity().and_then(|()| {
+            let conn = self
+                .conn
+                .as_ref()
+                .ok_or_else(|| SinkError::transient("sqlite connection is not open"))?;
+            conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))
+                .map(drop)
+                .map_err(|e| classify(&e, None))
+        });
+        let result =
+            result.map_err(|e| e.with_context(&format!("checking {}", self.path.display())));
+        self.after(result)
     }
 }
 

@@ -1,0 +1,129 @@
+//! [`Dialect`]: the engine-specific half of a database destination. [`DatabaseSink`]
+//! (the other half) owns the connection lifecycle and calls these methods one at a time
+//! from the sink's task.
+//!
+//! [`DatabaseSink`]: super::DatabaseSink
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use super::util::Phase;
+use crate::config::destination::WriteMode;
+use crate::envelope::Envelope;
+use crate::sinks::util::columns::Mapping;
+use crate::sinks::SinkError;
+
+/// How long each kind of call may take before the sink gives up on it and drops the
+/// connection. Bounded calls are what keep a hung server from holding a batch past
+/// AckWait without the runner noticing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connecting, checking (and the first time creating) the table, preparing.
+    pub connect: Duration,
+    /// Writing and committing one batch.
+    pub write: Duration,
+    /// One health probe on a live connection.
+    pub health: Duration,
+}
+
+/// The settings every database destination's config has under the same names, so the
+/// shared sink reads them without knowing the engine.
+pub trait DatabaseSettings {
+    /// Where rows go, for log lines and error context.
+    fn target(&self) -> String;
+    /// The configured write mode, logged at the first open.
+    fn mode(&self) -> WriteMode;
+    /// The `columns` mapping, `None` for the jetsink layout.
+    fn columns(&self) -> Option<&BTreeMap<String, String>>;
+    /// The time limits, with `write_grace` added to the statement timeout for a write.
+    fn limits(&self, write_grace: Duration) -> Limits;
+}
+
+/// Implements [`DatabaseSettings`] for a config type with the shared field names
+/// (`mode`, `columns`, `connect_timeout_ms`, `statement_timeout_ms`) and a `target()`.
+macro_rules! database_settings {
+    ($config:ty) => {
+        impl $crate::sinks::database::DatabaseSettings for $config {
+            fn target(&self) -> String {
+                <$config>::target(self)
+            }
+            fn mode(&self) -> $crate::config::destination::WriteMode {
+                self.mode
+            }
+            fn columns(&self) -> Option<&std::collections::BTreeMap<String, String>> {
+                self.columns.as_ref()
+            }
+            fn limits(&self, write_grace: std::time::Duration) -> $crate::sinks::database::Limits {
+                let connect = std::time::Duration::from_millis(self.connect_timeout_ms);
+                let statement = std::time::Duration::from_millis(self.statement_timeout_ms);
+                $crate::sinks::database::Limits {
+                    connect: connect + statement,
+                    write: statement + write_grace,
+                    health: connect,
+                }
+            }
+        }
+    };
+}
+pub(crate) use database_settings;
+
+/// What one database engine decides; everything else is [`DatabaseSink`]'s.
+///
+/// Errors are already classified ([`SinkError`]) by the engine's `classify`, with the
+/// `phase` they happened in; the sink adds the destination's name as context.
+///
+/// [`DatabaseSink`]: super::DatabaseSink
+pub trait Dialect: Send + Sync + Sized + 'static {
+    /// The destination's config section.
+    type Config: DatabaseSettings + Send + Sync;
+    /// A live connection and what was checked and prepared on it for the table.
+    type Conn: Send;
+    /// The engine's name as log lines and error messages spell it (`postgres`, `mysql`).
+    const NAME: &'static str;
+    /// Time a write may take beyond the statement timeout: the commit and the round trips
+    /// around the statement that the server's own timeout does not cover.
+    const WRITE_GRACE: Duration;
+
+    /// The dialect for `config`. Does no I/O.
+    fn new(config: Self::Config) -> Self;
+
+    /// Connects, checks the table against `mapping` (creating the default table only in
+    /// [`Phase::Open`]) and prepares what writes need.
+    fn connect(
+        &self,
+        mapping: &Mapping,
+        phase: Phase,
+    ) -> impl Future<Output = Result<Self::Conn, SinkError>> + Send;
+
+    /// Writes and commits `batch` (never empty) as one transaction: all rows or none.
+    fn write(
+        &self,
+        conn: &mut Self::Conn,
+        batch: &[Envelope],
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// A cheap round trip proving the connection still works.
+    fn ping(&self, conn: &mut Self::Conn) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// Distinct values of column `key` among rows whose column `stream_column` is `stream`.
+    fn count_keys(
+        &self,
+        conn: &mut Self::Conn,
+        key: &str,
+        stream_column: &str,
+        stream: &str,
+    ) -> impl Future<Output = Result<u64, SinkError>> + Send;
+
+    /// Whether the server or the network closed the connection, so that even a content
+    /// error must drop it. `false` when the engine cannot tell.
+    fn is_closed(_conn: &Self::Conn) -> bool {
+        false
+    }
+
+    /// Lets go of a connection being replaced by a reconnect. Dropping it is the default;
+    /// an engine may say goodbye to the server in the background instead.
+    fn retire(conn: Self::Conn) {
+        drop(conn);
+    }
+}

@@ -1,0 +1,19 @@
+//! The network database destinations (PostgreSQL, MySQL/MariaDB) as one family: one sink
+//! skeleton, generic over a small dialect.
+//!
+//! What makes a database destination safe is the same for every engine: one connection
+//! driven by one task, bounded by timeouts; a connection dropped after any failure that is
+//! not about a message's content, so a retry never inherits a half-finished transaction;
+//! the table checked again on every reconnect but created only at the first open; the same
+//! error meaning "misconfigured" at start-up and "outage" mid-run. That lives once, in
+//! [`DatabaseSink`]. A [`Dialect`] supplies only what the engine decides: how to connect
+//! and check the table, how a batch is written in one transaction, how stored keys are
+//! counted and how its errors are classified (`sinks::<engine>::classify`).
+
+mod dialect;
+mod sink;
+pub mod util;
+
+pub(crate) use dialect::database_settings;
+pub use dialect::{DatabaseSettings, Dialect, Limits};
+pub use sink::DatabaseSink;
