@@ -4,69 +4,14 @@
 //!
 //! [`DatabaseSink`]: super::DatabaseSink
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
+use super::settings::DatabaseSettings;
 use super::util::Phase;
-use crate::config::destination::WriteMode;
 use crate::envelope::Envelope;
 use crate::sinks::util::columns::Mapping;
 use crate::sinks::SinkError;
-
-/// How long each kind of call may take before the sink gives up on it and drops the
-/// connection. Bounded calls are what keep a hung server from holding a batch past
-/// AckWait without the runner noticing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Connecting, checking (and the first time creating) the table, preparing.
-    pub connect: Duration,
-    /// Writing and committing one batch.
-    pub write: Duration,
-    /// One health probe on a live connection.
-    pub health: Duration,
-}
-
-/// The settings every database destination's config has under the same names, so the
-/// shared sink reads them without knowing the engine.
-pub trait DatabaseSettings {
-    /// Where rows go, for log lines and error context.
-    fn target(&self) -> String;
-    /// The configured write mode, logged at the first open.
-    fn mode(&self) -> WriteMode;
-    /// The `columns` mapping, `None` for the jetsink layout.
-    fn columns(&self) -> Option<&BTreeMap<String, String>>;
-    /// The time limits, with `write_grace` added to the statement timeout for a write.
-    fn limits(&self, write_grace: Duration) -> Limits;
-}
-
-/// Implements [`DatabaseSettings`] for a config type with the shared field names
-/// (`mode`, `columns`, `connect_timeout_ms`, `statement_timeout_ms`) and a `target()`.
-macro_rules! database_settings {
-    ($config:ty) => {
-        impl $crate::sinks::database::DatabaseSettings for $config {
-            fn target(&self) -> String {
-                <$config>::target(self)
-            }
-            fn mode(&self) -> $crate::config::destination::WriteMode {
-                self.mode
-            }
-            fn columns(&self) -> Option<&std::collections::BTreeMap<String, String>> {
-                self.columns.as_ref()
-            }
-            fn limits(&self, write_grace: std::time::Duration) -> $crate::sinks::database::Limits {
-                let connect = std::time::Duration::from_millis(self.connect_timeout_ms);
-                let statement = std::time::Duration::from_millis(self.statement_timeout_ms);
-                $crate::sinks::database::Limits {
-                    connect: connect + statement,
-                    write: statement + write_grace,
-                    health: connect,
-                }
-            }
-        }
-    };
-}
-pub(crate) use database_settings;
 
 /// What one database engine decides; everything else is [`DatabaseSink`]'s.
 ///

@@ -11,9 +11,11 @@
 //! counted and how its errors are classified (`sinks::<engine>::classify`).
 
 mod dialect;
+pub mod settings;
 mod sink;
 pub mod util;
 
-pub(crate) use dialect::database_settings;
-pub use dialect::{DatabaseSettings, Dialect, Limits};
+pub use dialect::Dialect;
+pub(crate) use settings::database_settings;
+pub use settings::{DatabaseSettings, Limits};
 pub use sink::DatabaseSink;

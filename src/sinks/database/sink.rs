@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::dialect::{DatabaseSettings, Dialect, Limits};
+use super::dialect::Dialect;
+use super::settings::{DatabaseSettings, Limits};
 use super::util::Phase;
 use crate::config::destination::WriteMode;
 use crate::envelope::Envelope;
