@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 
+pub mod conformance;
 pub mod database;
 
 /// Finds a free loopback port.
