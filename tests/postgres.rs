@@ -213,23 +213,7 @@ async fn opened(config: PostgresConfig) -> PostgresSink {
     sink
 }
 
-conformance_tests!(
-    Pg;
-    rewriting_batches_is_idempotent_on_every_write_path,
-    json_payloads_are_stored_natively_and_a_non_json_one_is_refused_by_index,
-    a_constraint_violation_is_permanent_and_commits_nothing_of_the_batch,
-    open_refuses_tables_it_cannot_write_as_configuration_errors,
-    a_user_without_insert_privilege_is_refused_at_open_and_held_mid_run,
-    a_table_renamed_away_is_an_outage_and_is_not_recreated,
-    an_unreachable_server_is_transient,
-    stored_keys_counts_one_stream_and_declines_a_mapping_without_the_key,
-    sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once,
-    table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_returns,
-    a_row_breaking_a_check_constraint_is_isolated_and_the_rest_commit,
-    column_mapping_fills_a_typed_user_table,
-    start_up_exits_78_for_a_wrong_table_and_69_for_an_unreachable_server,
-    bench_of_a_configured_sink_verifies_every_stored_key,
-);
+conformance_suite!(Pg);
 
 // ---------------------------------------------------------------- PostgreSQL only
 

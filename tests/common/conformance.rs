@@ -1,7 +1,7 @@
 //! The conformance suite of the database destinations: what every engine must do the same
 //! way, written once as generic test bodies over [`TestDatabase`]. `tests/postgres.rs` and
 //! `tests/mysql.rs` implement the trait for their server and instantiate every body with one
-//! line in [`conformance_tests!`](crate::conformance_tests); each keeps only the tests of
+//! line, [`conformance_suite!`](crate::conformance_suite); each keeps only the tests of
 //! what is engine-specific (its default layout's types, PostgreSQL's COPY path and slow
 //! triggers, MySQL's split statements and row-naming errors).
 //!
@@ -123,6 +123,31 @@ macro_rules! conformance_tests {
             common::conformance::$name::<$db>().await
         }
     )*};
+}
+
+/// Instantiates the whole suite for one engine: `conformance_suite!(Pg);`. A body added
+/// to this file is added here once and runs on every engine.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($db:ty) => {
+        $crate::conformance_tests!(
+            $db;
+            rewriting_batches_is_idempotent_on_every_write_path,
+            json_payloads_are_stored_natively_and_a_non_json_one_is_refused_by_index,
+            a_constraint_violation_is_permanent_and_commits_nothing_of_the_batch,
+            open_refuses_tables_it_cannot_write_as_configuration_errors,
+            a_user_without_insert_privilege_is_refused_at_open_and_held_mid_run,
+            a_table_renamed_away_is_an_outage_and_is_not_recreated,
+            an_unreachable_server_is_transient,
+            stored_keys_counts_one_stream_and_declines_a_mapping_without_the_key,
+            sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once,
+            table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_returns,
+            a_row_breaking_a_check_constraint_is_isolated_and_the_rest_commit,
+            column_mapping_fills_a_typed_user_table,
+            start_up_exits_78_for_a_wrong_table_and_69_for_an_unreachable_server,
+            bench_of_a_configured_sink_verifies_every_stored_key,
+        );
+    };
 }
 
 /// A unique database name for one test.
