@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::validate::check_subject;
-use super::Issue;
+use super::issue::Issue;
+use super::names::check_subject;
 use crate::metadata::{normalize_value, MetadataErrorKind, MetadataField};
 
 /// Hard cap, in characters, on a priority value whether or not lanes are enabled; also the

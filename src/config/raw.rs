@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
+pub use super::idempotency::IdempotencyKey;
 use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
 use super::randomizer::{
     bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig, RandomizerConfig,
@@ -313,18 +314,6 @@ impl Default for DeliveryConfig {
             randomizer: RandomizerConfig::default(),
         }
     }
-}
-
-/// Which value identifies a message for idempotent writes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum IdempotencyKey {
-    /// `<stream>:<stream_sequence>`: unique per stored message, stable across redeliveries.
-    #[default]
-    StreamSequence,
-    /// The publisher's `Nats-Msg-Id`, so a message republished with the same id is
-    /// written once; falls back to `<stream>:<stream_sequence>` without the header.
-    MessageId,
 }
 
 /// Capped exponential backoff with jitter.

@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
+use super::config::FileConfig;
 use super::naming::{self, FileStamp};
 use super::record;
-use crate::config::FileConfig;
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;

@@ -6,9 +6,10 @@
 //! the DDL, catalog queries, type classes and generated SQL, `encode` turns envelopes into
 //! parameter rows (refusing content it can check itself, by index), and `sink` holds the
 //! connection lifecycle and the write path. The column mapping and table check shared with
-//! PostgreSQL live in `sinks::util::columns`.
+//! PostgreSQL live in `sinks::database::columns`.
 
 mod classify;
+pub mod config;
 mod encode;
 mod schema;
 mod sink;
@@ -16,4 +17,5 @@ mod sink;
 mod tests;
 
 pub use classify::{class_of, classify, row_of, Class, Rows};
+pub use config::{MysqlConfig, MysqlPayloadType};
 pub use sink::MysqlSink;

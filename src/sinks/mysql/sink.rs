@@ -20,13 +20,15 @@ use mysql_async::{Conn, Opts, OptsBuilder, Params, SslOpts, TxOpts, Value};
 use time::OffsetDateTime;
 
 use super::classify::{classify, Rows};
+use super::config::{MysqlConfig, MysqlPayloadType};
 use super::encode;
 use super::schema;
-use crate::config::destination::{MysqlConfig, MysqlPayloadType, WriteMode};
 use crate::envelope::Envelope;
-use crate::sinks::util::columns::{
-    parse_documents, plan_table, Family, Field, Mapping, Source, TableColumn, TablePlan, UniqueKey,
+use crate::sinks::database::cells::parse_documents;
+use crate::sinks::database::columns::{
+    plan_table, Family, Field, Mapping, Source, TableColumn, TablePlan, UniqueKey,
 };
+use crate::sinks::database::config::WriteMode;
 use crate::sinks::util::database::{read_password, with_context, Phase};
 use crate::sinks::{Sink, SinkError};
 

@@ -6,9 +6,10 @@
 //! the type classes and the generated SQL, `encode` turns a batch into bindable column
 //! arrays (refusing content it can check itself, by index), and `sink` holds the connection
 //! lifecycle and the two write paths (multi-row `INSERT` from arrays, binary `COPY`). The
-//! column mapping and table check shared with MySQL live in `sinks::util::columns`.
+//! column mapping and table check shared with MySQL live in `sinks::database::columns`.
 
 mod classify;
+pub mod config;
 mod encode;
 mod schema;
 mod sink;
@@ -16,4 +17,5 @@ mod sink;
 mod tests;
 
 pub use classify::{class_of, classify, Class};
+pub use config::{PostgresConfig, PostgresPayloadType};
 pub use sink::PostgresSink;

@@ -26,13 +26,14 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::classify::classify;
+use super::config::{PostgresConfig, PostgresPayloadType};
 use super::encode::{copy_data, documents, encode, Refused};
 use super::schema::{self, Wire};
-use crate::config::destination::{
-    DatabaseTlsConfig, PostgresConfig, PostgresPayloadType, WriteMode,
-};
 use crate::envelope::Envelope;
-use crate::sinks::util::columns::{plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey};
+use crate::sinks::database::columns::{
+    plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey,
+};
+use crate::sinks::database::config::{DatabaseTlsConfig, WriteMode};
 use crate::sinks::util::database::{read_password, with_context, Phase};
 use crate::sinks::{Sink, SinkError};
 

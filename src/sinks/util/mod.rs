@@ -2,7 +2,6 @@
 //! when a file a sink writes has been removed or replaced underneath it, and (for the
 //! database destinations) the column mapping and connection helpers.
 
-pub mod columns;
 pub mod database;
 pub mod file_identity;
 
