@@ -91,17 +91,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         let sink = open_destination(spec).await?;
         sink_health.destination_ok();
         tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
-        let stages = Stages::for_sink(spec).map_err(|issues| {
-            AppError::Config(format!(
-                "sink {}: {}",
-                spec.name,
-                issues
-                    .iter()
-                    .map(|i| i.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ))
-        })?;
+        let stages = Stages::for_sink(spec);
         let dead_letters = match &spec.dead_letter {
             Some(cfg) if cfg.enabled => {
                 let dl = DeadLetters::new(&spec.name, cfg.clone(), js.clone());

@@ -428,8 +428,7 @@ async fn pipeline_pass(
     let write_seconds = sink_metrics.write_seconds.clone();
     let health = Health::default();
     let (tx, rx) = watch::channel(false);
-    let stages = crate::pipeline::Stages::for_sink(&spec)
-        .map_err(|issues| BenchError::Destination(format!("sink {}: {:?}", spec.name, issues)))?;
+    let stages = crate::pipeline::Stages::for_sink(&spec);
     let runner = Runner::new(
         spec.clone(),
         Binding {

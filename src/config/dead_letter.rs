@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::issue::Issue;
 use super::names::{check_subject, is_valid_name};
-use super::raw::StorageKind;
+use super::stream::StorageKind;
 
 /// Dead-letter settings of one sink.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]

@@ -17,6 +17,7 @@ pub mod names;
 pub mod randomizer;
 pub mod raw;
 mod sink_checks;
+pub mod stream;
 pub mod strict_json;
 pub mod validate;
 

@@ -16,8 +16,8 @@
 //!   deliver in strict stream order).
 //!
 //! Every problem is reported with its JSON path, all at once. The run-time object built
-//! from [`RandomizerConfig`] is [`crate::pipeline::randomizer::Randomizer`], which refuses
-//! a config that fails the field checks here.
+//! from [`RandomizerConfig`] is [`crate::pipeline::randomizer::Randomizer`], built only from
+//! a section these checks accepted, without checking it again.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -18,6 +18,7 @@ use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
 use super::randomizer::{
     bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig, RandomizerConfig,
 };
+pub use super::stream::{Retention, StorageKind};
 
 /// The whole file. Exactly one of `sinks` (multi-sink shape) or `sink` (single-sink shape)
 /// must be present.
@@ -238,30 +239,6 @@ pub struct CreateStreamConfig {
     /// Window in milliseconds in which a repeated `Nats-Msg-Id` is dropped. Default 120000.
     #[serde(default = "default_duplicate_window_ms")]
     pub duplicate_window_ms: u64,
-}
-
-/// Stream retention policy.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Retention {
-    /// Keep messages until limits (age, size, count) remove them.
-    #[default]
-    Limits,
-    /// Remove a message once a consumer acknowledges it (job queue).
-    Workqueue,
-    /// Keep a message while some consumer has not acknowledged it.
-    Interest,
-}
-
-/// Stream storage backend.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StorageKind {
-    /// On disk; survives a server restart.
-    #[default]
-    File,
-    /// In memory; lost on a server restart.
-    Memory,
 }
 
 /// How a sink batches, retries and shuts down.
