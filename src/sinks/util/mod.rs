@@ -1,6 +1,7 @@
 //! Helpers shared by destinations: I/O error classification, the guard that notices
 //! when a file a sink writes has been removed or replaced underneath it, and (for the
-//! database destinations) the column mapping and connection helpers.
+//! database destinations) the connection helpers; the column mapping is in
+//! [`super::database`].
 
 pub mod database;
 pub mod file_identity;
