@@ -91,17 +91,7 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         let sink = open_destination(spec).await?;
         sink_health.destination_ok();
         tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
-        let stages = Stages::for_sink(spec).map_err(|issues| {
-            AppError::Config(format!(
-                "sink {}: {}",
-                spec.name,
-                issues
-                    .iter()
-                    .map(|i| i.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ))
-        })?;
+        let stages = Stages::for_sink(spec);
         let dead_letters = match &spec.dead_letter {
             Some(cfg) if cfg.enabled => {
                 let dl = DeadLetters::new(&spec.name, cfg.clone(), js.clone());
@@ -242,7 +232,7 @@ fn check_randomizer(spec: &SinkSpec, bound: &[Bound]) -> Result<(), AppError> {
 /// Builds and opens the destination; a configuration problem is exit 78, anything else
 /// exit 69.
 async fn open_destination(spec: &SinkSpec) -> Result<Box<dyn sinks::Sink>, AppError> {
-    let mut sink = sinks::build(&spec.destination);
+    let mut sink = sinks::registry::build(&spec.destination);
     sink.open().await.map_err(|e| {
         let text = format!(
             "sink {}: cannot open destination {}: {e}",

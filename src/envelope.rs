@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use time::OffsetDateTime;
 
-use crate::config::IdempotencyKey;
+use crate::config::idempotency::IdempotencyKey;
 
 /// The header a publisher sets to deduplicate publishes; recorded as `message_id`.
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";

@@ -7,7 +7,8 @@
 //! - [`metadata`]: priority, classification and labels from headers and subject rules (pure).
 //! - [`nats`]: connecting, binding stream and consumer, pulling bounded batches.
 //! - [`pipeline`]: retry policy and the per-sink runner, the only code that ACKs.
-//! - [`sinks`]: the `Sink` trait, its error classes, and one folder per destination.
+//! - [`sinks`]: the `Sink` trait, its error classes, one folder per destination (its
+//!   settings included), and the registry that lists them.
 //! - [`dlq`]: dead-letter copies, the max-deliveries advisory listener, replay.
 //! - [`metrics`], [`health`], [`server`]: Prometheus metrics, liveness/readiness, HTTP.
 //! - [`metrics_show`]: `jetsink metrics show`, reading a running daemon's `/metrics`.

@@ -334,7 +334,9 @@ async fn dispatch(command: Command) -> u8 {
 
 async fn bench(args: BenchArgs) -> u8 {
     use jetsink::bench::{self, Target};
-    use jetsink::config::{DestinationConfig, FileConfig, SqliteConfig, SqliteSynchronous};
+    use jetsink::config::DestinationConfig;
+    use jetsink::sinks::file::FileConfig;
+    use jetsink::sinks::sqlite::{SqliteConfig, SqliteSynchronous};
     use std::io::IsTerminal;
     logging::init("warn", LogFormat::Text);
     let target = match (&args.config, &args.sink) {

@@ -17,8 +17,8 @@ use common::conformance::{
     on_own_runtime, order, orders_columns, unique_name, OrderRow, TestDatabase,
 };
 use common::database::*;
-use jetsink::config::destination::MysqlConfig;
 use jetsink::envelope::Envelope;
+use jetsink::sinks::mysql::MysqlConfig;
 use jetsink::sinks::mysql::MysqlSink;
 use jetsink::sinks::{Sink, SinkError};
 use mysql_async::prelude::Queryable;

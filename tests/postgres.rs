@@ -17,7 +17,7 @@ use bytes::Bytes;
 use common::conformance::{on_own_runtime, unique_name, OrderRow, TestDatabase};
 use common::database::*;
 use common::*;
-use jetsink::config::destination::PostgresConfig;
+use jetsink::sinks::postgres::PostgresConfig;
 use jetsink::sinks::postgres::PostgresSink;
 use jetsink::sinks::Sink;
 use serde_json::json;

@@ -22,16 +22,15 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
-use crate::config::{
-    DeliveryConfig, DestinationConfig, FileConfig, SinkSpec, SourceConfig, SqliteConfig,
-    SqliteSynchronous,
-};
+use crate::config::{DeliveryConfig, DestinationConfig, SinkSpec, SourceConfig};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::nats::{bind, fetch_batch, FetchLimits};
 use crate::pipeline::{Binding, Observers, Runner};
 use crate::publish::{publish, PublishPlan};
 use crate::sinks;
+use crate::sinks::file::FileConfig;
+use crate::sinks::sqlite::{SqliteConfig, SqliteSynchronous};
 use stats::{median, Pass};
 
 /// Where the pipeline pass writes.
@@ -415,7 +414,7 @@ async fn pipeline_pass(
         .map_err(|e| BenchError::Nats(e.to_string()))?;
     let lags = Arc::new(Mutex::new(Vec::with_capacity(opts.messages as usize)));
     let inner: Box<dyn sinks::Sink> = match &destination {
-        Some(d) => sinks::build(d),
+        Some(d) => sinks::registry::build(d),
         None => Box::new(probe::Discard),
     };
     let mut sink = probe::Timed::new(inner, lags.clone());
@@ -429,8 +428,7 @@ async fn pipeline_pass(
     let write_seconds = sink_metrics.write_seconds.clone();
     let health = Health::default();
     let (tx, rx) = watch::channel(false);
-    let stages = crate::pipeline::Stages::for_sink(&spec)
-        .map_err(|issues| BenchError::Destination(format!("sink {}: {:?}", spec.name, issues)))?;
+    let stages = crate::pipeline::Stages::for_sink(&spec);
     let runner = Runner::new(
         spec.clone(),
         Binding {

@@ -6,16 +6,16 @@
 //! passes at run time ([`crate::metadata::normalize_value`]), and every problem is reported
 //! with its JSON path, all at once. The run-time objects built from these structs are
 //! [`crate::metadata::MetadataPolicy`] and [`crate::pipeline::lanes::LanePolicy`]; both
-//! refuse a config that fails the checks here.
+//! are built only from sections these checks accepted, and do not check them again.
 
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::validate::check_subject;
-use super::Issue;
-use crate::metadata::{normalize_value, MetadataErrorKind, MetadataField};
+use super::issue::Issue;
+use super::names::check_subject;
+use crate::metadata::value::{normalize_value, MetadataErrorKind, MetadataField};
 
 /// Hard cap, in characters, on a priority value whether or not lanes are enabled; also the
 /// upper bound of `max_priority_value_length`.

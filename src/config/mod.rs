@@ -9,39 +9,28 @@
 
 pub mod dead_letter;
 pub mod destination;
+pub mod idempotency;
+pub mod issue;
 pub mod metadata;
+mod model;
+pub mod names;
 pub mod randomizer;
 pub mod raw;
+mod sink_checks;
+pub mod stream;
 pub mod strict_json;
 pub mod validate;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use destination::{DestinationConfig, FileConfig, SqliteConfig, SqliteSynchronous};
+pub use destination::DestinationConfig;
+pub(crate) use issue::deserialize_at;
+pub use issue::Issue;
+pub use model::{Config, NatsConfig, SinkSpec};
 pub use raw::{
     CreateStreamConfig, DeliverPolicy, DeliveryConfig, HttpConfig, IdempotencyKey, Jitter,
     LogFormat, LoggingConfig, RawConfig, Retention, RetryConfig, SourceConfig, StorageKind,
 };
-
-/// One problem in a config file, located by its JSON path (`sinks.orders.delivery.batch_size`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Issue {
-    /// Dotted JSON path; `[i]` for array elements; empty for the document root.
-    pub path: String,
-    /// What is wrong, including the offending value where that helps.
-    pub message: String,
-}
-
-impl fmt::Display for Issue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "{}", self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
 
 /// Why a config could not be loaded. Every variant maps to exit code 78.
 #[derive(Debug, thiserror::Error)]
@@ -72,61 +61,6 @@ fn render_issues(issues: &[Issue]) -> String {
         .join("\n")
 }
 
-/// The NATS connection settings every sink shares.
-#[derive(Debug, Clone)]
-pub struct NatsConfig {
-    /// Server URLs to try, in order.
-    pub servers: Vec<String>,
-    /// Client connection name, visible in the server's connection list.
-    pub name: String,
-    /// How long the first connect may take before start-up fails with exit 69.
-    pub connect_timeout_ms: u64,
-    /// Upper bound of the delay between reconnect attempts.
-    pub reconnect_delay_max_ms: u64,
-    /// Reconnect attempts before giving up; `None` retries forever.
-    pub max_reconnects: Option<usize>,
-    /// Timeout for JetStream API requests (stream/consumer info, publish acks).
-    pub request_timeout_ms: u64,
-    /// User name for user/password authentication.
-    pub user: Option<String>,
-    /// Environment variable holding the password.
-    pub password_env: Option<String>,
-    /// Environment variable holding a bearer token.
-    pub token_env: Option<String>,
-    /// Path of a `.creds` file (JWT + NKey seed).
-    pub creds_file: Option<PathBuf>,
-}
-
-/// One configured sink after validation: a source binding, delivery settings and a destination.
-#[derive(Debug, Clone)]
-pub struct SinkSpec {
-    /// The configured name; the `sink` label of every metric.
-    pub name: String,
-    /// Where the messages come from.
-    pub source: SourceConfig,
-    /// Batching, retries, lanes and shutdown behaviour.
-    pub delivery: DeliveryConfig,
-    /// Metadata rules; `None` when the section is absent.
-    pub metadata: Option<metadata::MessageMetadataConfig>,
-    /// Dead-letter queue; `None` (or `enabled: false`) leaves refused messages unacked.
-    pub dead_letter: Option<dead_letter::DeadLetterConfig>,
-    /// Where the messages go.
-    pub destination: DestinationConfig,
-}
-
-/// A validated configuration, whichever shape the file used.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Shared NATS connection settings.
-    pub nats: NatsConfig,
-    /// The metrics and health endpoint.
-    pub http: HttpConfig,
-    /// Log level and format.
-    pub logging: LoggingConfig,
-    /// Sinks in name order.
-    pub sinks: Vec<SinkSpec>,
-}
-
 impl Config {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -150,147 +84,5 @@ impl Config {
         })?;
         let raw: RawConfig = deserialize_at("", value).map_err(|i| vec![i])?;
         validate::validate(raw)
-    }
-}
-
-/// Deserializes `value` as `T`, reporting a failure at `prefix` + the path inside `value`.
-pub(crate) fn deserialize_at<T: serde::de::DeserializeOwned>(
-    prefix: &str,
-    value: serde_json::Value,
-) -> Result<T, Issue> {
-    serde_path_to_error::deserialize(value).map_err(|err| {
-        let inner = err.path().to_string();
-        let path = match (prefix.is_empty(), inner.as_str()) {
-            (_, ".") => prefix.to_string(),
-            (true, _) => inner,
-            (false, _) if inner.starts_with('[') => format!("{prefix}{inner}"),
-            (false, _) => format!("{prefix}.{inner}"),
-        };
-        Issue {
-            path,
-            message: err.into_inner().to_string(),
-        }
-    })
-}
-
-impl Config {
-    /// A short, secret-free description of what the config will do, for `validate`.
-    pub fn summary(&self, rates: &[f64]) -> String {
-        let mut out = format!(
-            "nats: {} (client name {})\nhttp: {}\nsinks: {}\n",
-            self.nats.servers.join(", "),
-            self.nats.name,
-            if self.http.enabled {
-                self.http.listen.as_str()
-            } else {
-                "disabled"
-            },
-            self.sinks.len()
-        );
-        for s in &self.sinks {
-            let filter = s
-                .source
-                .subjects
-                .first()
-                .map(String::as_str)
-                .unwrap_or("(every subject)");
-            let create = match &s.source.create_stream {
-                Some(c) => format!(" (created if missing: {:?}, {:?})", c.retention, c.storage)
-                    .to_lowercase(),
-                None => " (must exist)".to_string(),
-            };
-            out.push_str(&format!(
-                "  {name}:\n    stream:      {stream}{create}\n    consumer:    {consumer} (filter {filter}, ack_wait {aw} ms, max_deliver {md}, max_ack_pending {map})\n    delivery:    batch {bs}, {bytes} bytes max, wait {bt} ms\n    destination: {dest}\n",
-                name = s.name,
-                stream = s.source.stream,
-                consumer = s.source.consumer,
-                aw = s.source.ack_wait_ms,
-                md = s.source.max_deliver,
-                map = s.source.max_ack_pending,
-                bs = s.delivery.batch_size,
-                bytes = s.delivery.max_batch_bytes,
-                bt = s.delivery.batch_timeout_ms,
-                dest = s.destination.describe(),
-            ));
-            let bindings = s.consumer_bindings();
-            if bindings.len() > 1 {
-                let names: Vec<String> = bindings
-                    .iter()
-                    .map(|(b, _)| format!("{} ({})", b.consumer, b.subjects.join(",")))
-                    .collect();
-                out.push_str(&format!("    consumers:   {}\n", names.join(", ")));
-            }
-            let r = &s.delivery.randomizer;
-            if r.enabled {
-                out.push_str(&format!(
-                    "    randomizer:  P(process at once) {}, delays {}-{} ms, max_window {}\n",
-                    r.process_immediately_probability, r.min_delay_ms, r.max_delay_ms, r.max_window
-                ));
-                for rate in rates {
-                    out.push_str(&format!(
-                        "                 at {rate} msg/s the delayed window grows toward R x D x (1-P) = {:.0} messages (settles near {:.0} with max_window {}{})\n",
-                        randomizer::expected_window(*rate, r),
-                        randomizer::settled_window(*rate, r),
-                        r.max_window,
-                        if r.adaptive { ", adaptive" } else { "" }
-                    ));
-                }
-            }
-            if s.delivery.priority_lanes.enabled {
-                let lanes: Vec<String> = s
-                    .delivery
-                    .priority_lanes
-                    .lanes
-                    .iter()
-                    .map(|l| format!("{} (weight {})", l.name, l.weight))
-                    .collect();
-                out.push_str(&format!("    lanes:       {}\n", lanes.join(", ")));
-            }
-            if let Some(dl) = s.dead_letter.as_ref().filter(|d| d.enabled) {
-                out.push_str(&format!(
-                    "    dead letter: {}\n",
-                    dl.subject.replace("{sink}", &s.name)
-                ));
-            }
-        }
-        out
-    }
-}
-
-impl SinkSpec {
-    /// The durable consumers this sink binds, each with the priority lane it feeds in
-    /// per-lane consumer mode: one consumer, one per random subject bucket, or one per
-    /// lane subject (named `<consumer>-lane-<lane>-<i>`).
-    pub fn consumer_bindings(&self) -> Vec<(SourceConfig, Option<usize>)> {
-        let lanes = &self.delivery.priority_lanes;
-        let per_lane = lanes.enabled && lanes.lanes.iter().any(|l| !l.subjects.is_empty());
-        if !per_lane {
-            return self
-                .source
-                .bindings()
-                .into_iter()
-                .map(|s| (s, None))
-                .collect();
-        }
-        let all: Vec<String> = lanes
-            .lanes
-            .iter()
-            .flat_map(|l| l.subjects.clone())
-            .collect();
-        let mut out = Vec::new();
-        for (li, lane) in lanes.lanes.iter().enumerate() {
-            for (si, subject) in lane.subjects.iter().enumerate() {
-                let mut s = self.source.clone();
-                s.consumer = format!("{}-lane-{}-{si}", self.source.consumer, lane.name);
-                s.subjects = vec![subject.clone()];
-                if let Some(cs) = s.create_stream.as_mut() {
-                    if cs.subjects.is_empty() {
-                        cs.subjects = all.clone();
-                    }
-                }
-                out.push((s, Some(li)));
-            }
-        }
-        out
     }
 }

@@ -16,14 +16,14 @@
 //!   deliver in strict stream order).
 //!
 //! Every problem is reported with its JSON path, all at once. The run-time object built
-//! from [`RandomizerConfig`] is [`crate::pipeline::randomizer::Randomizer`], which refuses
-//! a config that fails the field checks here.
+//! from [`RandomizerConfig`] is [`crate::pipeline::randomizer::Randomizer`], built only from
+//! a section these checks accepted, without checking it again.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::validate::check_subject;
-use super::Issue;
+use super::issue::Issue;
+use super::names::check_subject;
 
 /// Largest `max_delay_ms` (and `min_delay_ms`): one hour. A longer delay keeps a message
 /// outstanding, and counted against MaxAckPending, for longer than any useful shuffle.

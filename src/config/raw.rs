@@ -13,10 +13,12 @@ use serde_json::Value;
 
 use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
+pub use super::idempotency::IdempotencyKey;
 use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
 use super::randomizer::{
     bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig, RandomizerConfig,
 };
+pub use super::stream::{Retention, StorageKind};
 
 /// The whole file. Exactly one of `sinks` (multi-sink shape) or `sink` (single-sink shape)
 /// must be present.
@@ -239,30 +241,6 @@ pub struct CreateStreamConfig {
     pub duplicate_window_ms: u64,
 }
 
-/// Stream retention policy.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Retention {
-    /// Keep messages until limits (age, size, count) remove them.
-    #[default]
-    Limits,
-    /// Remove a message once a consumer acknowledges it (job queue).
-    Workqueue,
-    /// Keep a message while some consumer has not acknowledged it.
-    Interest,
-}
-
-/// Stream storage backend.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StorageKind {
-    /// On disk; survives a server restart.
-    #[default]
-    File,
-    /// In memory; lost on a server restart.
-    Memory,
-}
-
 /// How a sink batches, retries and shuts down.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -313,18 +291,6 @@ impl Default for DeliveryConfig {
             randomizer: RandomizerConfig::default(),
         }
     }
-}
-
-/// Which value identifies a message for idempotent writes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum IdempotencyKey {
-    /// `<stream>:<stream_sequence>`: unique per stored message, stable across redeliveries.
-    #[default]
-    StreamSequence,
-    /// The publisher's `Nats-Msg-Id`, so a message republished with the same id is
-    /// written once; falls back to `<stream>:<stream_sequence>` without the header.
-    MessageId,
 }
 
 /// Capped exponential backoff with jitter.

@@ -198,35 +198,32 @@ impl Stages {
 impl Stages {
     /// Builds the stages a sink's config asks for. Metadata is read when the sink has a
     /// `message_metadata` section or enables lanes (which need a priority).
-    pub fn for_sink(spec: &crate::config::SinkSpec) -> Result<Stages, Vec<crate::config::Issue>> {
+    /// `spec` comes from a validated config, so nothing here can fail.
+    pub fn for_sink(spec: &crate::config::SinkSpec) -> Stages {
         let lanes_on = spec.delivery.priority_lanes.enabled;
         let metadata = match (&spec.metadata, lanes_on) {
-            (Some(m), _) => Some(MetadataPolicy::new(m)?),
-            (None, true) => Some(MetadataPolicy::new(&Default::default())?),
+            (Some(m), _) => Some(MetadataPolicy::new(m)),
+            (None, true) => Some(MetadataPolicy::new(&Default::default())),
             (None, false) => None,
         };
-        let lanes = if lanes_on {
-            Some(LanePolicy::new(&spec.delivery.priority_lanes)?)
-        } else {
-            None
-        };
-        let randomizer = if spec.delivery.randomizer.enabled {
-            Some(Randomizer::new(&spec.delivery.randomizer)?)
-        } else {
-            None
-        };
+        let lanes = lanes_on.then(|| LanePolicy::new(&spec.delivery.priority_lanes));
+        let randomizer = spec
+            .delivery
+            .randomizer
+            .enabled
+            .then(|| Randomizer::new(&spec.delivery.randomizer));
         let consumer_lane = spec
             .consumer_bindings()
             .into_iter()
             .filter_map(|(source, lane)| lane.map(|l| (source.consumer, l)))
             .collect();
-        Ok(Stages {
+        Stages {
             sink: spec.name.clone(),
             key: spec.delivery.idempotency_key,
             metadata,
             lanes,
             randomizer,
             consumer_lane,
-        })
+        }
     }
 }

@@ -14,8 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::config::metadata::{validate_lanes, PriorityLanesConfig, UnknownPriorityAction};
-use crate::config::Issue;
+use crate::config::metadata::{PriorityLanesConfig, UnknownPriorityAction};
 
 /// Why a message's priority was refused by the lane policy. Each is a permanent failure of
 /// the message. Messages give lengths only: priority values are untrusted.
@@ -96,21 +95,23 @@ pub struct LanePolicy {
 }
 
 impl LanePolicy {
-    /// Builds the policy, refusing a config that fails [`validate_lanes`]; the issues' paths
-    /// are relative to the section.
-    pub fn new(cfg: &PriorityLanesConfig) -> Result<LanePolicy, Vec<Issue>> {
-        let issues = validate_lanes(cfg, "");
-        let default_lane = cfg.lanes.iter().position(|l| l.name == cfg.default_lane);
-        let (true, Some(default_lane)) = (issues.is_empty(), default_lane) else {
-            return Err(issues);
-        };
+    /// Builds the policy from a section that validation
+    /// ([`crate::config::metadata::validate_lanes`]) has already accepted, as every section
+    /// of a loaded [`crate::config::Config`] has: it is not checked again. Validation
+    /// guarantees `default_lane` names a lane; were it not so, the first lane would stand in.
+    pub fn new(cfg: &PriorityLanesConfig) -> LanePolicy {
+        let default_lane = cfg
+            .lanes
+            .iter()
+            .position(|l| l.name == cfg.default_lane)
+            .unwrap_or(0);
         let by_priority = cfg
             .lanes
             .iter()
             .enumerate()
             .flat_map(|(i, l)| l.priorities.iter().map(move |p| (p.to_lowercase(), i)))
             .collect();
-        Ok(LanePolicy {
+        LanePolicy {
             enabled: cfg.enabled,
             names: cfg.lanes.iter().map(|l| l.name.clone()).collect(),
             weights: cfg.lanes.iter().map(|l| l.weight).collect(),
@@ -118,7 +119,7 @@ impl LanePolicy {
             default_lane,
             reject_unknown: cfg.unknown_priority_action == UnknownPriorityAction::Reject,
             max_priority_length: cfg.max_priority_value_length,
-        })
+        }
     }
 
     /// Whether the batch should be ordered at all; when false the runner keeps the fetched
@@ -279,7 +280,6 @@ mod tests {
                 {"name": "routine", "priorities": ["normal", "routine"], "weight": 1}]}"#,
         )
         .unwrap())
-        .unwrap()
     }
 
     fn two_lanes(action: UnknownPriorityAction) -> LanePolicy {
@@ -303,7 +303,6 @@ mod tests {
                 },
             ],
         })
-        .unwrap()
     }
 
     /// Checks the pass structure of `order` independently of [`schedule`]: at each pass,
@@ -487,7 +486,7 @@ mod tests {
 
     #[test]
     fn default_policy_is_disabled_with_one_lane() {
-        let p = LanePolicy::new(&PriorityLanesConfig::default()).unwrap();
+        let p = LanePolicy::new(&PriorityLanesConfig::default());
         assert!(!p.enabled());
         assert_eq!(p.lane_names(), ["default"]);
         assert_eq!(p.weights(), [1]);
@@ -502,11 +501,11 @@ mod tests {
     }
 
     #[test]
-    fn an_invalid_config_builds_no_policy() {
+    fn an_invalid_config_is_refused_before_any_policy_is_built() {
         let mut cfg = PriorityLanesConfig::default();
         cfg.lanes[0].weight = 0;
         cfg.default_lane = "nope".into();
-        let issues = LanePolicy::new(&cfg).unwrap_err();
+        let issues = crate::config::metadata::validate_lanes(&cfg, "");
         let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
         assert_eq!(paths, ["lanes[0].weight", "default_lane"]);
     }

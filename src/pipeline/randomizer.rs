@@ -24,8 +24,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::config::randomizer::{validate_randomizer_fields, RandomizerConfig};
-use crate::config::Issue;
+use crate::config::randomizer::RandomizerConfig;
 
 /// What to do with one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,22 +48,18 @@ pub struct Randomizer {
 }
 
 impl Randomizer {
-    /// Builds the randomizer, refusing a config whose fields fail
-    /// [`crate::config::randomizer::validate_randomizer`] (the cross-check against the batch
-    /// size aside); the issues' paths are relative to the section.
-    pub fn new(cfg: &RandomizerConfig) -> Result<Randomizer, Vec<Issue>> {
-        let issues = validate_randomizer_fields(cfg, "");
-        if !issues.is_empty() {
-            return Err(issues);
-        }
-        Ok(Randomizer {
+    /// Builds the randomizer from a section that validation
+    /// ([`crate::config::randomizer::validate_randomizer`]) has already accepted, as every
+    /// section of a loaded [`crate::config::Config`] has: it is not checked again.
+    pub fn new(cfg: &RandomizerConfig) -> Randomizer {
+        Randomizer {
             enabled: cfg.enabled,
             delay_share: (1.0 - cfg.process_immediately_probability).clamp(0.0, 1.0),
             min_delay_ms: cfg.min_delay_ms.min(cfg.max_delay_ms),
             max_delay_ms: cfg.max_delay_ms.max(cfg.min_delay_ms),
             max_window: cfg.max_window,
             adaptive: cfg.adaptive,
-        })
+        }
     }
 
     /// Whether any message can be delayed at all; when false, [`Randomizer::decide`] always
@@ -295,7 +290,7 @@ mod tests {
     }
 
     fn randomizer(p: f64, min: u64, max: u64, max_window: usize, adaptive: bool) -> Randomizer {
-        Randomizer::new(&cfg(p, min, max, max_window, adaptive)).unwrap()
+        Randomizer::new(&cfg(p, min, max, max_window, adaptive))
     }
 
     fn ms(d: Duration) -> u64 {
@@ -334,7 +329,7 @@ mod tests {
 
     #[test]
     fn a_disabled_randomizer_processes_everything() {
-        let r = Randomizer::new(&RandomizerConfig::default()).unwrap();
+        let r = Randomizer::new(&RandomizerConfig::default());
         assert!(!r.enabled());
         let mut rng = StdRng::seed_from_u64(1);
         for _ in 0..1_000 {
@@ -371,8 +366,9 @@ mod tests {
     }
 
     #[test]
-    fn an_invalid_config_builds_no_randomizer() {
-        let issues = Randomizer::new(&cfg(0.0, 20, 10, 0, true)).unwrap_err();
+    fn an_invalid_config_is_refused_before_any_randomizer_is_built() {
+        let issues =
+            crate::config::randomizer::validate_randomizer_fields(&cfg(0.0, 20, 10, 0, true), "");
         let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
         assert_eq!(
             paths,
@@ -453,7 +449,7 @@ mod tests {
         // P = 0.5, max_window 1000: a = 500, settled a·M/(a+M) = 333.
         for (adaptive, want) in [(true, 1_000.0 * 500.0 / 1_500.0), (false, 500.0)] {
             let c = cfg(0.5, 500, 1_500, 1_000, adaptive);
-            let r = Randomizer::new(&c).unwrap();
+            let r = Randomizer::new(&c);
             let predicted = crate::config::randomizer::settled_window(1_000.0, &c);
             assert!((predicted - want).abs() < 1e-9);
             let mut rng = StdRng::seed_from_u64(9);

@@ -1,21 +1,22 @@
 //! Destinations ("sinks"): the [`Sink`] trait every destination implements, its error
-//! classes, and the registry that builds one from config.
+//! classes, and the [`registry`] that lists the destinations and builds one from config.
 //!
 //! A sink writes and commits; it never ACKs and never sees a NATS message. The runner
 //! (`pipeline::runner`) turns each outcome into ACK, retry or rejection. A new destination
-//! is one folder here and one `impl Sink`.
+//! is one folder here (its `config.rs` and its `impl Sink`) and one line in [`registry`].
 
 pub mod blocking;
 pub mod database;
 pub mod file;
 pub mod mysql;
 pub mod postgres;
+pub mod registry;
+pub mod settings;
 pub mod sqlite;
 pub mod util;
 
 use async_trait::async_trait;
 
-use crate::config::DestinationConfig;
 use crate::envelope::Envelope;
 
 /// Why a write or open failed, classified so the runner knows what redelivery means.
@@ -114,16 +115,6 @@ pub trait Sink: Send {
     /// column mapping without the key or the stream).
     async fn stored_keys(&mut self, _stream: &str) -> Result<Option<u64>, SinkError> {
         Ok(None)
-    }
-}
-
-/// Builds the destination a config describes. Nothing is opened yet.
-pub fn build(config: &DestinationConfig) -> Box<dyn Sink> {
-    match config {
-        DestinationConfig::Sqlite(c) => Box::new(sqlite::SqliteSink::new(c.clone())),
-        DestinationConfig::File(c) => Box::new(file::FileSink::new(c.clone())),
-        DestinationConfig::Postgres(c) => Box::new(postgres::PostgresSink::new(c.clone())),
-        DestinationConfig::Mysql(c) => Box::new(mysql::MysqlSink::new(c.clone())),
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::settings::DatabaseSettings;
 use super::util::Phase;
 use crate::envelope::Envelope;
-use crate::sinks::util::columns::Mapping;
+use crate::sinks::database::columns::Mapping;
 use crate::sinks::SinkError;
 
 /// What one database engine decides; everything else is [`DatabaseSink`]'s.

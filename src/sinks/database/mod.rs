@@ -1,4 +1,5 @@
-//! The network database destinations (PostgreSQL, MySQL/MariaDB) as one family: one sink
+//! The network database destinations (PostgreSQL, MySQL/MariaDB) as one family: the
+//! settings they share, the column mapping from envelopes to a table, and one sink
 //! skeleton, generic over a small dialect.
 //!
 //! What makes a database destination safe is the same for every engine: one connection
@@ -10,6 +11,9 @@
 //! and check the table, how a batch is written in one transaction, how stored keys are
 //! counted and how its errors are classified (`sinks::<engine>::classify`).
 
+pub mod cells;
+pub mod columns;
+pub mod config;
 mod dialect;
 pub mod settings;
 mod sink;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::config::destination::WriteMode;
+use crate::sinks::database::config::WriteMode;
 
 /// How long each kind of call may take before the sink gives up on it and drops the
 /// connection. Bounded calls are what keep a hung server from holding a batch past
@@ -41,7 +41,7 @@ macro_rules! database_settings {
             fn target(&self) -> String {
                 <$config>::target(self)
             }
-            fn mode(&self) -> $crate::config::destination::WriteMode {
+            fn mode(&self) -> $crate::sinks::database::config::WriteMode {
                 self.mode
             }
             fn columns(&self) -> Option<&std::collections::BTreeMap<String, String>> {

@@ -17,9 +17,9 @@ use async_trait::async_trait;
 use super::dialect::Dialect;
 use super::settings::{DatabaseSettings, Limits};
 use super::util::Phase;
-use crate::config::destination::WriteMode;
 use crate::envelope::Envelope;
-use crate::sinks::util::columns::Mapping;
+use crate::sinks::database::columns::Mapping;
+use crate::sinks::database::config::WriteMode;
 use crate::sinks::{Sink, SinkError};
 
 /// Writes envelopes as rows of one database table, a transaction per batch, idempotent on a

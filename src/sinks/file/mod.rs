@@ -42,10 +42,12 @@
 //! `idempotency_key`. With `fsync` off, a crash of the operating system can lose batches
 //! that were already ACKed.
 
+pub mod config;
 pub mod naming;
 pub mod record;
 mod sink;
 
+pub use config::FileConfig;
 pub use sink::{Clock, FileSink};
 
 #[cfg(test)]

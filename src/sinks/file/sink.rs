@@ -8,9 +8,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use super::config::FileConfig;
 use super::naming::{self, FileStamp};
 use super::record;
-use crate::config::FileConfig;
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::blocking::BlockingSink;
 use crate::sinks::util::file_identity::FileIdentity;

@@ -12,11 +12,11 @@ use bytes::Bytes;
 use serde_json::Value;
 use time::OffsetDateTime;
 
+use super::config::FileConfig;
 use super::naming::{utc, FileStamp, MAX_COUNTER};
 use super::record::{self, PayloadEncoding, FIELDS};
 use super::sink::{commit, rotation_due, BatchFile, Rotation};
 use super::FileSink;
-use crate::config::FileConfig;
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::{Sink, SinkError};
 

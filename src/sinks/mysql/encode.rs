@@ -9,7 +9,8 @@ use serde_json::Value as Json;
 use time::OffsetDateTime;
 
 use crate::envelope::{rfc3339, Envelope};
-use crate::sinks::util::columns::{cell, is_json, value_text, Cell, Family, PlannedColumn};
+use crate::sinks::database::cells::{cell, is_json, value_text, Cell};
+use crate::sinks::database::columns::{Family, PlannedColumn};
 
 /// The parameter for one cell going into a column of `family`. `Err` says what is wrong,
 /// never what the value is.

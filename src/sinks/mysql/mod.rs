@@ -8,11 +8,12 @@
 //! [`Dialect`]: connection options, the table check and the write path. The connection
 //! lifecycle shared with PostgreSQL is
 //! [`DatabaseSink`](crate::sinks::database::DatabaseSink); the column mapping and table
-//! check shared with PostgreSQL live in `sinks::util::columns`.
+//! check shared with PostgreSQL live in `sinks::database::columns`.
 //!
 //! [`Dialect`]: crate::sinks::database::Dialect
 
 mod classify;
+pub mod config;
 mod encode;
 mod schema;
 mod sink;
@@ -20,4 +21,5 @@ mod sink;
 mod tests;
 
 pub use classify::{class_of, classify, row_of, Class, Rows};
+pub use config::{MysqlConfig, MysqlPayloadType};
 pub use sink::{Mysql, MysqlSink};

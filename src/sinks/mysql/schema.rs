@@ -10,8 +10,9 @@
 //! stored silently instead of being refused. A no-op update on a duplicate key keeps
 //! strict-mode errors as errors while a redelivered row changes nothing.
 
-use crate::config::destination::{MysqlPayloadType, WriteMode};
-use crate::sinks::util::columns::{Family, TablePlan};
+use super::config::MysqlPayloadType;
+use crate::sinks::database::columns::{Family, TablePlan};
+use crate::sinks::database::config::WriteMode;
 
 /// The session settings every connection runs with: strict mode (bad values are errors,
 /// never silently truncated) and UTC for `TIMESTAMP` conversions. The isolation level is

@@ -17,15 +17,17 @@ use mysql_async::{Conn, Opts, OptsBuilder, Params, SslOpts, TxOpts, Value};
 use time::OffsetDateTime;
 
 use super::classify::{classify, Rows};
+use super::config::{MysqlConfig, MysqlPayloadType};
 use super::encode;
 use super::schema;
-use crate::config::destination::{MysqlConfig, MysqlPayloadType, WriteMode};
 use crate::envelope::Envelope;
+use crate::sinks::database::cells::parse_documents;
+use crate::sinks::database::columns::{
+    plan_table, Family, Field, Mapping, Source, TableColumn, TablePlan, UniqueKey,
+};
+use crate::sinks::database::config::WriteMode;
 use crate::sinks::database::util::{read_password, Phase};
 use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
-use crate::sinks::util::columns::{
-    parse_documents, plan_table, Family, Field, Mapping, Source, TableColumn, TablePlan, UniqueKey,
-};
 use crate::sinks::SinkError;
 
 /// Prepared statements the driver keeps per connection (one per distinct row count).

@@ -7,13 +7,15 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use super::classify::{class_of, classify, row_of, Class, Rows};
+use super::config::MysqlPayloadType;
 use super::encode::value;
 use super::schema::{self, chunks, family, insert_sql, json_checked_column, quote_ident};
-use crate::config::destination::{MysqlPayloadType, WriteMode};
-use crate::sinks::database::util::Phase;
-use crate::sinks::util::columns::{
-    plan_table, Cell, Family, Mapping, TableColumn, UniqueKey, DEFAULT_LAYOUT,
+use crate::sinks::database::cells::Cell;
+use crate::sinks::database::columns::{
+    plan_table, Family, Mapping, TableColumn, UniqueKey, DEFAULT_LAYOUT,
 };
+use crate::sinks::database::config::WriteMode;
+use crate::sinks::database::util::Phase;
 use crate::sinks::SinkError;
 
 #[test]
@@ -201,7 +203,7 @@ fn identifiers_are_quoted_with_inner_backticks_doubled() {
     assert_eq!(quote_ident("we`ird; DROP"), "`we``ird; DROP`");
 }
 
-fn layout_plan() -> crate::sinks::util::columns::TablePlan {
+fn layout_plan() -> crate::sinks::database::columns::TablePlan {
     let table: Vec<TableColumn> = DEFAULT_LAYOUT
         .iter()
         .map(|(c, _)| TableColumn {

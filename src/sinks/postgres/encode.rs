@@ -16,9 +16,10 @@ use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 
 use super::schema::Wire;
 use crate::envelope::{rfc3339, Envelope};
-use crate::sinks::util::columns::{
-    cell, is_json, last_of_each_key, parse_documents, value_text, Cell, Family, TablePlan,
+use crate::sinks::database::cells::{
+    cell, is_json, last_of_each_key, parse_documents, value_text, Cell,
 };
+use crate::sinks::database::columns::{Family, TablePlan};
 
 /// JSON text sent as `jsonb` (binary format: version byte 1, then the text) or `json`.
 #[derive(Debug, Clone, PartialEq, Eq)]

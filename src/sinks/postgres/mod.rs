@@ -8,11 +8,12 @@
 //! connecting, the table check and the two write paths (multi-row `INSERT` from arrays,
 //! binary `COPY`). The connection lifecycle shared with MySQL is
 //! [`DatabaseSink`](crate::sinks::database::DatabaseSink); the column mapping and table
-//! check shared with MySQL live in `sinks::util::columns`.
+//! check shared with MySQL live in `sinks::database::columns`.
 //!
 //! [`Dialect`]: crate::sinks::database::Dialect
 
 mod classify;
+pub mod config;
 mod encode;
 mod schema;
 mod sink;
@@ -20,4 +21,5 @@ mod sink;
 mod tests;
 
 pub use classify::{class_of, classify, Class};
+pub use config::{PostgresConfig, PostgresPayloadType};
 pub use sink::{Postgres, PostgresSink};

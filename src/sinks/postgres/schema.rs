@@ -10,8 +10,9 @@
 use postgres_protocol::escape::escape_identifier;
 use tokio_postgres::types::Type;
 
-use crate::config::destination::{PostgresPayloadType, WriteMode};
-use crate::sinks::util::columns::{Family, PlannedColumn, Source, TablePlan, ValueKind};
+use super::config::PostgresPayloadType;
+use crate::sinks::database::columns::{Family, PlannedColumn, Source, TablePlan, ValueKind};
+use crate::sinks::database::config::WriteMode;
 
 /// The temporary table the `COPY` path stages rows in, one per session.
 pub(crate) const STAGE: &str = "pg_temp.jetsink_stage";
@@ -269,7 +270,7 @@ pub(crate) fn payload_family(plan: &TablePlan) -> Option<Family> {
         .iter()
         .find(|c| {
             c.name == "payload"
-                && c.source == Source::Field(crate::sinks::util::columns::Field::Payload)
+                && c.source == Source::Field(crate::sinks::database::columns::Field::Payload)
         })
         .map(|c| c.family)
 }

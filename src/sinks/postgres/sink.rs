@@ -24,15 +24,16 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::{Client, NoTls, Statement};
 
 use super::classify::classify;
+use super::config::{PostgresConfig, PostgresPayloadType};
 use super::encode::{copy_data, documents, encode, Refused};
 use super::schema::{self, Wire};
-use crate::config::destination::{
-    DatabaseTlsConfig, PostgresConfig, PostgresPayloadType, WriteMode,
-};
 use crate::envelope::Envelope;
+use crate::sinks::database::columns::{
+    plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey,
+};
+use crate::sinks::database::config::{DatabaseTlsConfig, WriteMode};
 use crate::sinks::database::util::{read_password, Phase};
 use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
-use crate::sinks::util::columns::{plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey};
 use crate::sinks::SinkError;
 
 /// Size of the `COPY` data messages a batch is sent in.

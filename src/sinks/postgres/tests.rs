@@ -7,14 +7,15 @@ use time::OffsetDateTime;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::classify::{class_of, Class};
+use super::config::PostgresPayloadType;
 use super::encode::{documents, encode, JsonText};
 use super::schema::{self, family, quote_ident, wire, write_sql, Wire};
-use crate::config::destination::{PostgresPayloadType, WriteMode};
 use crate::config::IdempotencyKey;
 use crate::envelope::{normalize, Delivery, Envelope};
-use crate::sinks::util::columns::{
+use crate::sinks::database::columns::{
     plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey, DEFAULT_LAYOUT,
 };
+use crate::sinks::database::config::WriteMode;
 
 #[test]
 fn sqlstate_classes() {
@@ -393,7 +394,9 @@ fn json_text_is_sent_as_binary_jsonb_or_plain_json() {
 
 #[test]
 fn config_problems_and_target_never_show_a_password() {
-    use crate::config::destination::{MysqlConfig, PostgresConfig};
+    use crate::sinks::mysql::MysqlConfig;
+    use crate::sinks::postgres::PostgresConfig;
+    use crate::sinks::settings::DestinationSettings;
     let pg: PostgresConfig = serde_json::from_value(serde_json::json!({
         "url": "postgres://u:hunter2@db:6543/shop", "table": "t"
     }))

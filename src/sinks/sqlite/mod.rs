@@ -8,10 +8,12 @@
 //! into a database file that was moved or deleted while open.
 
 mod classify;
+pub mod config;
 mod schema;
 mod sink;
 #[cfg(test)]
 mod tests;
 
 pub use classify::classify;
+pub use config::{SqliteConfig, SqliteSynchronous};
 pub use sink::SqliteSink;

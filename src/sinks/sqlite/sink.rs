@@ -16,8 +16,8 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use time::OffsetDateTime;
 
 use super::classify::classify;
+use super::config::SqliteConfig;
 use super::schema;
-use crate::config::SqliteConfig;
 use crate::envelope::{rfc3339, write_rfc3339, Envelope, RFC3339_LEN};
 use crate::sinks::blocking::BlockingSink;
 use crate::sinks::util::file_identity::FileIdentity;

@@ -9,9 +9,10 @@ use rusqlite::{ffi, Connection, TransactionBehavior};
 use time::OffsetDateTime;
 
 use super::classify::classify;
+use super::config::{SqliteConfig, SqliteSynchronous};
 use super::schema::{self, ColumnInfo};
 use super::SqliteSink;
-use crate::config::{IdempotencyKey, SqliteConfig, SqliteSynchronous};
+use crate::config::IdempotencyKey;
 use crate::envelope::{normalize, rfc3339, Delivery, Envelope};
 use crate::sinks::{Sink, SinkError};
 

@@ -1,8 +1,7 @@
-//! Helpers shared by destinations: I/O error classification, the guard that notices
-//! when a file a sink writes has been removed or replaced underneath it, and (for the
-//! database destinations) the column mapping.
+//! Helpers shared by destinations: I/O error classification and the guard that notices
+//! when a file a sink writes has been removed or replaced underneath it. The database
+//! family's shared parts live in [`super::database`].
 
-pub mod columns;
 pub mod file_identity;
 
 use super::SinkError;

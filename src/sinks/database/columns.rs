@@ -8,15 +8,11 @@
 //! may receive which kind of value (checked at start-up, so a wrong table is a
 //! configuration error and not a stream of rejected messages), and on which unique key
 //! makes a write idempotent. Each database only says how its column types fall into the
-//! [`Family`] classes and how a [`Cell`] travels on its wire.
+//! [`Family`] classes and how a [`Cell`](super::cells::Cell) travels on its wire. The values
+//! themselves are taken from envelopes in [`super::cells`], so this part, which config
+//! validation also uses, does not depend on the message model.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
-
-use serde_json::Value;
-use time::OffsetDateTime;
-
-use crate::envelope::Envelope;
 
 /// An envelope field a column can be mapped from, written `$name` in the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -550,145 +546,9 @@ pub fn choose_key<'k>(
     })
 }
 
-/// One column's value for one envelope, before a database encodes it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Cell<'a> {
-    /// SQL `NULL` (an absent optional field, a missing or `null` JSON pointer target).
-    Null,
-    /// A string.
-    Text(Cow<'a, str>),
-    /// A non-negative integer.
-    UInt(u64),
-    /// A point in time.
-    Timestamp(OffsetDateTime),
-    /// A JSON document, serialized.
-    Json(String),
-    /// Raw bytes (the payload).
-    Bytes(&'a [u8]),
-    /// A value found at a JSON pointer (never `null`).
-    Value(&'a Value),
-}
-
-/// The value `source` gives for `envelope`. `document` is the payload parsed as JSON
-/// when the mapping has pointers; `written_at` is the batch's write time.
-pub fn cell<'a>(
-    source: &'a Source,
-    envelope: &'a Envelope,
-    document: Option<&'a Value>,
-    written_at: OffsetDateTime,
-) -> Cell<'a> {
-    let text = |s: &'a str| Cell::Text(Cow::Borrowed(s));
-    let opt = |s: &'a Option<String>| s.as_deref().map_or(Cell::Null, text);
-    match source {
-        Source::Field(f) => match f {
-            Field::Subject => text(&envelope.subject),
-            Field::Stream => text(&envelope.stream),
-            Field::Consumer => text(&envelope.consumer),
-            Field::StreamSequence => Cell::UInt(envelope.stream_sequence),
-            Field::ConsumerSequence => Cell::UInt(envelope.consumer_sequence),
-            Field::Delivered => Cell::UInt(envelope.delivered),
-            Field::PublishedAt => Cell::Timestamp(envelope.published_at),
-            Field::WrittenAt => Cell::Timestamp(written_at),
-            Field::MessageId => opt(&envelope.message_id),
-            Field::IdempotencyKey => text(&envelope.idempotency_key),
-            Field::Headers => Cell::Json(envelope.headers_json().to_string()),
-            Field::Priority => opt(&envelope.priority),
-            Field::Lane => opt(&envelope.lane),
-            Field::Classification => opt(&envelope.classification),
-            Field::Labels => {
-                Cell::Json(serde_json::to_string(&envelope.labels).unwrap_or_else(|_| "[]".into()))
-            }
-            Field::Payload => Cell::Bytes(&envelope.payload[..]),
-        },
-        Source::Header(name) => envelope
-            .headers
-            .iter()
-            .rev()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .find_map(|(_, values)| values.last())
-            .map_or(Cell::Null, |v| text(v)),
-        Source::Pointer(p) => match document.and_then(|d| d.pointer(p)) {
-            None | Some(Value::Null) => Cell::Null,
-            Some(v) => Cell::Value(v),
-        },
-    }
-}
-
-/// The text form of a JSON value for a non-JSON column: a string's content, a number's
-/// digits, `true`/`false`, or the JSON text of an object or array.
-pub fn value_text(v: &Value) -> Cow<'_, str> {
-    match v {
-        Value::String(s) => Cow::Borrowed(s.as_str()),
-        Value::Number(n) => Cow::Owned(n.to_string()),
-        Value::Bool(b) => Cow::Borrowed(if *b { "true" } else { "false" }),
-        Value::Null => Cow::Borrowed("null"),
-        other => Cow::Owned(other.to_string()),
-    }
-}
-
-/// Whether `bytes` is one complete JSON document.
-pub fn is_json(bytes: &[u8]) -> bool {
-    serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
-}
-
-/// Parses the payload for JSON pointers. `Err` is a message naming the batch index,
-/// never the content.
-pub fn parse_document(envelope: &Envelope, index: usize) -> Result<Value, String> {
-    serde_json::from_slice(&envelope.payload).map_err(|e| {
-        format!(
-            "the payload of the message at batch index {index} is not JSON ({}, line {} \
-             column {}), but the column mapping reads it with JSON pointers",
-            classify_json_error(&e),
-            e.line(),
-            e.column()
-        )
-    })
-}
-
-/// Parses every payload as JSON when `plan` reads pointers; otherwise a vector of `None`.
-/// `Err((index, message))` names the first message whose payload is not JSON.
-pub fn parse_documents(
-    batch: &[Envelope],
-    plan: &TablePlan,
-) -> Result<Vec<Option<Value>>, (usize, String)> {
-    if !plan.needs_document() {
-        return Ok(vec![None; batch.len()]);
-    }
-    batch
-        .iter()
-        .enumerate()
-        .map(|(i, e)| parse_document(e, i).map(Some).map_err(|m| (i, m)))
-        .collect()
-}
-
-fn classify_json_error(e: &serde_json::Error) -> &'static str {
-    match e.classify() {
-        serde_json::error::Category::Io => "read error",
-        serde_json::error::Category::Syntax => "syntax error",
-        serde_json::error::Category::Data => "data error",
-        serde_json::error::Category::Eof => "truncated",
-    }
-}
-
-/// The row indices to write, after dropping earlier envelopes whose key a later one of
-/// the same batch repeats (an upsert may not touch one row twice in a statement). The
-/// last delivery of a key wins, as it would across batches.
-pub fn last_of_each_key<K: std::hash::Hash + Eq>(keys: Vec<K>) -> Vec<usize> {
-    let mut last = std::collections::HashMap::with_capacity(keys.len());
-    for (i, k) in keys.into_iter().enumerate() {
-        last.insert(k, i);
-    }
-    let mut keep: Vec<usize> = last.into_values().collect();
-    keep.sort_unstable();
-    keep
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::IdempotencyKey;
-    use crate::envelope::{normalize, Delivery};
-    use bytes::Bytes;
 
     #[test]
     fn sources_parse_or_say_why_not() {
@@ -881,73 +741,5 @@ mod tests {
         assert!(plan.columns[0].key);
         assert!(!plan.columns[1].key);
         assert!(plan.needs_document());
-    }
-
-    fn envelope() -> Envelope {
-        let mut e = normalize(
-            "orders.new",
-            Delivery {
-                stream: "ORDERS",
-                consumer: "sink",
-                stream_sequence: 7,
-                consumer_sequence: 9,
-                delivered: 2,
-                published: OffsetDateTime::UNIX_EPOCH,
-            },
-            [("X-Trace", "t1"), ("x-trace", "t2"), ("Nats-Msg-Id", "m")],
-            Bytes::from_static(br#"{"order":{"id":5,"tags":["a"]},"n":null,"s":"x"}"#),
-            IdempotencyKey::StreamSequence,
-        );
-        e.labels = vec!["l".into()];
-        e
-    }
-
-    #[test]
-    fn cells_take_their_values_from_the_envelope_and_payload() {
-        let e = envelope();
-        let doc: Value = serde_json::from_slice(&e.payload).unwrap();
-        let now = OffsetDateTime::now_utc();
-        let get = |s: &str| {
-            let source = parse_source(s).unwrap();
-            format!("{:?}", cell(&source, &e, Some(&doc), now))
-        };
-        assert_eq!(get("$stream_sequence"), "UInt(7)");
-        assert_eq!(get("$consumer_sequence"), "UInt(9)");
-        assert_eq!(get("$delivered"), "UInt(2)");
-        assert_eq!(get("$subject"), "Text(\"orders.new\")");
-        assert_eq!(get("$message_id"), "Text(\"m\")");
-        assert_eq!(get("$idempotency_key"), "Text(\"ORDERS:7\")");
-        assert_eq!(get("$priority"), "Null");
-        assert_eq!(get("$labels"), "Json(\"[\\\"l\\\"]\")");
-        assert_eq!(get("$header:X-TRACE"), "Text(\"t2\")");
-        assert_eq!(get("$header:absent"), "Null");
-        assert_eq!(get("/order/id"), "Value(Number(5))");
-        assert_eq!(get("/n"), "Null");
-        assert_eq!(get("/missing/deep"), "Null");
-        assert_eq!(
-            cell(&Source::Field(Field::WrittenAt), &e, None, now),
-            Cell::Timestamp(now)
-        );
-        assert_eq!(
-            cell(&Source::Field(Field::Payload), &e, None, now),
-            Cell::Bytes(&e.payload[..])
-        );
-    }
-
-    #[test]
-    fn value_text_renders_scalars_plainly() {
-        assert_eq!(value_text(&serde_json::json!("a\"b")), "a\"b");
-        assert_eq!(value_text(&serde_json::json!(12.5)), "12.5");
-        assert_eq!(value_text(&serde_json::json!(true)), "true");
-        assert_eq!(value_text(&serde_json::json!([1, "x"])), "[1,\"x\"]");
-        assert!(is_json(b" {\"a\": [1]} "));
-        assert!(!is_json(b"{\"a\": [1]} x"));
-        assert!(!is_json(b""));
-    }
-
-    #[test]
-    fn last_of_each_key_keeps_order_and_the_last_duplicate() {
-        assert_eq!(last_of_each_key(vec!["a", "b", "a", "c", "b"]), [2, 3, 4]);
-        assert_eq!(last_of_each_key(Vec::<u8>::new()), Vec::<usize>::new());
     }
 }

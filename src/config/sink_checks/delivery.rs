@@ -1,0 +1,96 @@
+//! The sink's `delivery` section: batching, timeouts, retry, and the randomizer, including
+//! the randomizer's offline check of the consumer it will run on.
+
+use super::paths::SinkPaths;
+use crate::config::issue::Issues;
+use crate::config::randomizer;
+use crate::config::raw::{DeliveryConfig, SourceConfig};
+
+/// Checks `delivery.randomizer`, and the consumer settings it needs unless told to skip
+/// them.
+pub(crate) fn check_randomizer(
+    d: &DeliveryConfig,
+    source: &SourceConfig,
+    p: &SinkPaths,
+    issues: &mut Issues,
+) {
+    issues.0.extend(randomizer::validate_randomizer(
+        &d.randomizer,
+        &format!("{}.randomizer", p.delivery),
+        d.batch_size,
+    ));
+    if d.randomizer.enabled && !d.randomizer.skip_startup_checks {
+        // The same checks run against the live consumer at start-up; catching them here
+        // lets `validate` report them offline.
+        for problem in randomizer::check_consumer(
+            &d.randomizer,
+            d.batch_size,
+            source.max_ack_pending,
+            source.max_deliver,
+            source.ack_wait_ms,
+            d.batch_timeout_ms,
+        ) {
+            issues.push(format!("{}.randomizer", p.delivery), problem);
+        }
+    }
+}
+
+/// Checks the batch, timeout and retry ranges; `ack_wait_ms` is the source's, which the
+/// batch timeout must stay below.
+pub(crate) fn check(d: &DeliveryConfig, ack_wait_ms: u64, p: &SinkPaths, issues: &mut Issues) {
+    issues.range(
+        format!("{}.batch_size", p.delivery),
+        d.batch_size,
+        1,
+        10_000,
+    );
+    issues.range(
+        format!("{}.max_batch_bytes", p.delivery),
+        d.max_batch_bytes,
+        1_024,
+        64 * 1024 * 1024,
+    );
+    issues.range(
+        format!("{}.batch_timeout_ms", p.delivery),
+        d.batch_timeout_ms,
+        10,
+        60_000,
+    );
+    if d.batch_timeout_ms >= ack_wait_ms {
+        issues.push(
+            format!("{}.batch_timeout_ms", p.delivery),
+            format!(
+                "must be below the source's ack_wait_ms ({}), got {}",
+                ack_wait_ms, d.batch_timeout_ms
+            ),
+        );
+    }
+    issues.range(
+        format!("{}.shutdown_timeout_ms", p.delivery),
+        d.shutdown_timeout_ms,
+        0,
+        600_000,
+    );
+    let r = &d.retry;
+    issues.range(
+        format!("{}.retry.initial_backoff_ms", p.delivery),
+        r.initial_backoff_ms,
+        1,
+        60_000,
+    );
+    if r.max_backoff_ms < r.initial_backoff_ms || r.max_backoff_ms > 3_600_000 {
+        issues.push(
+            format!("{}.retry.max_backoff_ms", p.delivery),
+            format!(
+                "must be between initial_backoff_ms ({}) and 3600000, got {}",
+                r.initial_backoff_ms, r.max_backoff_ms
+            ),
+        );
+    }
+    if !(1.0..=10.0).contains(&r.multiplier) {
+        issues.push(
+            format!("{}.retry.multiplier", p.delivery),
+            format!("must be between 1.0 and 10.0, got {}", r.multiplier),
+        );
+    }
+}

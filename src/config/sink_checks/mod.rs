@@ -1,0 +1,51 @@
+//! The checks of one sink, by section, run in a fixed order so issues come out in the same
+//! order on every run: dead letter, planned sections, lanes, metadata, randomizer, source,
+//! delivery, destination.
+//!
+//! Each section is its own file and imports only leaves ([`paths`], the config's `issue`
+//! and `names`) and the section types it checks, never this module or `validate`.
+
+mod dead_letter;
+mod delivery;
+mod destination;
+mod lanes;
+mod metadata;
+mod paths;
+mod source;
+
+pub(crate) use paths::SinkPaths;
+
+use super::issue::Issues;
+use super::model::SinkSpec;
+use super::raw::RawSink;
+
+/// Checks one sink and, when its destination could be read, turns it into the model;
+/// every problem goes into `issues` either way.
+pub(crate) fn check_sink(
+    name: String,
+    p: SinkPaths,
+    raw: RawSink,
+    issues: &mut Issues,
+) -> Option<SinkSpec> {
+    dead_letter::check(raw.dead_letter.as_ref(), &p, issues);
+    dead_letter::check_planned(raw.encryption.as_ref(), raw.results.as_ref(), &p, issues);
+    lanes::check(&raw.delivery, &raw.source, &p, issues);
+    metadata::check(
+        raw.message_metadata.as_ref(),
+        &raw.delivery.priority_lanes,
+        &p,
+        issues,
+    );
+    delivery::check_randomizer(&raw.delivery, &raw.source, &p, issues);
+    source::check(&raw.source, &raw.delivery, &p, issues);
+    delivery::check(&raw.delivery, raw.source.ack_wait_ms, &p, issues);
+    let destination = destination::check(raw.destination, &p, issues)?;
+    Some(SinkSpec {
+        name,
+        source: raw.source,
+        delivery: raw.delivery,
+        metadata: raw.message_metadata,
+        dead_letter: raw.dead_letter,
+        destination,
+    })
+}

@@ -1,0 +1,140 @@
+//! The sink's `source`: stream and consumer names, filter subjects, consumer settings,
+//! random subject buckets and the stream created when missing.
+
+use super::paths::SinkPaths;
+use crate::config::issue::Issues;
+use crate::config::names::{check_subject, is_valid_name};
+use crate::config::randomizer;
+use crate::config::raw::{DeliveryConfig, SourceConfig};
+
+/// Checks the source; `d` is the sink's delivery section, whose batch size and lane
+/// subjects constrain it.
+pub(crate) fn check(s: &SourceConfig, d: &DeliveryConfig, p: &SinkPaths, issues: &mut Issues) {
+    check_name(&s.stream, &p.stream, "stream", issues);
+    check_name(&s.consumer, &p.consumer, "consumer", issues);
+    if s.subjects.len() > 1 {
+        issues.push(
+            p.subjects.clone(),
+            format!(
+                "one filter subject per sink (nats-server 2.9 ignores multiple filters), got {}",
+                s.subjects.len()
+            ),
+        );
+    }
+    for (i, subj) in s.subjects.iter().enumerate() {
+        let path = if p.section.is_empty() {
+            p.subjects.clone()
+        } else {
+            format!("{}[{i}]", p.subjects)
+        };
+        if let Err(why) = check_subject(subj) {
+            issues.push(path, format!("{why}: {subj:?}"));
+        }
+    }
+    issues.range(
+        format!("{}.ack_wait_ms", p.source),
+        s.ack_wait_ms,
+        1_000,
+        43_200_000,
+    );
+    if s.max_deliver == 0 || s.max_deliver < -1 {
+        issues.push(
+            format!("{}.max_deliver", p.source),
+            format!(
+                "must be -1 (unlimited) or at least 1, got {}",
+                s.max_deliver
+            ),
+        );
+    }
+    if s.max_ack_pending != -1 && s.max_ack_pending < d.batch_size as i64 {
+        issues.push(
+            format!("{}.max_ack_pending", p.source),
+            format!(
+                "must be -1 (unlimited) or at least delivery.batch_size ({}), got {}",
+                d.batch_size, s.max_ack_pending
+            ),
+        );
+    }
+    if !s.backoff_ms.is_empty() {
+        if s.max_deliver != -1 && s.backoff_ms.len() as i64 >= s.max_deliver {
+            issues.push(
+                format!("{}.backoff_ms", p.source),
+                format!(
+                    "needs fewer steps ({}) than max_deliver ({})",
+                    s.backoff_ms.len(),
+                    s.max_deliver
+                ),
+            );
+        }
+        for (i, b) in s.backoff_ms.iter().enumerate() {
+            issues.range(format!("{}.backoff_ms[{i}]", p.source), *b, 1, 43_200_000);
+        }
+    }
+    if let Some(b) = &s.buckets {
+        let path = format!("{}.buckets", p.source);
+        issues.0.extend(randomizer::validate_buckets(b, &path));
+        issues.0.extend(randomizer::validate_bucket_consumer(
+            &s.consumer,
+            b.count,
+            &p.consumer,
+        ));
+        let wildcard = randomizer::bucket_wildcard(&b.prefix);
+        if !s.subjects.is_empty() && s.subjects != [wildcard.clone()] {
+            issues.push(
+                p.subjects.clone(),
+                format!("with buckets, leave it empty or set it to {wildcard:?} (each bucket consumer filters its own subject)"),
+            );
+        }
+    }
+    if let Some(cs) = &s.create_stream {
+        let base = format!("{}.create_stream", p.source);
+        let per_lane = d
+            .priority_lanes
+            .lanes
+            .iter()
+            .any(|l| !l.subjects.is_empty());
+        if cs.subjects.is_empty() && s.subjects.is_empty() && s.buckets.is_none() && !per_lane {
+            issues.push(
+                format!("{base}.subjects"),
+                "needed when the source has no filter subject",
+            );
+        }
+        for (i, subj) in cs.subjects.iter().enumerate() {
+            if let Err(why) = check_subject(subj) {
+                issues.push(format!("{base}.subjects[{i}]"), format!("{why}: {subj:?}"));
+            }
+        }
+        issues.range(format!("{base}.replicas"), cs.replicas, 1, 5);
+        issues.range(
+            format!("{base}.duplicate_window_ms"),
+            cs.duplicate_window_ms,
+            0,
+            604_800_000,
+        );
+        if cs.max_age_ms != 0 && cs.duplicate_window_ms > cs.max_age_ms {
+            issues.push(
+                format!("{base}.duplicate_window_ms"),
+                format!(
+                    "must not exceed max_age_ms ({}), got {}",
+                    cs.max_age_ms, cs.duplicate_window_ms
+                ),
+            );
+        }
+    }
+}
+
+/// Stream and consumer names: no whitespace, `.`, `*`, `>`, path separators or controls.
+fn check_name(name: &str, path: &str, what: &str, issues: &mut Issues) {
+    if name.is_empty() {
+        issues.push(path, format!("{what} name must not be empty"));
+        return;
+    }
+    if !is_valid_name(name) {
+        issues.push(
+            path,
+            format!(
+                "{what} name must be at most 255 characters without spaces, `.`, `*`, `>`, `/` or `\\`, got {name:?}"
+            ),
+        );
+    }
+}

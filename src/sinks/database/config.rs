@@ -1,0 +1,205 @@
+//! The settings the database destinations (PostgreSQL, MySQL/MariaDB) share: write mode,
+//! TLS, connection keys, identifier rules and timeouts, with the checks they share.
+//!
+//! Each database's own config (`sinks/postgres/config.rs`, `sinks/mysql/config.rs`) adds
+//! what only it has and runs [`database_problems`] first, so both report the same mistake
+//! with the same words at the same key.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::columns::Mapping;
+
+/// How a database destination treats a message whose key is already in the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Keep the row already there (`ON CONFLICT DO NOTHING`; MySQL: a no-op
+    /// `ON DUPLICATE KEY UPDATE`). A redelivery changes nothing.
+    #[default]
+    InsertIgnore,
+    /// Overwrite the row's other mapped columns with the newer delivery
+    /// (`ON CONFLICT ... DO UPDATE`; MySQL: `ON DUPLICATE KEY UPDATE`).
+    Upsert,
+}
+
+impl WriteMode {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteMode::InsertIgnore => "insert_ignore",
+            WriteMode::Upsert => "upsert",
+        }
+    }
+}
+
+/// TLS towards a database server (rustls).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseTlsConfig {
+    /// Require TLS and verify the server's certificate and host name. Default false
+    /// (plain TCP, for a server on the same host or a private network).
+    #[serde(default)]
+    pub enabled: bool,
+    /// PEM file of the certificate authorities to trust. Default: the system's roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
+}
+
+/// The default table name of every database destination.
+pub(crate) fn default_table() -> String {
+    "jetsink_events".into()
+}
+pub(crate) fn yes() -> bool {
+    true
+}
+pub(crate) fn default_db_connect_timeout_ms() -> u64 {
+    5_000
+}
+pub(crate) fn default_statement_timeout_ms() -> u64 {
+    30_000
+}
+
+/// How `validate` and the start-up log describe a database destination: its target, the
+/// write mode, and whether the table is the user's own (mapped columns).
+pub(crate) fn describe_table(target: String, mode: WriteMode, mapped: bool) -> String {
+    format!(
+        "{} ({}{})",
+        target,
+        mode.as_str(),
+        if mapped { ", mapped columns" } else { "" }
+    )
+}
+
+/// The settings both database destinations share, borrowed for validation.
+pub(crate) struct DatabaseKeys<'a> {
+    pub(crate) url: Option<&'a str>,
+    pub(crate) keys_given: bool,
+    pub(crate) host: Option<&'a str>,
+    pub(crate) password_env: Option<&'a str>,
+    pub(crate) password_file: Option<&'a str>,
+    pub(crate) tls: &'a DatabaseTlsConfig,
+    pub(crate) table: &'a str,
+    pub(crate) columns: Option<&'a BTreeMap<String, String>>,
+    pub(crate) payload_type_given: bool,
+    pub(crate) connect_timeout_ms: u64,
+    pub(crate) statement_timeout_ms: u64,
+}
+
+/// Borrows the shared settings of a database config (`self` in a `problems` method):
+/// PostgreSQL and MySQL name these fields alike, so one expansion serves both.
+macro_rules! database_keys {
+    ($c:expr) => {
+        $crate::sinks::database::config::DatabaseKeys {
+            url: $c.url.as_deref(),
+            keys_given: $c.host.is_some()
+                || $c.port.is_some()
+                || $c.user.is_some()
+                || $c.database.is_some(),
+            host: $c.host.as_deref(),
+            password_env: $c.password_env.as_deref(),
+            password_file: $c.password_file.as_deref(),
+            tls: &$c.tls,
+            table: &$c.table,
+            columns: $c.columns.as_ref(),
+            payload_type_given: $c.payload_type.is_some(),
+            connect_timeout_ms: $c.connect_timeout_ms,
+            statement_timeout_ms: $c.statement_timeout_ms,
+        }
+    };
+}
+pub(crate) use database_keys;
+
+/// `(key under the destination, message)` for every problem of the shared settings.
+pub(crate) fn database_problems(k: &DatabaseKeys<'_>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut push = |key: &str, message: String| out.push((key.to_string(), message));
+    if k.url.is_some() && k.keys_given {
+        push(
+            "url",
+            "give either `url` or `host`/`port`/`user`/`database`, not both".into(),
+        );
+    }
+    if k.host.is_some_and(|h| h.trim().is_empty()) {
+        push("host", "must not be empty".into());
+    }
+    if k.password_env.is_some() && k.password_file.is_some() {
+        push(
+            "password_file",
+            "give either `password_env` or `password_file`, not both".into(),
+        );
+    }
+    if k.password_env.is_some_and(str::is_empty) {
+        push("password_env", "must name an environment variable".into());
+    }
+    if k.password_file.is_some_and(|p| p.trim().is_empty()) {
+        push("password_file", "must not be empty".into());
+    }
+    if k.tls.ca_file.is_some() && !k.tls.enabled {
+        push("tls.ca_file", "needs `tls.enabled: true`".into());
+    }
+    if k.tls
+        .ca_file
+        .as_deref()
+        .is_some_and(|p| p.trim().is_empty())
+    {
+        push("tls.ca_file", "must not be empty".into());
+    }
+    if !is_sql_identifier(k.table) {
+        push(
+            "table",
+            format!(
+                "must be letters, digits and `_`, not starting with a digit, at most 63 characters, got {:?}",
+                k.table
+            ),
+        );
+    }
+    if let Some(columns) = k.columns {
+        if let Err(errors) = Mapping::parse(columns) {
+            for (column, message) in errors {
+                if column.is_empty() {
+                    push("columns", message);
+                } else {
+                    push(&format!("columns.{column}"), message);
+                }
+            }
+        }
+        if k.payload_type_given {
+            push(
+                "payload_type",
+                "applies to the default table only; with `columns` the column's own type decides"
+                    .into(),
+            );
+        }
+    }
+    if !(100..=600_000).contains(&k.connect_timeout_ms) {
+        push(
+            "connect_timeout_ms",
+            format!(
+                "must be between 100 and 600000, got {}",
+                k.connect_timeout_ms
+            ),
+        );
+    }
+    if !(1_000..=3_600_000).contains(&k.statement_timeout_ms) {
+        push(
+            "statement_timeout_ms",
+            format!(
+                "must be between 1000 and 3600000, got {}",
+                k.statement_timeout_ms
+            ),
+        );
+    }
+    out
+}
+
+pub(crate) fn is_sql_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {}
+        _ => return false,
+    }
+    s.len() <= 63 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}

@@ -1,0 +1,189 @@
+//! The PostgreSQL destination's settings and their checks; the settings it shares with
+//! MySQL are in [`crate::sinks::database::config`].
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::sinks::database::config::{
+    database_keys, database_problems, default_db_connect_timeout_ms, default_statement_timeout_ms,
+    default_table, describe_table, is_sql_identifier, yes, DatabaseTlsConfig, WriteMode,
+};
+use crate::sinks::settings::DestinationSettings;
+
+/// The PostgreSQL destination.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Connection URL `postgres://user@host:port/database`, instead of `host`, `port`,
+    /// `user` and `database`. It must not contain a password: use `password_env` or
+    /// `password_file`. Encryption is set with `tls`, not `sslmode`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Server host name or address. Default `127.0.0.1`.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Server port. Default 5432.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Role to log in as. Default `postgres`.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Database name. Default `postgres`.
+    #[serde(default)]
+    pub database: Option<String>,
+    /// Environment variable holding the password. Read at every connect, never logged.
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// File holding the password (a trailing newline is ignored). Read at every connect.
+    #[serde(default)]
+    pub password_file: Option<String>,
+    /// TLS settings. Default: no TLS.
+    #[serde(default)]
+    pub tls: DatabaseTlsConfig,
+    /// Schema of the table. Default: the first schema of the role's `search_path`
+    /// (normally `public`).
+    #[serde(default)]
+    pub schema: Option<String>,
+    /// Table name (letters, digits, `_`; not starting with a digit; used exactly as
+    /// written). Default `jetsink_events`.
+    #[serde(default = "default_table")]
+    pub table: String,
+    /// Create the default table when it is missing (only at the first start: a table that
+    /// disappears later is waited for, not re-created). Not used with `columns`, whose table
+    /// must exist. Default true.
+    #[serde(default = "yes")]
+    pub auto_create: bool,
+    /// `insert_ignore` (default) or `upsert`.
+    #[serde(default)]
+    pub mode: WriteMode,
+    /// Type of the default table's `payload` column: `bytea` (default, any payload) or
+    /// `jsonb` (JSON payloads stored natively; a payload that is not JSON is refused as
+    /// that message's permanent error). Not used with `columns`.
+    #[serde(default)]
+    pub payload_type: Option<PostgresPayloadType>,
+    /// Column mapping for a table of your own: column name → a JSON pointer into the
+    /// payload (`/order/id`) or an envelope field (`$subject`, `$stream_sequence`, ...; see
+    /// docs/sinks/postgres.md). Types are checked against the table at start-up. Default:
+    /// the jetsink table layout.
+    #[serde(default)]
+    pub columns: Option<std::collections::BTreeMap<String, String>>,
+    /// Batches of at least this many messages are written with binary `COPY` into a
+    /// temporary table and one `INSERT ... SELECT`; smaller ones with one multi-row
+    /// `INSERT`. 0 never uses `COPY`. Default 4000 (measured: below that the multi-row
+    /// `INSERT` is as fast or faster).
+    #[serde(default = "default_copy_threshold")]
+    pub copy_threshold: u32,
+    /// How long connecting may take, in milliseconds. Default 5000.
+    #[serde(default = "default_db_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Longest a batch's write may take before it is abandoned and retried, in
+    /// milliseconds (also the server's `statement_timeout`). Default 30000.
+    #[serde(default = "default_statement_timeout_ms")]
+    pub statement_timeout_ms: u64,
+}
+
+/// Storage type of the default PostgreSQL table's `payload` column.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PostgresPayloadType {
+    /// Raw bytes, any payload.
+    #[default]
+    Bytea,
+    /// Parsed JSON; non-JSON payloads are refused.
+    Jsonb,
+}
+
+impl PostgresConfig {
+    /// A stable, secret-free name of the table written to, for conflict checks and logs.
+    pub fn target(&self) -> String {
+        let (host, port, database) = match self
+            .url
+            .as_deref()
+            .map(str::parse::<tokio_postgres::Config>)
+        {
+            Some(Ok(c)) => (
+                c.get_hosts()
+                    .first()
+                    .map(|h| match h {
+                        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+                        #[cfg(unix)]
+                        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+                    })
+                    .unwrap_or_else(|| "localhost".into()),
+                c.get_ports().first().copied().unwrap_or(5432),
+                c.get_dbname()
+                    .or(c.get_user())
+                    .unwrap_or("postgres")
+                    .to_string(),
+            ),
+            _ => (
+                self.host.clone().unwrap_or_else(|| "127.0.0.1".into()),
+                self.port.unwrap_or(5432),
+                self.database.clone().unwrap_or_else(|| "postgres".into()),
+            ),
+        };
+        let schema = self.schema.as_deref().unwrap_or("(search_path)");
+        format!(
+            "postgres://{host}:{port}/{database} table {schema}.{}",
+            self.table
+        )
+    }
+}
+
+impl DestinationSettings for PostgresConfig {
+    fn problems(&self) -> Vec<(String, String)> {
+        let mut out = database_problems(&database_keys!(self));
+        if let Some(url) = &self.url {
+            match url.parse::<tokio_postgres::Config>() {
+                Err(e) => out.push((
+                    "url".into(),
+                    format!("not a PostgreSQL connection URL: {e}"),
+                )),
+                Ok(c) => {
+                    if c.get_password().is_some() {
+                        out.push((
+                            "url".into(),
+                            "must not contain a password: use `password_env` or `password_file`"
+                                .into(),
+                        ));
+                    }
+                    if c.get_ssl_mode() == tokio_postgres::config::SslMode::Require
+                        && !self.tls.enabled
+                    {
+                        out.push((
+                            "url".into(),
+                            "sslmode=require needs `tls.enabled: true` (jetsink sets TLS from `tls`)"
+                                .into(),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(s) = &self.schema {
+            if !is_sql_identifier(s) {
+                out.push((
+                    "schema".into(),
+                    format!(
+                        "must be letters, digits and `_`, not starting with a digit, got {s:?}"
+                    ),
+                ));
+            }
+        }
+        if self.database.as_deref().is_some_and(str::is_empty) {
+            out.push(("database".into(), "must not be empty".into()));
+        }
+        out
+    }
+
+    fn describe(&self) -> String {
+        describe_table(self.target(), self.mode, self.columns.is_some())
+    }
+
+    fn target(&self) -> String {
+        PostgresConfig::target(self)
+    }
+}
+
+fn default_copy_threshold() -> u32 {
+    4_000
+}
