@@ -9,8 +9,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use tokio::sync::watch;
 
+use jetsink::cmd::{self, publish};
 use jetsink::config::{Config, LogFormat};
-use jetsink::{app, exit, logging, publish};
+use jetsink::{exit, logging};
 
 /// mimalloc instead of glibc malloc: the pipeline allocates a few small objects per
 /// message (the NATS client's message, the envelope's strings), and glibc's `malloc` and
@@ -119,7 +120,7 @@ enum MetricsCommand {
     /// Print a running daemon's /metrics as `kind name value` rows.
     Show {
         /// The daemon's metrics endpoint (plain HTTP).
-        #[arg(long, default_value = jetsink::metrics_show::DEFAULT_URL)]
+        #[arg(long, default_value = jetsink::cmd::metrics_show::DEFAULT_URL)]
         url: String,
         /// Show only metrics whose name matches this glob (`*`, `?`), with or without the
         /// `jetsink_` prefix, e.g. "priority_lane_*". Histogram buckets only when it
@@ -230,7 +231,7 @@ async fn dispatch(command: Command) -> u8 {
                     filter_error_class,
                 },
         } => {
-            let opts = jetsink::dlq::replay::Options {
+            let opts = jetsink::cmd::dlq_replay::Options {
                 limit,
                 dry_run,
                 error_class: filter_error_class,
@@ -333,7 +334,7 @@ async fn dispatch(command: Command) -> u8 {
 }
 
 async fn bench(args: BenchArgs) -> u8 {
-    use jetsink::bench::{self, Target};
+    use jetsink::cmd::bench::{self, Target};
     use jetsink::config::{DestinationConfig, FileConfig, SqliteConfig, SqliteSynchronous};
     use std::io::IsTerminal;
     logging::init("warn", LogFormat::Text);
@@ -416,7 +417,7 @@ async fn bench(args: BenchArgs) -> u8 {
 }
 
 async fn metrics_show(url: String, metric: Option<String>, format: ShowFormat) -> u8 {
-    use jetsink::metrics_show::{show, Format};
+    use jetsink::cmd::metrics_show::{show, Format};
     let format = match format {
         ShowFormat::Table => Format::Table,
         ShowFormat::Json => Format::Json,
@@ -441,7 +442,7 @@ async fn metrics_show(url: String, metric: Option<String>, format: ShowFormat) -
     }
 }
 
-async fn dlq_replay(path: PathBuf, sink: String, opts: jetsink::dlq::replay::Options) -> u8 {
+async fn dlq_replay(path: PathBuf, sink: String, opts: jetsink::cmd::dlq_replay::Options) -> u8 {
     logging::init("warn", LogFormat::Text);
     let cfg = match Config::load(&path) {
         Ok(c) => c,
@@ -469,7 +470,7 @@ async fn dlq_replay(path: PathBuf, sink: String, opts: jetsink::dlq::replay::Opt
         }
     };
     let js = async_nats::jetstream::new(client.clone());
-    match jetsink::dlq::replay::run(&js, &sink, dl, &opts).await {
+    match jetsink::cmd::dlq_replay::run(&js, &sink, dl, &opts).await {
         Ok(lines) => {
             for l in &lines {
                 println!(
@@ -517,7 +518,7 @@ async fn run(path: PathBuf) -> u8 {
         .unwrap_or(0);
     let (tx, rx) = watch::channel(false);
     let signalled = tokio::spawn(wait_for_signal(tx));
-    let daemon = app::run(config, rx);
+    let daemon = cmd::run::run(config, rx);
     tokio::pin!(daemon);
     let result = tokio::select! {
         r = &mut daemon => r,
@@ -525,7 +526,7 @@ async fn run(path: PathBuf) -> u8 {
             // Once a signal arrived, bound the wait for the runners to settle.
             let _ = signalled.await;
             tokio::time::sleep(Duration::from_millis(grace) + Duration::from_secs(5)).await;
-        } => Err(app::AppError::Other("shutdown did not finish in time; unacked messages will be redelivered".into())),
+        } => Err(cmd::run::AppError::Other("shutdown did not finish in time; unacked messages will be redelivered".into())),
     };
     match result {
         Ok(()) => {

@@ -9,8 +9,8 @@
 use async_nats::jetstream::{self, stream::RawMessageErrorKind};
 use async_nats::HeaderMap;
 
-use super::copy;
 use crate::config::dead_letter::DeadLetterConfig;
+use crate::dlq::copy;
 
 /// What to replay.
 #[derive(Debug, Clone, Default)]

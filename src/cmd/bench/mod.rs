@@ -22,6 +22,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
+use crate::cmd::publish::{publish, PublishPlan};
 use crate::config::{
     DeliveryConfig, DestinationConfig, FileConfig, SinkSpec, SourceConfig, SqliteConfig,
     SqliteSynchronous,
@@ -30,7 +31,6 @@ use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::nats::{bind, fetch_batch, FetchLimits};
 use crate::pipeline::{Binding, Observers, Runner};
-use crate::publish::{publish, PublishPlan};
 use crate::sinks;
 use stats::{median, Pass};
 
