@@ -9,9 +9,12 @@
 //! because the machine is noisy; the report gives medians and each pair's ratio. The
 //! stream is deleted at the end, whatever happened.
 
+mod cli;
 pub mod probe;
 pub mod stats;
 pub mod verify;
+
+pub use cli::{execute, Args};
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

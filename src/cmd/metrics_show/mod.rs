@@ -473,12 +473,12 @@ pub fn fetch(url: &str, timeout: Duration) -> Result<String, FetchError> {
     })
 }
 
-/// Output format of `metrics show`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Output format of `metrics show`; the variants' doc comments are the `--format` help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
-    /// Aligned `kind name value` columns.
+    /// Aligned kind, name, value columns.
     Table,
-    /// One JSON array.
+    /// A JSON array of {kind, name, labels, value}.
     Json,
 }
 
@@ -511,6 +511,51 @@ pub fn show(url: &str, glob: Option<&str>, format: Format) -> Result<Shown, Fetc
         text,
         rows: rows.len(),
     })
+}
+
+/// `jetsink metrics show`'s flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The daemon's metrics endpoint (plain HTTP).
+    #[arg(long, default_value = DEFAULT_URL)]
+    url: String,
+    /// Show only metrics whose name matches this glob (`*`, `?`), with or without the
+    /// `jetsink_` prefix, e.g. "priority_lane_*". Histogram buckets only when it
+    /// contains `_bucket`.
+    #[arg(long)]
+    metric: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+/// `jetsink metrics show`: reads and prints the selected rows (`no metric matches` on
+/// stderr when none); the exit code says why reading failed ([`FetchError::exit_code`]).
+pub async fn execute(args: Args) -> u8 {
+    let Args {
+        url,
+        metric,
+        format,
+    } = args;
+    // `ureq` blocks; keep it off the async runtime's worker threads.
+    let shown = tokio::task::spawn_blocking(move || show(&url, metric.as_deref(), format)).await;
+    match shown {
+        Ok(Ok(shown)) => {
+            super::emit(shown.text.trim_end_matches('\n'));
+            if shown.rows == 0 {
+                eprintln!("no metric matches");
+            }
+            crate::exit::OK
+        }
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            crate::exit::FAILURE
+        }
+    }
 }
 
 #[cfg(test)]
