@@ -146,6 +146,9 @@ pub struct Args {
     /// Publishes awaiting their PubAck at once.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
     window: u64,
+    // This doc comment is the flag's `--help` text, which writes placeholders the way
+    // clap does; rustdoc would read them as HTML tags.
+    #[allow(rustdoc::invalid_html_tags)]
     /// Random subject buckets: publish each message to <PREFIX>.<i>, i uniform in
     /// 0..BUCKETS (replaces --subject).
     #[arg(long, requires = "buckets")]
