@@ -9,16 +9,15 @@
 //! - [`pipeline`]: retry policy and the per-sink runner, the only code that ACKs.
 //! - [`sinks`]: the `Sink` trait, its error classes, one folder per destination (its
 //!   settings included), and the registry that lists them.
-//! - [`dlq`]: dead-letter copies, the max-deliveries advisory listener, replay.
+//! - [`dlq`]: dead-letter copies and the max-deliveries advisory listener.
 //! - [`metrics`], [`health`], [`server`]: Prometheus metrics, liveness/readiness, HTTP.
-//! - [`metrics_show`]: `jetsink metrics show`, reading a running daemon's `/metrics`.
-//! - [`app`]: `jetsink run` wiring; [`publish`]: the test publisher; [`bench`]: the
-//!   benchmark against the bare-consumer ceiling.
+//! - [`cmd`]: one module per command of the `jetsink` binary: `run` (the daemon's
+//!   wiring), `validate`, `schema`, `publish` (the test publisher), `bench` (the benchmark
+//!   against the bare-consumer ceiling), `metrics show`, `dlq replay`.
 //! - [`logging`], [`exit`]: log setup and process exit codes.
 #![deny(missing_docs)]
 
-pub mod app;
-pub mod bench;
+pub mod cmd;
 pub mod config;
 pub mod dlq;
 pub mod envelope;
@@ -27,9 +26,7 @@ pub mod health;
 pub mod logging;
 pub mod metadata;
 pub mod metrics;
-pub mod metrics_show;
 pub mod nats;
 pub mod pipeline;
-pub mod publish;
 pub mod server;
 pub mod sinks;

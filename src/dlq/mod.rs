@@ -1,10 +1,10 @@
 //! The dead-letter queue: copies of refused messages, published to NATS with their error
-//! context before the original is ACKed; the listener for the server's max-deliveries
-//! advisories; and `jetsink dlq replay`.
+//! context before the original is ACKed; and the listener for the server's max-deliveries
+//! advisories. `jetsink dlq replay` lives with the other commands, in
+//! [`crate::cmd::dlq_replay`].
 
 pub mod advisory;
 pub mod copy;
-pub mod replay;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 
-use super::BenchError;
+use super::error::BenchError;
 use crate::config::{DestinationConfig, SinkSpec};
 
 /// Checks the destination and the consumer; returns a one-line description on success.

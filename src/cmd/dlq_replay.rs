@@ -6,11 +6,16 @@
 //! original stream acknowledged the republish. A crash between the two leaves the copy in
 //! place; replaying it again is absorbed by the sink's idempotent writes.
 
+use std::path::PathBuf;
+
 use async_nats::jetstream::{self, stream::RawMessageErrorKind};
 use async_nats::HeaderMap;
 
-use super::copy;
 use crate::config::dead_letter::DeadLetterConfig;
+use crate::config::{Config, LogFormat};
+use crate::dlq::copy;
+use crate::exit;
+use crate::metrics::Metrics;
 
 /// What to replay.
 #[derive(Debug, Clone, Default)]
@@ -154,6 +159,100 @@ pub async fn run(
         });
     }
     Ok(lines)
+}
+
+/// `jetsink dlq replay`'s flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The JSON config file.
+    #[arg(long, short)]
+    config: PathBuf,
+    /// The sink whose dead letters to replay.
+    #[arg(long)]
+    sink: String,
+    /// Replay at most this many.
+    #[arg(long)]
+    limit: Option<u64>,
+    /// List what would be replayed; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Only messages with this Jetsink-Error-Class (e.g. permanent).
+    #[arg(long)]
+    filter_error_class: Option<String>,
+}
+
+/// `jetsink dlq replay`: finds the sink's dead-letter settings in the config, replays,
+/// and prints one line per copy examined and a total; a config problem is exit 78, NATS
+/// trouble exit 69.
+pub async fn execute(args: Args) -> u8 {
+    let Args {
+        config: path,
+        sink,
+        limit,
+        dry_run,
+        filter_error_class,
+    } = args;
+    let opts = Options {
+        limit,
+        dry_run,
+        error_class: filter_error_class,
+    };
+    crate::logging::init("warn", LogFormat::Text);
+    let cfg = match Config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::CONFIG;
+        }
+    };
+    let Some(spec) = cfg.sinks.iter().find(|s| s.name == sink) else {
+        eprintln!("error: {}: no sink named {sink:?}", path.display());
+        return exit::CONFIG;
+    };
+    let Some(dl) = spec.dead_letter.as_ref() else {
+        eprintln!(
+            "error: {}: sink {sink} has no dead_letter section",
+            path.display()
+        );
+        return exit::CONFIG;
+    };
+    let client = match crate::nats::connect(&cfg.nats, &Metrics::new()).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::UNAVAILABLE;
+        }
+    };
+    let js = jetstream::new(client.clone());
+    match run(&js, &sink, dl, &opts).await {
+        Ok(lines) => {
+            for l in &lines {
+                println!(
+                    "dlq seq {:<8} {:<10} -> {:<40} {}",
+                    l.dlq_sequence, l.error_class, l.original_subject, l.outcome
+                );
+            }
+            let done = lines
+                .iter()
+                .filter(|l| l.outcome == "replayed" || l.outcome == "would replay")
+                .count();
+            println!(
+                "{} {done} of {} dead letter(s) examined for sink {sink}",
+                if opts.dry_run {
+                    "would replay"
+                } else {
+                    "replayed"
+                },
+                lines.len()
+            );
+            let _ = client.flush().await;
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::UNAVAILABLE
+        }
+    }
 }
 
 #[cfg(test)]

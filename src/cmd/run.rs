@@ -246,3 +246,73 @@ async fn open_destination(spec: &SinkSpec) -> Result<Box<dyn sinks::Sink>, AppEr
     })?;
     Ok(sink)
 }
+
+/// `jetsink run`'s flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The JSON config file.
+    #[arg(long, short)]
+    config: std::path::PathBuf,
+}
+
+/// `jetsink run`: loads the config, sets up logging and the shutdown signal, runs the
+/// daemon, and bounds the wait after a signal by the largest `shutdown_timeout_ms` plus
+/// 5 s; the exit code.
+pub async fn execute(args: Args) -> u8 {
+    let config = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return crate::exit::CONFIG;
+        }
+    };
+    crate::logging::init(&config.logging.level, config.logging.format);
+    let grace = config
+        .sinks
+        .iter()
+        .map(|s| s.delivery.shutdown_timeout_ms)
+        .max()
+        .unwrap_or(0);
+    let (tx, rx) = watch::channel(false);
+    let signalled = tokio::spawn(wait_for_signal(tx));
+    let daemon = run(config, rx);
+    tokio::pin!(daemon);
+    let result = tokio::select! {
+        r = &mut daemon => r,
+        _ = async {
+            // Once a signal arrived, bound the wait for the runners to settle.
+            let _ = signalled.await;
+            tokio::time::sleep(Duration::from_millis(grace) + Duration::from_secs(5)).await;
+        } => Err(AppError::Other("shutdown did not finish in time; unacked messages will be redelivered".into())),
+    };
+    match result {
+        Ok(()) => {
+            tracing::info!("stopped cleanly");
+            crate::exit::OK
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "jetsink stopped with an error");
+            e.exit_code()
+        }
+    }
+}
+
+/// Turns the first SIGTERM or SIGINT into the shutdown signal.
+async fn wait_for_signal(tx: watch::Sender<bool>) {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = term => tracing::info!("SIGTERM received; stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; stopping"),
+    }
+    let _ = tx.send(true);
+}

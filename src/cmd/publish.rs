@@ -125,6 +125,86 @@ pub async fn publish(
     })
 }
 
+/// `jetsink publish`'s flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// NATS server URL.
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    server: String,
+    /// Subject to publish on (a stream must capture it).
+    #[arg(long, required_unless_present = "bucket_prefix")]
+    subject: Option<String>,
+    /// Number of messages.
+    #[arg(long, default_value_t = 1000)]
+    count: u64,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 200)]
+    size: usize,
+    /// Messages per second (default: as fast as PubAcks return).
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Publishes awaiting their PubAck at once.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    window: u64,
+    // This doc comment is the flag's `--help` text, which writes placeholders the way
+    // clap does; rustdoc would read them as HTML tags.
+    #[allow(rustdoc::invalid_html_tags)]
+    /// Random subject buckets: publish each message to <PREFIX>.<i>, i uniform in
+    /// 0..BUCKETS (replaces --subject).
+    #[arg(long, requires = "buckets")]
+    bucket_prefix: Option<String>,
+    /// Number of buckets for --bucket-prefix.
+    #[arg(long, requires = "bucket_prefix", value_parser = clap::value_parser!(u32).range(2..=256))]
+    buckets: Option<u32>,
+}
+
+/// `jetsink publish`: connects, publishes the plan and prints one summary line; a server
+/// that cannot be reached or a refused publish is exit 69.
+pub async fn execute(args: Args) -> u8 {
+    crate::logging::init("warn", crate::config::LogFormat::Text);
+    let server = args.server;
+    let client = match async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(server.as_str())
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot connect to NATS at {server}: {e}");
+            return crate::exit::UNAVAILABLE;
+        }
+    };
+    let js = jetstream::new(client.clone());
+    let plan = PublishPlan {
+        subject: args.subject.unwrap_or_default(),
+        count: args.count,
+        size: args.size,
+        rate: args.rate,
+        window: args.window as usize,
+        buckets: args.bucket_prefix.zip(args.buckets),
+    };
+    match publish(&js, &plan).await {
+        Ok(r) => {
+            println!(
+                "published {} messages of {} bytes to {} in {:.2}s ({:.0} msg/s)",
+                r.acknowledged,
+                plan.size,
+                match &plan.buckets {
+                    Some((p, n)) => format!("{n} random buckets {p}.*"),
+                    None => plan.subject.clone(),
+                },
+                r.elapsed.as_secs_f64(),
+                r.rate()
+            );
+            crate::exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: {e} (is there a stream capturing this subject? `jetsink run` creates one when the config has source.create_stream)");
+            crate::exit::UNAVAILABLE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

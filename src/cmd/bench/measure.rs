@@ -1,17 +1,6 @@
-//! `jetsink bench`: measures the real pipeline against the bare-consumer ceiling of the
-//! same server and machine, in one run, and checks that nothing was lost.
-//!
-//! A fresh, uniquely named file-storage stream is prefilled (or, with `--rate`, fed at a
-//! fixed offered load during each pass). The **ceiling** pass is a bare pull consumer that
-//! fetches the same batch size and ACKs each message, flushing once per batch. The
-//! **pipeline** pass runs [`crate::pipeline::Runner`] with the chosen destination: the
-//! code path of `jetsink run`, not a special fast path. Passes alternate `runs` times
-//! because the machine is noisy; the report gives medians and each pair's ratio. The
-//! stream is deleted at the end, whatever happened.
-
-pub mod probe;
-pub mod stats;
-pub mod verify;
+//! The two passes of `jetsink bench` and the report: a fresh stream per run, the ceiling
+//! (a bare pull consumer that ACKs) and the pipeline (the real runner and destination),
+//! alternated, then the verification that nothing was lost.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -22,16 +11,18 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 
+use super::error::BenchError;
+use super::stats::{median, Pass};
+use super::{probe, verify};
+use crate::cmd::publish::{publish, PublishPlan};
 use crate::config::{DeliveryConfig, DestinationConfig, SinkSpec, SourceConfig};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::nats::{bind, fetch_batch, FetchLimits};
 use crate::pipeline::{Binding, Observers, Runner};
-use crate::publish::{publish, PublishPlan};
 use crate::sinks;
 use crate::sinks::file::FileConfig;
 use crate::sinks::sqlite::{SqliteConfig, SqliteSynchronous};
-use stats::{median, Pass};
 
 /// Where the pipeline pass writes.
 #[derive(Debug, Clone)]
@@ -63,20 +54,6 @@ pub struct Options {
     pub target: Target,
     /// Draw a progress bar.
     pub progress: bool,
-}
-
-/// Why a benchmark failed.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// The server could not be reached or refused an operation.
-    #[error("{0}")]
-    Nats(String),
-    /// A destination could not be prepared.
-    #[error("{0}")]
-    Destination(String),
-    /// The run finished but lost or left messages.
-    #[error("verification failed: {0}")]
-    Lost(String),
 }
 
 /// The whole result, printed as a table or as one JSON object.

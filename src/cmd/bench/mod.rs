@@ -1,0 +1,176 @@
+//! `jetsink bench`: measures the real pipeline against the bare-consumer ceiling of the
+//! same server and machine, in one run, and checks that nothing was lost.
+//!
+//! A fresh, uniquely named file-storage stream is prefilled (or, with `--rate`, fed at a
+//! fixed offered load during each pass). The **ceiling** pass is a bare pull consumer that
+//! fetches the same batch size and ACKs each message, flushing once per batch. The
+//! **pipeline** pass runs [`crate::pipeline::Runner`] with the chosen destination: the
+//! code path of `jetsink run`, not a special fast path. Passes alternate `runs` times
+//! because the machine is noisy; the report gives medians and each pair's ratio. The
+//! stream is deleted at the end, whatever happened.
+//!
+//! This file is the command (its flags, the destination they describe, the printing of
+//! the report); the measurement in `measure.rs` takes plain [`Options`], so it does not
+//! depend on how they were typed.
+
+mod error;
+mod measure;
+pub mod probe;
+pub mod stats;
+pub mod verify;
+
+pub use error::BenchError;
+pub use measure::{run, Options, Report, Target};
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use crate::config::{Config, DestinationConfig, LogFormat};
+use crate::exit;
+use crate::sinks::file::FileConfig;
+use crate::sinks::sqlite::{SqliteConfig, SqliteSynchronous};
+
+/// `jetsink bench`'s flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// NATS server URL.
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    server: String,
+    /// Messages per pass.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    messages: u64,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 200)]
+    size: usize,
+    /// Destination of the pipeline pass.
+    #[arg(long, value_enum, default_value_t = BenchDestination::File)]
+    destination: BenchDestination,
+    /// Batch size of both passes.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    batch_size: u64,
+    /// File destination: fdatasync each batch.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    fsync: bool,
+    /// SQLite destination: synchronous pragma.
+    #[arg(long, value_enum, default_value_t = BenchSync::Full)]
+    synchronous: BenchSync,
+    /// Use this config file's sink (its destination and delivery settings) instead.
+    #[arg(long, requires = "sink")]
+    config: Option<PathBuf>,
+    /// The sink of --config to measure.
+    #[arg(long, requires = "config")]
+    sink: Option<String>,
+    /// Ceiling/pipeline pairs; medians are reported.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    runs: u64,
+    /// Offered load (msg/s) published during each pass instead of a prefilled backlog.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BenchDestination {
+    /// Store nothing (the pipeline's own cost).
+    None,
+    /// JSON Lines files in a temporary directory.
+    File,
+    /// SQLite in a temporary directory.
+    Sqlite,
+}
+
+// No doc comments on the variants: clap would print them as help for each value and
+// change `jetsink bench --help`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BenchSync {
+    Off,
+    Normal,
+    Full,
+    Extra,
+}
+
+/// `jetsink bench`: measures and prints the report (a table, or one JSON object with
+/// `--json`); an unusable `--config`/`--sink` is exit 78, NATS trouble exit 69.
+pub async fn execute(args: Args) -> u8 {
+    crate::logging::init("warn", LogFormat::Text);
+    let target = match target(&args) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let opts = Options {
+        server: args.server,
+        messages: args.messages,
+        size: args.size,
+        batch_size: args.batch_size as usize,
+        runs: args.runs as usize,
+        rate: args.rate,
+        target,
+        progress: !args.json && std::io::stderr().is_terminal(),
+    };
+    match run(opts).await {
+        Ok(report) => {
+            if args.json {
+                match serde_json::to_string(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return exit::FAILURE;
+                    }
+                }
+            } else {
+                print!("{}", report.to_text());
+            }
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            match e {
+                BenchError::Nats(_) => exit::UNAVAILABLE,
+                _ => exit::FAILURE,
+            }
+        }
+    }
+}
+
+/// The destination the flags name: a configured sink, or a built-in one with the bench's
+/// defaults. A config that does not load or lacks the sink is printed and exit 78.
+fn target(args: &Args) -> Result<Target, u8> {
+    if let (Some(path), Some(name)) = (&args.config, &args.sink) {
+        let cfg = Config::load(path).map_err(|e| {
+            eprintln!("error: {e}");
+            exit::CONFIG
+        })?;
+        return match cfg.sinks.into_iter().find(|s| &s.name == name) {
+            Some(s) => Ok(Target::Configured(Box::new(s))),
+            None => {
+                eprintln!("error: {}: no sink named {name:?}", path.display());
+                Err(exit::CONFIG)
+            }
+        };
+    }
+    Ok(match args.destination {
+        BenchDestination::None => Target::Discard,
+        BenchDestination::File => Target::Builtin(Box::new(DestinationConfig::File(FileConfig {
+            directory: String::new(),
+            fsync: args.fsync,
+            rotate_bytes: 128 * 1024 * 1024,
+            rotate_interval_ms: 0,
+            prefix: "events".into(),
+        }))),
+        BenchDestination::Sqlite => {
+            Target::Builtin(Box::new(DestinationConfig::Sqlite(SqliteConfig {
+                path: String::new(),
+                table: "jetsink_events".into(),
+                synchronous: match args.synchronous {
+                    BenchSync::Off => SqliteSynchronous::Off,
+                    BenchSync::Normal => SqliteSynchronous::Normal,
+                    BenchSync::Full => SqliteSynchronous::Full,
+                    BenchSync::Extra => SqliteSynchronous::Extra,
+                },
+                busy_timeout_ms: 5_000,
+            })))
+        }
+    })
+}

@@ -1,0 +1,199 @@
+//! `jetsink metrics show`: reads a running daemon's `/metrics` and prints it as
+//! `kind name value` rows, so an operator can check a few counters (for example the
+//! priority-lane ones) without Prometheus or `grep`.
+//!
+//! Three pure steps, tested without a network: [`parse`] reads the Prometheus text
+//! exposition format (a `# TYPE` line gives the kind of the samples that follow; other
+//! comments are skipped), [`select`] keeps the samples a glob names, and [`render_table`] /
+//! [`render_json`] print them. [`fetch`] is the only I/O: one plain-HTTP GET with a
+//! timeout. The glob is matched against the metric name with and without the `jetsink_`
+//! prefix, so `priority_lane_*` and `jetsink_priority_lane_*` select the same rows.
+//! Histogram buckets are left out unless the glob itself asks for them (contains
+//! `_bucket`): a histogram shows as its `_sum` and `_count` rows.
+
+mod parse;
+mod render;
+mod select;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+pub use parse::{parse, Kind, ParseError, Sample};
+pub use render::{render_json, render_table};
+pub use select::{glob_match, select, PREFIX};
+
+/// The endpoint read when `--url` is not given: the daemon's default `http.listen`.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:9464/metrics";
+
+/// How long one request may take, connection included.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the metrics could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchErrorKind {
+    /// The URL is not a plain `http://` URL.
+    BadUrl,
+    /// Nothing answered, or the connection failed or timed out.
+    Unreachable,
+    /// The server answered with a status other than 200.
+    Status(u16),
+    /// The answer was not Prometheus text format.
+    NotMetrics,
+}
+
+/// A failure to read a metrics endpoint; its message names the URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{url}: {message}")]
+pub struct FetchError {
+    /// What went wrong, for the exit code.
+    pub kind: FetchErrorKind,
+    /// The URL asked.
+    pub url: String,
+    /// Details.
+    pub message: String,
+}
+
+impl FetchError {
+    fn new(kind: FetchErrorKind, url: &str, message: impl Into<String>) -> FetchError {
+        FetchError {
+            kind,
+            url: url.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// The process exit code: 2 for a URL this build cannot use, 69 (unavailable) when the
+    /// endpoint cannot be read, 1 when it answered with something that is not metrics.
+    pub fn exit_code(&self) -> u8 {
+        match self.kind {
+            FetchErrorKind::BadUrl => crate::exit::USAGE,
+            FetchErrorKind::Unreachable | FetchErrorKind::Status(_) => crate::exit::UNAVAILABLE,
+            FetchErrorKind::NotMetrics => crate::exit::FAILURE,
+        }
+    }
+}
+
+/// GETs `url` (plain HTTP only: the daemon's endpoint has no TLS) and returns the body.
+/// Blocking; run it off the async runtime.
+pub fn fetch(url: &str, timeout: Duration) -> Result<String, FetchError> {
+    if !url.starts_with("http://") {
+        return Err(FetchError::new(
+            FetchErrorKind::BadUrl,
+            url,
+            "only http:// URLs are supported (the daemon serves /metrics over plain HTTP)",
+        ));
+    }
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into();
+    let mut response = agent.get(url).call().map_err(|e| {
+        FetchError::new(
+            FetchErrorKind::Unreachable,
+            url,
+            format!("cannot read metrics: {e} (is `jetsink run` running with http.enabled, and is this its http.listen address?)"),
+        )
+    })?;
+    let status = response.status().as_u16();
+    if status != 200 {
+        return Err(FetchError::new(
+            FetchErrorKind::Status(status),
+            url,
+            format!("answered HTTP {status}, expected 200 with Prometheus metrics"),
+        ));
+    }
+    response.body_mut().read_to_string().map_err(|e| {
+        FetchError::new(
+            FetchErrorKind::Unreachable,
+            url,
+            format!("cannot read the response: {e}"),
+        )
+    })
+}
+
+/// Output format of `metrics show`; the variants' doc comments are the `--format` help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned kind, name, value columns.
+    Table,
+    /// A JSON array of {kind, name, labels, value}.
+    Json,
+}
+
+/// What `metrics show` prints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// The rendered rows (ends with a newline).
+    pub text: String,
+    /// Rows matched.
+    pub rows: usize,
+}
+
+/// Reads `url` and renders the samples `glob` selects: the whole `metrics show` command
+/// apart from printing.
+pub fn show(url: &str, glob: Option<&str>, format: Format) -> Result<Shown, FetchError> {
+    let body = fetch(url, TIMEOUT)?;
+    let samples = parse(&body).map_err(|e| {
+        FetchError::new(
+            FetchErrorKind::NotMetrics,
+            url,
+            format!("not Prometheus text format: {e}"),
+        )
+    })?;
+    let rows = select(&samples, glob);
+    let text = match format {
+        Format::Table => render_table(&rows),
+        Format::Json => render_json(&rows) + "\n",
+    };
+    Ok(Shown {
+        text,
+        rows: rows.len(),
+    })
+}
+
+/// `jetsink metrics show`'s flags.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The daemon's metrics endpoint (plain HTTP).
+    #[arg(long, default_value = DEFAULT_URL)]
+    url: String,
+    /// Show only metrics whose name matches this glob (`*`, `?`), with or without the
+    /// `jetsink_` prefix, e.g. "priority_lane_*". Histogram buckets only when it
+    /// contains `_bucket`.
+    #[arg(long)]
+    metric: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+/// `jetsink metrics show`: reads and prints the selected rows (`no metric matches` on
+/// stderr when none); the exit code says why reading failed ([`FetchError::exit_code`]).
+pub async fn execute(args: Args) -> u8 {
+    let Args {
+        url,
+        metric,
+        format,
+    } = args;
+    // `ureq` blocks; keep it off the async runtime's worker threads.
+    let shown = tokio::task::spawn_blocking(move || show(&url, metric.as_deref(), format)).await;
+    match shown {
+        Ok(Ok(shown)) => {
+            super::emit(shown.text.trim_end_matches('\n'));
+            if shown.rows == 0 {
+                eprintln!("no metric matches");
+            }
+            crate::exit::OK
+        }
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            crate::exit::FAILURE
+        }
+    }
+}
