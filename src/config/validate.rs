@@ -11,12 +11,13 @@ use serde_json::Value;
 use super::dead_letter::DeadLetterConfig;
 use super::issue::{Issue, Issues};
 use super::metadata::MessageMetadataConfig;
+use super::model::{Config, NatsConfig, SinkSpec};
+use super::raw::SourceConfig;
 use super::raw::{
     default_ack_wait_ms, default_max_ack_pending, minus_one, DeliveryConfig, RawConfig, RawNats,
     RawSink,
 };
 use super::sink_checks::{self, SinkPaths};
-use super::{Config, NatsConfig, SinkSpec, SourceConfig};
 
 /// Most sinks one process runs; each holds a connection-level pull loop.
 const MAX_SINKS: usize = 64;
