@@ -232,7 +232,7 @@ fn check_randomizer(spec: &SinkSpec, bound: &[Bound]) -> Result<(), AppError> {
 /// Builds and opens the destination; a configuration problem is exit 78, anything else
 /// exit 69.
 async fn open_destination(spec: &SinkSpec) -> Result<Box<dyn sinks::Sink>, AppError> {
-    let mut sink = sinks::registry::build(&spec.destination);
+    let mut sink = sinks::build(&spec.destination);
     sink.open().await.map_err(|e| {
         let text = format!(
             "sink {}: cannot open destination {}: {e}",

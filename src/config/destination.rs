@@ -1,5 +1,5 @@
 //! The `destination` object, read generically: its `type` picks a destination from the
-//! registry ([`crate::sinks::registry`]), which owns every destination's settings and
+//! registry ([`crate::sinks`]), which owns every destination's settings and
 //! checks. This file knows no destination by name.
 //!
 //! The object is dispatched on its `type` key by hand rather than through an internally
@@ -9,7 +9,7 @@
 use serde_json::Value;
 
 use super::issue::Issue;
-pub use crate::sinks::registry::{DestinationConfig, KINDS, PLANNED};
+pub use crate::sinks::{DestinationConfig, KINDS, PLANNED};
 
 /// Reads a `destination` object found at `path`.
 pub fn parse(path: &str, value: Value) -> Result<DestinationConfig, Issue> {

@@ -1,7 +1,7 @@
 //! What the config loader needs from a destination's settings, and nothing more.
 //!
 //! Each destination's `config.rs` implements [`DestinationSettings`] for its config type;
-//! the registry ([`super::registry`]) dispatches to it, so `config/` validates, describes
+//! the generated `DestinationConfig` ([`super::DestinationConfig`]) dispatches to it, so `config/` validates, describes
 //! and compares destinations without knowing any of them. A leaf: the destination configs
 //! import it without importing the registry that lists them.
 

@@ -391,7 +391,7 @@ async fn pipeline_pass(
         .map_err(|e| BenchError::Nats(e.to_string()))?;
     let lags = Arc::new(Mutex::new(Vec::with_capacity(opts.messages as usize)));
     let inner: Box<dyn sinks::Sink> = match &destination {
-        Some(d) => sinks::registry::build(d),
+        Some(d) => sinks::build(d),
         None => Box::new(probe::Discard),
     };
     let mut sink = probe::Timed::new(inner, lags.clone());

@@ -71,7 +71,7 @@ async fn database_keys(
     destination: &DestinationConfig,
     stream: &str,
 ) -> Result<Option<u64>, BenchError> {
-    let mut sink = crate::sinks::registry::build(destination);
+    let mut sink = crate::sinks::build(destination);
     let fail = |e: crate::sinks::SinkError| {
         BenchError::Destination(format!(
             "counting the keys of stream {stream} in the {} destination: {e}",
