@@ -1,23 +1,50 @@
 //! Sends acknowledgements for the runner: ACK after commit, `+WPI` while a batch is held,
-//! NAK when a batch is handed back. Only the runner holds an [`Acks`], so only the runner
-//! acknowledges.
+//! NAK when a batch is handed back. This module is private to the pipeline and only the
+//! runner builds an [`Acks`], so only the runner acknowledges.
 //!
 //! An acknowledgement is a publish to the message's `$JS.ACK` reply subject, queued in the
 //! client and pushed to the socket by one flush per batch. A lost ACK only means a
 //! redelivery, which the destination absorbs idempotently.
+//!
+//! [`Acknowledger`] is the seam the runner's unit tests use: every call covers a batch of
+//! reply subjects, and the runner is generic over it, so the hot path makes no dynamic call.
+//! [`KeepAlive`] is the one `+WPI` clock, kept running across a blocking write and the
+//! hold that follows a failed one.
 
+use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 use async_nats::Subject;
 use bytes::Bytes;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
+use super::puller::Ahead;
 use crate::metrics::SinkMetrics;
 
-/// Acknowledgement sender of one sink; cheap to clone into a background task.
+/// Background ACK tasks allowed to run at once before the loop waits for the oldest.
+const MAX_ACK_TASKS: usize = 2;
+
+/// Sends acknowledgements for whole batches of reply subjects. Implemented by [`Acks`] over
+/// NATS, and by a recording fake in the runner's tests.
+pub(super) trait Acknowledger: Clone + Send + Sync + 'static {
+    /// ACKs committed messages and counts them in `jetsink_messages_acked_total`.
+    fn committed(&self, replies: Vec<Subject>) -> impl Future<Output = ()> + Send;
+
+    /// Sends one `kind` (a NAK, `+WPI`, TERM, or the ACK after a dead-letter copy) for
+    /// every reply subject.
+    fn send(&self, replies: Vec<Subject>, kind: AckKind) -> impl Future<Output = ()> + Send;
+
+    /// NAKs each message with its own delay (the randomizer's delays differ).
+    fn nak_each(&self, items: Vec<(Subject, Duration)>) -> impl Future<Output = ()> + Send;
+}
+
+/// Acknowledgement sender of one sink over NATS; cheap to clone into a background task.
 #[derive(Clone)]
-pub struct Acks {
+pub(super) struct Acks {
     sink: Arc<str>,
     client: async_nats::Client,
     metrics: SinkMetrics,
@@ -26,7 +53,7 @@ pub struct Acks {
 
 impl Acks {
     /// An acknowledgement sender on `client`.
-    pub fn new(sink: &str, client: async_nats::Client, metrics: SinkMetrics) -> Acks {
+    pub(super) fn new(sink: &str, client: async_nats::Client, metrics: SinkMetrics) -> Acks {
         Acks {
             sink: sink.into(),
             client,
@@ -35,36 +62,35 @@ impl Acks {
         }
     }
 
-    /// Sends `kind` for every reply subject and flushes once.
-    pub async fn send(&self, replies: Vec<Subject>, kind: AckKind) {
-        let body = Bytes::from(kind);
-        for reply in replies {
-            if let Err(err) = self.client.publish(reply, body.clone()).await {
-                self.metrics.ack_errors.inc();
-                tracing::debug!(sink = %self.sink, error = %err, "could not send {kind:?}");
-            }
+    /// Publishes one acknowledgement; a failure is counted and logged at debug level.
+    async fn publish(&self, reply: Subject, kind: AckKind) {
+        if let Err(err) = self.client.publish(reply, Bytes::from(kind)).await {
+            self.metrics.ack_errors.inc();
+            tracing::debug!(sink = %self.sink, error = %err, "could not send {kind:?}");
         }
+    }
+
+    /// Flushes after a batch of non-ACK acknowledgements, where a failure only delays a
+    /// redelivery.
+    async fn flush_quietly(&self) {
         if let Err(err) = self.flush().await {
             tracing::debug!(sink = %self.sink, error = %err, "flush failed");
         }
     }
 
-    /// Sends each message its own acknowledgement (e.g. NAKs with different delays) and
-    /// flushes once.
-    pub async fn send_each(&self, items: Vec<(Subject, AckKind)>) {
-        for (reply, kind) in items {
-            if let Err(err) = self.client.publish(reply, Bytes::from(kind)).await {
-                self.metrics.ack_errors.inc();
-                tracing::debug!(sink = %self.sink, error = %err, "could not send {kind:?}");
-            }
-        }
-        if let Err(err) = self.flush().await {
-            tracing::debug!(sink = %self.sink, error = %err, "flush failed");
+    /// Pushes queued acknowledgements to the socket. Bounded: while NATS is disconnected
+    /// a flush would wait for the reconnect, and the loop must stay responsive to shutdown.
+    async fn flush(&self) -> Result<(), String> {
+        match tokio::time::timeout(self.flush_timeout, self.client.flush()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no flush within {:?}", self.flush_timeout)),
         }
     }
+}
 
-    /// ACKs committed messages and counts them.
-    pub async fn committed(&self, replies: Vec<Subject>) {
+impl Acknowledger for Acks {
+    async fn committed(&self, replies: Vec<Subject>) {
         let body = Bytes::from(AckKind::Ack);
         let mut sent = 0u64;
         for reply in replies {
@@ -82,13 +108,111 @@ impl Acks {
         self.metrics.acked.inc_by(sent);
     }
 
-    /// Pushes queued acknowledgements to the socket. Bounded: while NATS is disconnected
-    /// a flush would wait for the reconnect, and the loop must stay responsive to shutdown.
-    async fn flush(&self) -> Result<(), String> {
-        match tokio::time::timeout(self.flush_timeout, self.client.flush()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no flush within {:?}", self.flush_timeout)),
+    async fn send(&self, replies: Vec<Subject>, kind: AckKind) {
+        for reply in replies {
+            self.publish(reply, kind).await;
+        }
+        self.flush_quietly().await;
+    }
+
+    async fn nak_each(&self, items: Vec<(Subject, Duration)>) {
+        for (reply, delay) in items {
+            self.publish(reply, AckKind::Nak(Some(delay))).await;
+        }
+        self.flush_quietly().await;
+    }
+}
+
+/// The ACKs of committed batches, sent by background tasks while the next batch is
+/// written; at most [`MAX_ACK_TASKS`] run at once.
+pub(super) struct AckQueue<A: Acknowledger> {
+    acks: A,
+    tasks: VecDeque<JoinHandle<()>>,
+}
+
+impl<A: Acknowledger> AckQueue<A> {
+    /// An empty queue sending through `acks`.
+    pub(super) fn new(acks: A) -> AckQueue<A> {
+        AckQueue {
+            acks,
+            tasks: VecDeque::new(),
+        }
+    }
+
+    /// The acknowledger, for the NAKs and `+WPI` the runner sends in line.
+    pub(super) fn acknowledger(&self) -> &A {
+        &self.acks
+    }
+
+    /// Hands the ACKs of a committed range to a background task, first waiting for the
+    /// oldest task when [`MAX_ACK_TASKS`] are running.
+    pub(super) async fn committed(&mut self, replies: Vec<Subject>) {
+        while self.tasks.len() >= MAX_ACK_TASKS {
+            if let Some(t) = self.tasks.pop_front() {
+                let _ = t.await;
+            }
+        }
+        let acks = self.acks.clone();
+        self.tasks
+            .push_back(tokio::spawn(async move { acks.committed(replies).await }));
+    }
+
+    /// Waits for every ACK task to finish (at shutdown).
+    pub(super) async fn drain(&mut self) {
+        while let Some(t) = self.tasks.pop_front() {
+            let _ = t.await;
+        }
+    }
+}
+
+/// The `+WPI` clock of the messages in hand: one progress acknowledgement every half
+/// AckWait, whether the time goes into a blocking write or into the hold after a failed
+/// one, so the server never redelivers a batch jetsink still holds.
+pub(super) struct KeepAlive {
+    every: Duration,
+    next: Instant,
+}
+
+impl KeepAlive {
+    /// A clock whose first `+WPI` falls due `every` from now.
+    pub(super) fn new(every: Duration) -> KeepAlive {
+        KeepAlive {
+            every,
+            next: Instant::now() + every,
+        }
+    }
+
+    /// When the next `+WPI` is due.
+    pub(super) fn due(&self) -> Instant {
+        self.next
+    }
+
+    /// Sends `+WPI` for the messages in hand and for a batch pulled ahead and waiting.
+    async fn send<A: Acknowledger>(&mut self, acks: &A, held: &[Subject], ahead: &Ahead) {
+        let mut replies = held.to_vec();
+        replies.extend(ahead.waiting_replies().cloned());
+        acks.send(replies, AckKind::Progress).await;
+        self.next = Instant::now() + self.every;
+    }
+
+    /// Polls `work` to completion while collecting a background pull that finishes
+    /// meanwhile (so its messages are kept alive too) and sending `+WPI` whenever due.
+    pub(super) async fn during<A: Acknowledger, F: Future>(
+        &mut self,
+        work: F,
+        acks: &A,
+        held: &[Subject],
+        ahead: &mut Ahead,
+    ) -> F::Output {
+        tokio::pin!(work);
+        loop {
+            let due = self.next;
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                () = ahead.collect() => {}
+                () = tokio::time::sleep_until(due) => self.send(acks, held, ahead).await,
+            }
         }
     }
 }
