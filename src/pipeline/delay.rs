@@ -87,6 +87,8 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::SeedableRng;
 
+    /// A stage delaying first deliveries with probability 1 − `p` (`p` = `f64::MIN_POSITIVE`
+    /// delays every one).
     fn stage(p: f64, max_window: usize) -> DelayStage {
         let cfg = RandomizerConfig {
             enabled: true,
@@ -103,7 +105,7 @@ mod tests {
 
     #[test]
     fn delays_first_deliveries_only_and_counts_them_back() {
-        let mut s = stage(0.0, 100);
+        let mut s = stage(f64::MIN_POSITIVE, 100);
         let mut rng = StdRng::seed_from_u64(1);
         let (kept, out) = s.apply(batch_of(&[(1, 1), (2, 2), (3, 1)]), 0, &mut rng);
         assert_eq!(kept.envelopes.len(), 1);
@@ -124,7 +126,7 @@ mod tests {
 
     #[test]
     fn a_lost_delay_expires_after_the_grace() {
-        let mut s = stage(0.0, 100);
+        let mut s = stage(f64::MIN_POSITIVE, 100);
         let mut rng = StdRng::seed_from_u64(2);
         let (_, out) = s.apply(batch_of(&[(1, 1)]), 0, &mut rng);
         assert_eq!(out.window, 1);
@@ -136,7 +138,7 @@ mod tests {
         #[test]
         fn every_message_is_kept_or_naked_and_the_window_stays_bounded(
             delivered in proptest::collection::vec(1u64..4, 0..60),
-            p in 0.0f64..=1.0,
+            p in f64::MIN_POSITIVE..=1.0,
             max_window in 1usize..20,
             seed in any::<u64>(),
         ) {

@@ -16,6 +16,8 @@ mod retry;
 mod runner;
 mod settle;
 #[cfg(test)]
+mod settle_tests;
+#[cfg(test)]
 mod testing;
 
 pub use batch::Stages;

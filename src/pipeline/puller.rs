@@ -97,7 +97,7 @@ enum Order {
     /// One consumer.
     Single,
     /// Random subject buckets: a fresh random order each pull.
-    Buckets(StdRng),
+    Buckets,
     /// Per-lane consumers: lanes take turns by weight across pulls.
     Lanes {
         /// The lane of each consumer.
@@ -130,7 +130,7 @@ pub(super) struct Puller {
     order: Order,
     /// Consecutive failed pulls.
     failed: u32,
-    /// Backoff jitter after a failed pull.
+    /// Bucket order and the backoff jitter after a failed pull.
     rng: StdRng,
     metrics: SinkMetrics,
     health: SinkHealth,
@@ -169,7 +169,7 @@ impl Puller {
                     .collect(),
                 cursor: usize::MAX,
             },
-            None => Order::Buckets(StdRng::from_os_rng()),
+            None => Order::Buckets,
         };
         Puller {
             spec,
@@ -221,9 +221,9 @@ impl Puller {
                 *cursor = cursor.wrapping_add(1);
                 lanes::pull_order(of_consumer, weights, *cursor)
             }
-            Order::Buckets(rng) => {
+            Order::Buckets => {
                 let mut order: Vec<usize> = (0..self.consumers.len()).collect();
-                order.shuffle(rng);
+                order.shuffle(&mut self.rng);
                 order
             }
         };

@@ -218,21 +218,3 @@ impl Runner {
         kept
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::super::settle::split;
-
-    #[test]
-    fn split_isolates_a_named_culprit() {
-        assert_eq!(split(0..10, Some(3)), vec![0..3, 3..4, 4..10]);
-        assert_eq!(split(0..10, Some(0)), vec![0..1, 1..10]);
-        assert_eq!(split(5..10, Some(9)), vec![5..9, 9..10]);
-    }
-
-    #[test]
-    fn split_halves_without_a_culprit_or_with_a_bogus_one() {
-        assert_eq!(split(0..10, None), vec![0..5, 5..10]);
-        assert_eq!(split(0..3, Some(7)), vec![0..1, 1..3]);
-    }
-}
