@@ -8,8 +8,9 @@
 //!
 //! [`Acknowledger`] is the seam the runner's unit tests use: every call covers a batch of
 //! reply subjects, and the runner is generic over it, so the hot path makes no dynamic call.
-//! [`KeepAlive`] is the one `+WPI` clock, kept running across a blocking write and the
-//! hold that follows a failed one.
+//! [`KeepAlive`] is the one `+WPI` clock, kept running across a long write and the hold
+//! that follows a failed one. It runs in the runner's task: a write that blocks the thread
+//! itself (file and SQLite, in `block_in_place`) lets it fire only once the write returns.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -166,8 +167,8 @@ impl<A: Acknowledger> AckQueue<A> {
 }
 
 /// The `+WPI` clock of the messages in hand: one progress acknowledgement every half
-/// AckWait, whether the time goes into a blocking write or into the hold after a failed
-/// one, so the server never redelivers a batch jetsink still holds.
+/// AckWait, whether the time goes into a long write or into the hold after a failed one,
+/// so the server never redelivers a batch jetsink still holds.
 pub(super) struct KeepAlive {
     every: Duration,
     next: Instant,

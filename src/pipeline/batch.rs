@@ -2,7 +2,7 @@
 //! each message, apply message metadata, order by priority lane, and set aside the
 //! messages whose metadata is refused.
 //!
-//! All of it is CPU work without I/O, so the runner does it for the next batch in the
+//! All of it is CPU work without I/O, so the puller does it for the next batch in the
 //! background while the current batch is written. Each message keeps only its reply
 //! subject for acknowledgement: the payload moves into the envelope without a copy.
 
