@@ -4,9 +4,12 @@
 //!
 //! It never acknowledges: what it pulled is prepared ([`Prepare`]) and handed to the runner,
 //! or, at shutdown, handed back by the runner. [`Ahead`] holds the pull in flight and a
-//! batch pulled ahead and not yet written, so the keep-alive can cover both.
+//! batch pulled ahead and not yet written. The pull task itself puts its batch into
+//! [`Waiting`], shared with the keep-alive, so a batch that arrives while the runner's task
+//! is blocked in a write is kept alive without the runner's help.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
@@ -30,14 +33,48 @@ use crate::nats::{bind, fetch_any, fetch_batch, FetchLimits};
 /// lost with a memory-storage server restart).
 const REBIND_AFTER: u32 = 3;
 
-type PendingPull = JoinHandle<Result<Prepared, async_nats::Error>>;
+/// A pull task; its batch goes into [`Waiting`], the result only says whether it failed.
+type PendingPull = JoinHandle<Result<(), async_nats::Error>>;
+
+/// The batch pulled and not yet taken by the runner, shared by the pull task that fills
+/// it, the runner that takes it and the keep-alive that reads its reply subjects. Locked
+/// once by each per batch, never across an await.
+#[derive(Clone, Default)]
+pub(super) struct Waiting(Arc<Mutex<Option<Prepared>>>);
+
+impl Waiting {
+    fn lock(&self) -> MutexGuard<'_, Option<Prepared>> {
+        // A panic while holding the lock leaves a whole batch or none: still usable.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Leaves a prepared pull for the runner.
+    pub(super) fn put(&self, p: Prepared) {
+        *self.lock() = Some(p);
+    }
+
+    fn take(&self) -> Option<Prepared> {
+        self.lock().take()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().is_none()
+    }
+
+    /// Appends the reply subjects of the waiting batch, written or refused, to `out`.
+    pub(super) fn replies_into(&self, out: &mut Vec<Subject>) {
+        if let Some(p) = self.lock().as_ref() {
+            out.extend(p.all_replies().cloned());
+        }
+    }
+}
 
 /// A pull in flight and a batch pulled ahead, not yet written.
 pub(super) struct Ahead {
     /// Sink name, for logs.
     sink: Arc<str>,
     pending: Option<PendingPull>,
-    waiting: Option<Prepared>,
+    waiting: Waiting,
 }
 
 impl Ahead {
@@ -46,25 +83,38 @@ impl Ahead {
         Ahead {
             sink: sink.into(),
             pending: None,
-            waiting: None,
+            waiting: Waiting::default(),
         }
     }
 
-    /// The reply subjects of the batch pulled ahead and waiting, written or refused.
-    pub(super) fn waiting_replies(&self) -> impl Iterator<Item = &Subject> {
-        self.waiting.iter().flat_map(Prepared::all_replies)
+    /// Where the batch pulled ahead waits, for the keep-alive.
+    pub(super) fn waiting(&self) -> &Waiting {
+        &self.waiting
     }
 
-    /// Waits for the pull in flight and keeps its batch; pending forever without one, so
-    /// it can stand in a `select!` beside the work it runs alongside.
-    pub(super) async fn collect(&mut self) {
+    /// Runs `work` to completion while noting a background pull that ends meanwhile, so a
+    /// failed pull ahead is logged and the next batch pulls again at once.
+    pub(super) async fn alongside<F: Future>(&mut self, work: F) -> F::Output {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                () = self.collect() => {}
+            }
+        }
+    }
+
+    /// Waits for the pull in flight (its batch is in [`Waiting`] already); pending forever
+    /// without one, so it can stand in a `select!` beside the work it runs alongside.
+    async fn collect(&mut self) {
         let Some(pending) = self.pending.as_mut() else {
             return std::future::pending().await;
         };
         let pulled = pending.await;
         self.pending = None;
         match pulled {
-            Ok(Ok(p)) => self.waiting = Some(p),
+            Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::debug!(sink = %self.sink, error = %e, "pull ahead failed; pulling again later")
             }
@@ -76,19 +126,16 @@ impl Ahead {
     /// returns at once, no-wait, or within the batch timeout).
     pub(super) async fn finish(&mut self, wait: Duration) -> Option<Prepared> {
         if let Some(pending) = self.pending.take() {
-            if let Ok(Ok(Ok(p))) = tokio::time::timeout(wait, pending).await {
-                self.waiting = Some(p);
-            }
+            let _ = tokio::time::timeout(wait, pending).await;
         }
         self.waiting.take()
     }
 
     #[cfg(test)]
     pub(super) fn with_waiting(sink: &str, p: Prepared) -> Ahead {
-        Ahead {
-            waiting: Some(p),
-            ..Ahead::new(sink)
-        }
+        let ahead = Ahead::new(sink);
+        ahead.waiting.put(p);
+        ahead
     }
 }
 
@@ -195,14 +242,15 @@ impl Puller {
         self.limits.wait
     }
 
-    /// Starts the next pull in the background, unless one is running already.
+    /// Starts the next pull in the background, unless one is running or a batch waits.
     pub(super) fn pull_ahead(&mut self, ahead: &mut Ahead) {
-        if ahead.pending.is_none() {
-            ahead.pending = Some(self.spawn());
+        if ahead.pending.is_none() && ahead.waiting.is_empty() {
+            ahead.pending = Some(self.spawn(ahead.waiting.clone()));
         }
     }
 
-    fn spawn(&mut self) -> PendingPull {
+    /// Starts a pull whose prepared batch goes into `into`.
+    fn spawn(&mut self, into: Waiting) -> PendingPull {
         let prepare = self.prepare.clone();
         let limits = self.limits;
         let order = match &mut self.order {
@@ -210,7 +258,8 @@ impl Puller {
                 let consumer = self.consumers[0].clone();
                 return tokio::spawn(async move {
                     let messages = fetch_batch(&consumer, limits).await?;
-                    Ok(prepare.prepare(messages))
+                    into.put(prepare.prepare(messages));
+                    Ok(())
                 });
             }
             Order::Lanes {
@@ -230,7 +279,8 @@ impl Puller {
         let consumers = self.consumers.clone();
         tokio::spawn(async move {
             let messages = fetch_any(&consumers, &order, limits).await?;
-            Ok(prepare.prepare(messages))
+            into.put(prepare.prepare(messages));
+            Ok(())
         })
     }
 
@@ -243,16 +293,21 @@ impl Puller {
         shutdown: &mut watch::Receiver<bool>,
     ) -> Pulled {
         let pulled = match ahead.waiting.take() {
-            Some(ready) => Ok(ready),
+            Some(ready) => {
+                // The pull that left it has ended or is about to; nothing else to await.
+                ahead.pending = None;
+                Ok(ready)
+            }
             None => {
                 let handle = match ahead.pending.take() {
                     Some(h) => h,
-                    None => self.spawn(),
+                    None => self.spawn(ahead.waiting.clone()),
                 };
-                tokio::select! {
+                let r = tokio::select! {
                     r = handle => r.unwrap_or_else(|e| Err(format!("pull task failed: {e}").into())),
                     _ = shutdown.wait_for(|s| *s) => return Pulled::Stopped,
-                }
+                };
+                r.map(|()| ahead.waiting.take().unwrap_or_default())
             }
         };
         match pulled {

@@ -97,11 +97,13 @@ pub(super) struct Settler<A: Acknowledger> {
     name: Arc<str>,
     sink: Box<dyn Sink>,
     acks: AckQueue<A>,
+    /// The `+WPI` clock of the part being written and the batch pulled ahead.
+    keep: KeepAlive<A>,
     disposal: Disposal<A>,
     metrics: SinkMetrics,
     health: SinkHealth,
     retry: RetryConfig,
-    /// Half of AckWait: how often messages in hand get `+WPI`.
+    /// Half of AckWait: how often a hold wakes to beat the liveness heartbeat.
     keep_every: Duration,
     /// Backoff jitter.
     rng: StdRng,
@@ -125,6 +127,7 @@ impl<A: Acknowledger> Settler<A> {
         Settler {
             name: parts.name.into(),
             sink,
+            keep: KeepAlive::new(acks.clone(), parts.ack_wait / 2),
             acks: AckQueue::new(acks),
             disposal: parts.disposal,
             metrics: parts.metrics,
@@ -149,6 +152,8 @@ impl<A: Acknowledger> Settler<A> {
     /// Gives every message of the batch its outcome.
     pub(super) async fn settle(&mut self, batch: Batch, ahead: &mut Ahead, stop: &mut Stop) {
         let Batch { envelopes, replies } = batch;
+        // Shared with the keep-alive's task for as long as a part is written.
+        let replies = Arc::new(replies);
         // Ranges still to write, in order; pushed in reverse so they pop in order.
         let mut todo: Vec<Range<usize>> = Vec::with_capacity(8);
         todo.push(0..envelopes.len());
@@ -207,25 +212,36 @@ impl<A: Acknowledger> Settler<A> {
     }
 
     /// Writes `range` until it commits, is refused, or shutdown abandons it; the messages
-    /// in hand, and a batch pulled ahead meanwhile, are kept alive throughout.
+    /// in hand, and a batch pulled ahead meanwhile, are kept alive throughout, and no
+    /// longer: the keep-alive stops before the caller acknowledges the range.
     async fn write(
         &mut self,
         envelopes: &[Envelope],
-        replies: &[Subject],
+        replies: &Arc<Vec<Subject>>,
         range: Range<usize>,
         ahead: &mut Ahead,
         stop: &mut Stop,
     ) -> Written {
-        let part = &envelopes[range.clone()];
-        let held = &replies[range.clone()];
-        let mut keep = KeepAlive::new(self.keep_every);
+        self.keep.arm(replies, range.clone(), ahead.waiting()).await;
+        let written = self
+            .attempts(&envelopes[range.clone()], range, ahead, stop)
+            .await;
+        self.keep.disarm().await;
+        written
+    }
+
+    /// The attempts of [`Settler::write`], and the holds between them.
+    async fn attempts(
+        &mut self,
+        part: &[Envelope],
+        range: Range<usize>,
+        ahead: &mut Ahead,
+        stop: &mut Stop,
+    ) -> Written {
         let mut attempt: u32 = 0;
         loop {
             let started = Instant::now();
-            let write = self.sink.write_batch(part);
-            let result = keep
-                .during(write, self.acks.acknowledger(), held, ahead)
-                .await;
+            let result = ahead.alongside(self.sink.write_batch(part)).await;
             self.metrics
                 .write_seconds
                 .observe(started.elapsed().as_secs_f64());
@@ -255,7 +271,7 @@ impl<A: Acknowledger> Settler<A> {
                     let delay = backoff(&self.retry, attempt, &mut self.rng);
                     tracing::warn!(sink = %self.name, error = %message, attempt = attempt + 1, retry_in_ms = delay.as_millis() as u64, "destination failed; holding the batch");
                     attempt = attempt.saturating_add(1);
-                    if self.hold(delay, held, &mut keep, ahead, stop).await {
+                    if self.hold(delay, ahead, stop).await {
                         return Written::Abandoned;
                     }
                 }
@@ -264,16 +280,10 @@ impl<A: Acknowledger> Settler<A> {
     }
 
     /// Holds the messages in hand for `delay` before the next attempt, beating the
-    /// liveness heartbeat and keeping them alive. True when shutdown's deadline passed
-    /// and the batch is to be abandoned.
-    async fn hold(
-        &mut self,
-        delay: Duration,
-        held: &[Subject],
-        keep: &mut KeepAlive,
-        ahead: &mut Ahead,
-        stop: &mut Stop,
-    ) -> bool {
+    /// liveness heartbeat at least every half AckWait (the keep-alive, armed by
+    /// [`Settler::write`], goes on meanwhile). True when shutdown's deadline passed and
+    /// the batch is to be abandoned.
+    async fn hold(&mut self, delay: Duration, ahead: &mut Ahead, stop: &mut Stop) -> bool {
         let wake = Instant::now() + delay;
         loop {
             self.health.beat();
@@ -284,10 +294,10 @@ impl<A: Acknowledger> Settler<A> {
             if now >= wake {
                 return false;
             }
-            let until = wake.min(keep.due()).max(now + Duration::from_millis(1));
-            let nap = stop.nap_until(until);
-            keep.during(nap, self.acks.acknowledger(), held, ahead)
-                .await;
+            let until = wake
+                .min(now + self.keep_every)
+                .max(now + Duration::from_millis(1));
+            ahead.alongside(stop.nap_until(until)).await;
         }
     }
 
