@@ -1,20 +1,25 @@
 //! Unit tests of [`Settler::settle`] with a scripted destination, a recording acknowledger
-//! and a recording dead-letter queue, on tokio's paused clock: no wall-clock waits.
+//! and a recording dead-letter queue, on tokio's paused clock: no wall-clock waits. The
+//! one exception is a write that blocks its thread, which needs the multi-threaded
+//! runtime; it waits on the recorder, not on the clock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tokio::sync::watch;
 
+use super::batch::Prepared;
 use super::disposal::{DeadLetterOut, Disposal, Policy};
-use super::puller::Ahead;
+use super::puller::{Ahead, Waiting};
 use super::settle::{split, Settler, SettlerParts, Stop};
 use super::testing::{batch, Event, FakeDeadLetters, FakeSink, Kind, Log, RecordingAcks, Script};
 use crate::config::{Jitter, RetryConfig};
 use crate::dlq::Reason;
+use crate::envelope::Envelope;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::sinks::SinkError;
+use crate::sinks::{Sink, SinkError};
 
 /// AckWait of the tests: `+WPI` is due every 5 s.
 const ACK_WAIT: Duration = Duration::from_secs(10);
@@ -32,6 +37,17 @@ struct Rig {
 /// A settler over `sink`; with `dead_letters`, refused messages are dead-lettered on their
 /// first delivery (TERM instead of ACK with `term`).
 fn rig(log: &Log, sink: FakeSink, dead_letters: bool, term: bool) -> Rig {
+    rig_waiting(log, Box::new(sink), dead_letters, term, ACK_WAIT)
+}
+
+/// [`rig`] with any destination and AckWait.
+fn rig_waiting(
+    log: &Log,
+    sink: Box<dyn Sink>,
+    dead_letters: bool,
+    term: bool,
+    ack_wait: Duration,
+) -> Rig {
     let acks = RecordingAcks(log.clone());
     let metrics = Metrics::new().sink("t");
     let policy = Policy {
@@ -53,12 +69,12 @@ fn rig(log: &Log, sink: FakeSink, dead_letters: bool, term: bool) -> Rig {
             multiplier: 2.0,
             jitter: Jitter::None,
         },
-        ack_wait: ACK_WAIT,
+        ack_wait,
     };
     let (signal, rx) = watch::channel(false);
     Rig {
         log: log.clone(),
-        settler: Settler::new(Box::new(sink), acks, parts),
+        settler: Settler::new(sink, acks, parts),
         metrics,
         stop: Stop::new(rx, Duration::from_secs(20)),
         signal,
@@ -283,6 +299,83 @@ async fn a_long_write_is_kept_alive_while_it_blocks() {
     assert_eq!(r.sent(Kind::Progress), vec![vec![1, 2], vec![1, 2]]);
     let events = log.events();
     assert!(matches!(events.last(), Some(Event::Ack(s)) if *s == vec![1, 2]));
+}
+
+/// A destination like the file and SQLite sinks: its write blocks the runner's thread in
+/// `block_in_place`. Meanwhile a batch pulled ahead arrives, and the write returns only
+/// once the recorder has seen `+WPI` for both (or after a bound a broken build hits).
+struct BlockingSink {
+    log: Log,
+    /// Where the pull task would leave the batch pulled ahead.
+    arrives: Waiting,
+}
+
+#[async_trait]
+impl Sink for BlockingSink {
+    async fn open(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| {
+            self.arrives.put(Prepared {
+                pulled: 1,
+                batch: super::testing::batch(9..=9),
+                ..Default::default()
+            });
+            let kept = self.log.block_until(
+                Duration::from_secs(30),
+                |e| matches!(e, Event::Send(Kind::Progress, s) if s.contains(&1) && s.contains(&9)),
+            );
+            self.log.push_write(batch, kept);
+            Ok(())
+        })
+    }
+
+    async fn health(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_blocking_its_thread_is_kept_alive_while_it_blocks() {
+    let log = Log::default();
+    let mut ahead = Ahead::new("t");
+    let sink = BlockingSink {
+        log: log.clone(),
+        arrives: ahead.waiting().clone(),
+    };
+    // +WPI due every 100 ms; the write blocks until one was sent.
+    let ack_wait = Duration::from_millis(200);
+    let mut r = rig_waiting(&log, Box::new(sink), false, false, ack_wait);
+    r.settler
+        .settle(batch(1..=2), &mut ahead, &mut r.stop)
+        .await;
+    r.settler.finish(&mut Ahead::new("t"), Duration::ZERO).await;
+    let events = log.events();
+    // The write returned only after the recorder saw +WPI: the runner's thread was
+    // blocked in it all along.
+    let write = events
+        .iter()
+        .position(|e| {
+            *e == Event::Write {
+                seqs: vec![1, 2],
+                ok: true,
+            }
+        })
+        .unwrap_or_else(|| panic!("no +WPI while the write blocked: {events:?}"));
+    // Before it, only +WPI: for the held part, and with the batch that arrived meanwhile
+    // (a first one may come before that batch on a loaded machine).
+    let progress = Event::Send(Kind::Progress, vec![1, 2, 9]);
+    assert!(events[..write].contains(&progress), "{events:?}");
+    assert!(
+        events[..write]
+            .iter()
+            .all(|e| *e == progress || *e == Event::Send(Kind::Progress, vec![1, 2])),
+        "{events:?}"
+    );
+    // The keep-alive stops before the ACK: nothing follows it.
+    assert_eq!(events.last(), Some(&Event::Ack(vec![1, 2])), "{events:?}");
 }
 
 #[tokio::test(start_paused = true)]

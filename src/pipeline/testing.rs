@@ -2,7 +2,7 @@
 //! recording acknowledger and a recording dead-letter queue, all writing into one ordered
 //! log so a test can assert what happened before what.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
@@ -92,16 +92,46 @@ impl From<AckKind> for Kind {
 
 /// The ordered log every fake writes into.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Log(Arc<Mutex<Vec<Event>>>);
+pub(super) struct Log(Arc<Recorded>);
+
+#[derive(Debug, Default)]
+pub(super) struct Recorded {
+    events: Mutex<Vec<Event>>,
+    /// Signalled on every event, for a fake that blocks its thread until one comes.
+    changed: Condvar,
+}
 
 impl Log {
+    fn lock(&self) -> MutexGuard<'_, Vec<Event>> {
+        self.0.events.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn push(&self, e: Event) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+        self.lock().push(e);
+        self.0.changed.notify_all();
+    }
+
+    /// A write of `batch` with its outcome.
+    pub(super) fn push_write(&self, batch: &[Envelope], ok: bool) {
+        let seqs = batch.iter().map(|e| e.stream_sequence).collect();
+        self.push(Event::Write { seqs, ok });
     }
 
     /// Everything so far.
     pub(super) fn events(&self) -> Vec<Event> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.lock().clone()
+    }
+
+    /// Blocks the thread until an event satisfies `seen`, or `limit` passes (so a broken
+    /// build fails instead of hanging); whether one did.
+    pub(super) fn block_until(&self, limit: Duration, seen: impl Fn(&Event) -> bool) -> bool {
+        let events = self.lock();
+        let (events, _) = self
+            .0
+            .changed
+            .wait_timeout_while(events, limit, |events| !events.iter().any(&seen))
+            .unwrap_or_else(|p| p.into_inner());
+        events.iter().any(seen)
     }
 }
 
@@ -176,10 +206,7 @@ impl Sink for FakeSink {
         let seqs: Vec<u64> = batch.iter().map(|e| e.stream_sequence).collect();
         let out = (self.script)(&seqs, self.calls);
         self.calls += 1;
-        self.log.push(Event::Write {
-            seqs,
-            ok: out.is_ok(),
-        });
+        self.log.push_write(batch, out.is_ok());
         out
     }
 
