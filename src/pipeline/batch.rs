@@ -2,7 +2,7 @@
 //! each message, apply message metadata, order by priority lane, and set aside the
 //! messages whose metadata is refused.
 //!
-//! All of it is CPU work without I/O, so the runner does it for the next batch in the
+//! All of it is CPU work without I/O, so the puller does it for the next batch in the
 //! background while the current batch is written. Each message keeps only its reply
 //! subject for acknowledgement: the payload moves into the envelope without a copy.
 
@@ -73,28 +73,35 @@ impl Prepared {
     }
 }
 
-/// The configured preparation stages of one sink, shared with background pulls.
+/// The configured stages of one sink: what the background pull runs, and the randomizer,
+/// which the runner's delay stage applies because its decisions need the runner's window.
 #[derive(Debug)]
 pub struct Stages {
-    /// Sink name, for logs.
-    pub sink: String,
-    /// Idempotency key choice.
-    pub key: IdempotencyKey,
-    /// Metadata rules; `None` leaves priority, classification and labels empty.
-    pub metadata: Option<MetadataPolicy>,
-    /// Lane policy; `None` keeps the pulled order.
-    pub lanes: Option<LanePolicy>,
-    /// Delayed-NAK randomizer; `None` when disabled. Its decisions need the runner's
-    /// window, so the runner applies it, after the lanes.
-    pub randomizer: Option<Randomizer>,
-    /// Per-lane consumer mode: consumer name → lane index. A message's lane is the lane
-    /// of the consumer that delivered it.
-    pub consumer_lane: std::collections::HashMap<String, usize>,
+    /// Normalize, metadata and lanes, run by the background pull.
+    pub(super) prepare: Prepare,
+    /// Delayed-NAK randomizer; `None` when disabled.
+    pub(super) randomizer: Option<Randomizer>,
 }
 
-impl Stages {
+/// The preparation of one sink's pulls, shared with background pulls.
+#[derive(Debug)]
+pub(super) struct Prepare {
+    /// Sink name, for logs.
+    pub(super) sink: String,
+    /// Idempotency key choice.
+    pub(super) key: IdempotencyKey,
+    /// Metadata rules; `None` leaves priority, classification and labels empty.
+    pub(super) metadata: Option<MetadataPolicy>,
+    /// Lane policy; `None` keeps the pulled order.
+    pub(super) lanes: Option<LanePolicy>,
+    /// Per-lane consumer mode: consumer name → lane index. A message's lane is the lane
+    /// of the consumer that delivered it.
+    pub(super) consumer_lane: std::collections::HashMap<String, usize>,
+}
+
+impl Prepare {
     /// Prepares pulled messages for writing.
-    pub fn prepare(self: &Arc<Self>, messages: Vec<jetstream::Message>) -> Prepared {
+    pub(super) fn prepare(self: &Arc<Self>, messages: Vec<jetstream::Message>) -> Prepared {
         let pulled = messages.len();
         let mut items: Vec<(Envelope, Subject)> = Vec::with_capacity(pulled);
         for m in messages {
@@ -218,12 +225,14 @@ impl Stages {
             .filter_map(|(source, lane)| lane.map(|l| (source.consumer, l)))
             .collect();
         Stages {
-            sink: spec.name.clone(),
-            key: spec.delivery.idempotency_key,
-            metadata,
-            lanes,
+            prepare: Prepare {
+                sink: spec.name.clone(),
+                key: spec.delivery.idempotency_key,
+                metadata,
+                lanes,
+                consumer_lane,
+            },
             randomizer,
-            consumer_lane,
         }
     }
 }

@@ -4,38 +4,94 @@
 //! The original is acknowledged only after the dead-letter stream acknowledged the copy.
 //! If that publish fails, the message is handed back exactly as without a queue: it comes
 //! back later, and a metric and a log line say why. Nothing is lost either way.
+//!
+//! Private to the pipeline: disposal acknowledges, and only the runner may.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 use async_nats::Subject;
+use async_trait::async_trait;
 
-use super::acks::Acks;
+use super::acks::Acknowledger;
 use crate::config::SinkSpec;
-use crate::dlq::{DeadLetters, Reason};
+use crate::dlq::{DeadLetters, PublishFailed, Reason};
 use crate::envelope::Envelope;
 use crate::metrics::SinkMetrics;
 
+/// Where dead-letter copies go: the sink's [`DeadLetters`], or a fake in the runner's
+/// tests. Called once per refused message, off the hot path.
+#[async_trait]
+pub(super) trait DeadLetterOut: Send + Sync {
+    /// Publishes the copy of `e` and waits for the stream to store it.
+    async fn publish(
+        &self,
+        e: &Envelope,
+        class: &str,
+        why: &str,
+        reason: Reason,
+    ) -> Result<(), PublishFailed>;
+}
+
+#[async_trait]
+impl DeadLetterOut for DeadLetters {
+    async fn publish(
+        &self,
+        e: &Envelope,
+        class: &str,
+        why: &str,
+        reason: Reason,
+    ) -> Result<(), PublishFailed> {
+        DeadLetters::publish(self, e, class, why, reason).await
+    }
+}
+
+/// The numbers that decide a refused message's fate.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Policy {
+    /// Delay of the NAK that hands a message back.
+    pub(super) delay: Duration,
+    /// Deliveries a refused message gets before it is dead-lettered.
+    pub(super) attempts: u64,
+    /// The consumer's MaxDeliver (-1 = unlimited).
+    pub(super) max_deliver: i64,
+    /// TERM instead of ACK after the copy is stored.
+    pub(super) term: bool,
+}
+
+impl Policy {
+    /// The policy a sink's config describes.
+    pub(super) fn for_sink(spec: &SinkSpec, dead_letters: Option<&DeadLetters>) -> Policy {
+        let (attempts, term) = match dead_letters {
+            Some(dl) => (
+                dead_letter_from(dl.config().max_attempts, spec.source.max_deliver),
+                dl.config().ack_term_after_publish,
+            ),
+            None => (u64::MAX, false),
+        };
+        Policy {
+            delay: Duration::from_millis(spec.delivery.retry.max_backoff_ms),
+            attempts,
+            max_deliver: spec.source.max_deliver,
+            term,
+        }
+    }
+}
+
 /// The disposal policy of one sink.
 #[derive(Clone)]
-pub struct Disposal {
-    sink: String,
-    acks: Acks,
+pub(super) struct Disposal<A: Acknowledger> {
+    sink: Arc<str>,
+    acks: A,
     metrics: SinkMetrics,
-    dead_letters: Option<DeadLetters>,
-    /// Delay of the NAK that hands a message back.
-    delay: Duration,
-    /// Deliveries a refused message gets before it is dead-lettered.
-    attempts: u64,
-    /// The consumer's MaxDeliver (-1 = unlimited).
-    max_deliver: i64,
-    /// TERM instead of ACK after the copy is stored.
-    term: bool,
+    dead_letters: Option<Arc<dyn DeadLetterOut>>,
+    policy: Policy,
 }
 
 /// The delivery from which a refused message is dead-lettered: the configured attempts,
 /// but never later than the consumer's last allowed delivery. Pure.
-pub fn dead_letter_from(max_attempts: u32, max_deliver: i64) -> u64 {
+pub(super) fn dead_letter_from(max_attempts: u32, max_deliver: i64) -> u64 {
     let attempts = u64::from(max_attempts.max(1));
     if max_deliver > 0 {
         attempts.min(max_deliver as u64)
@@ -44,43 +100,34 @@ pub fn dead_letter_from(max_attempts: u32, max_deliver: i64) -> u64 {
     }
 }
 
-impl Disposal {
-    /// The policy a sink's config describes.
-    pub fn new(
-        spec: &SinkSpec,
-        acks: Acks,
+impl<A: Acknowledger> Disposal<A> {
+    /// Disposal by `policy`, acknowledging through `acks`.
+    pub(super) fn new(
+        sink: &str,
+        policy: Policy,
+        acks: A,
         metrics: SinkMetrics,
-        dead_letters: Option<DeadLetters>,
-    ) -> Disposal {
-        let (attempts, term) = match &dead_letters {
-            Some(dl) => (
-                dead_letter_from(dl.config().max_attempts, spec.source.max_deliver),
-                dl.config().ack_term_after_publish,
-            ),
-            None => (u64::MAX, false),
-        };
+        dead_letters: Option<Arc<dyn DeadLetterOut>>,
+    ) -> Disposal<A> {
         Disposal {
-            sink: spec.name.clone(),
+            sink: sink.into(),
             acks,
             metrics,
             dead_letters,
-            delay: Duration::from_millis(spec.delivery.retry.max_backoff_ms),
-            attempts,
-            max_deliver: spec.source.max_deliver,
-            term,
+            policy,
         }
     }
 
     fn last_delivery(&self, e: &Envelope) -> bool {
-        self.max_deliver > 0 && e.delivered >= self.max_deliver as u64
+        self.policy.max_deliver > 0 && e.delivered >= self.policy.max_deliver as u64
     }
 
     /// A message refused for good (by metadata, lane rules or the destination).
-    pub async fn refused(&self, e: &Envelope, reply: &Subject, reason: Reason, why: &str) {
+    pub(super) async fn refused(&self, e: &Envelope, reply: &Subject, reason: Reason, why: &str) {
         if reason == Reason::Destination {
             self.metrics.poison_isolated.inc();
         }
-        if self.dead_letters.is_some() && e.delivered >= self.attempts {
+        if self.dead_letters.is_some() && e.delivered >= self.policy.attempts {
             self.dead_letter(e, reply, "permanent", reason, why).await;
         } else {
             self.hand_back(e, reply, reason.as_str(), why).await;
@@ -89,7 +136,7 @@ impl Disposal {
 
     /// Messages of a batch given up at shutdown: those on their last allowed delivery are
     /// dead-lettered (the server would drop them), the rest are NAKed for another instance.
-    pub async fn abandoned(&self, envelopes: &[Envelope], replies: &[Subject]) {
+    pub(super) async fn abandoned(&self, envelopes: &[Envelope], replies: &[Subject]) {
         let mut back = Vec::with_capacity(replies.len());
         for (e, r) in envelopes.iter().zip(replies) {
             if self.dead_letters.is_some() && self.last_delivery(e) {
@@ -122,7 +169,7 @@ impl Disposal {
         match dl.publish(e, class, why, reason).await {
             Ok(()) => {
                 self.metrics.dlq_published(reason).inc();
-                let kind = if self.term {
+                let kind = if self.policy.term {
                     self.metrics.terminated.inc();
                     AckKind::Term
                 } else {
@@ -149,7 +196,7 @@ impl Disposal {
                     "dead-letter publish failed; the message stays unacked and will be redelivered"
                 );
                 self.acks
-                    .send(vec![reply.clone()], AckKind::Nak(Some(self.delay)))
+                    .send(vec![reply.clone()], AckKind::Nak(Some(self.policy.delay)))
                     .await;
             }
         }
@@ -169,7 +216,7 @@ impl Disposal {
             error = %why,
             last_delivery = last,
             "message refused; left unacked for redelivery in {}s{}",
-            self.delay.as_secs(),
+            self.policy.delay.as_secs(),
             if last {
                 " (this was its last allowed delivery: without a dead-letter queue the server stops redelivering it)"
             } else {
@@ -177,7 +224,7 @@ impl Disposal {
             }
         );
         self.acks
-            .send(vec![reply.clone()], AckKind::Nak(Some(self.delay)))
+            .send(vec![reply.clone()], AckKind::Nak(Some(self.policy.delay)))
             .await;
     }
 }

@@ -1,13 +1,24 @@
 //! The stages between a fetched batch and its ACKs: preparation (normalize, metadata,
 //! lanes), retry policy, acknowledgements, and the per-sink runner.
+//!
+//! Only [`Runner`], [`Stages`] and what builds them are public: the acknowledger and the
+//! disposal policy are private to this module, so "only the runner acknowledges" holds by
+//! visibility, not by convention.
 
-pub mod acks;
-pub mod batch;
-pub mod disposal;
+mod acks;
+mod batch;
+mod delay;
+mod disposal;
 pub mod lanes;
+mod puller;
 pub mod randomizer;
-pub mod retry;
-pub mod runner;
+mod retry;
+mod runner;
+mod settle;
+#[cfg(test)]
+mod settle_tests;
+#[cfg(test)]
+mod testing;
 
 pub use batch::Stages;
 pub use runner::{Binding, Observers, Runner};

@@ -1,0 +1,350 @@
+//! The puller: pulls the next batch in a background task while the current one is
+//! written, over one consumer, random subject buckets or per-lane consumers, and binds its
+//! consumers again after repeated failed pulls.
+//!
+//! It never acknowledges: what it pulled is prepared ([`Prepare`]) and handed to the runner,
+//! or, at shutdown, handed back by the runner. [`Ahead`] holds the pull in flight and a
+//! batch pulled ahead and not yet written. The pull task itself puts its batch into
+//! [`Waiting`], shared with the keep-alive, so a batch that arrives while the runner's task
+//! is blocked in a write is kept alive without the runner's help.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::{self};
+use async_nats::Subject;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::batch::{Prepare, Prepared};
+use super::lanes;
+use super::retry::backoff;
+use crate::config::SinkSpec;
+use crate::health::SinkHealth;
+use crate::metrics::SinkMetrics;
+use crate::nats::{bind, fetch_any, fetch_batch, FetchLimits};
+
+/// Consecutive failed pulls after which the runner re-binds its consumer (it may have been
+/// lost with a memory-storage server restart).
+const REBIND_AFTER: u32 = 3;
+
+/// A pull task; its batch goes into [`Waiting`], the result only says whether it failed.
+type PendingPull = JoinHandle<Result<(), async_nats::Error>>;
+
+/// The batch pulled and not yet taken by the runner, shared by the pull task that fills
+/// it, the runner that takes it and the keep-alive that reads its reply subjects. Locked
+/// once by each per batch, never across an await.
+#[derive(Clone, Default)]
+pub(super) struct Waiting(Arc<Mutex<Option<Prepared>>>);
+
+impl Waiting {
+    fn lock(&self) -> MutexGuard<'_, Option<Prepared>> {
+        // A panic while holding the lock leaves a whole batch or none: still usable.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Leaves a prepared pull for the runner.
+    pub(super) fn put(&self, p: Prepared) {
+        *self.lock() = Some(p);
+    }
+
+    fn take(&self) -> Option<Prepared> {
+        self.lock().take()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().is_none()
+    }
+
+    /// Appends the reply subjects of the waiting batch, written or refused, to `out`.
+    pub(super) fn replies_into(&self, out: &mut Vec<Subject>) {
+        if let Some(p) = self.lock().as_ref() {
+            out.extend(p.all_replies().cloned());
+        }
+    }
+}
+
+/// A pull in flight and a batch pulled ahead, not yet written.
+pub(super) struct Ahead {
+    /// Sink name, for logs.
+    sink: Arc<str>,
+    pending: Option<PendingPull>,
+    waiting: Waiting,
+}
+
+impl Ahead {
+    /// Nothing pulled ahead yet.
+    pub(super) fn new(sink: &str) -> Ahead {
+        Ahead {
+            sink: sink.into(),
+            pending: None,
+            waiting: Waiting::default(),
+        }
+    }
+
+    /// Where the batch pulled ahead waits, for the keep-alive.
+    pub(super) fn waiting(&self) -> &Waiting {
+        &self.waiting
+    }
+
+    /// Runs `work` to completion while noting a background pull that ends meanwhile, so a
+    /// failed pull ahead is logged and the next batch pulls again at once.
+    pub(super) async fn alongside<F: Future>(&mut self, work: F) -> F::Output {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                () = self.collect() => {}
+            }
+        }
+    }
+
+    /// Waits for the pull in flight (its batch is in [`Waiting`] already); pending forever
+    /// without one, so it can stand in a `select!` beside the work it runs alongside.
+    async fn collect(&mut self) {
+        let Some(pending) = self.pending.as_mut() else {
+            return std::future::pending().await;
+        };
+        let pulled = pending.await;
+        self.pending = None;
+        match pulled {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(sink = %self.sink, error = %e, "pull ahead failed; pulling again later")
+            }
+            Err(e) => tracing::error!(sink = %self.sink, error = %e, "pull-ahead task failed"),
+        }
+    }
+
+    /// At shutdown: the batch pulled ahead, waiting up to `wait` for a pull in flight (it
+    /// returns at once, no-wait, or within the batch timeout).
+    pub(super) async fn finish(&mut self, wait: Duration) -> Option<Prepared> {
+        if let Some(pending) = self.pending.take() {
+            let _ = tokio::time::timeout(wait, pending).await;
+        }
+        self.waiting.take()
+    }
+
+    #[cfg(test)]
+    pub(super) fn with_waiting(sink: &str, p: Prepared) -> Ahead {
+        let ahead = Ahead::new(sink);
+        ahead.waiting.put(p);
+        ahead
+    }
+}
+
+/// In which order a pull visits the consumers.
+enum Order {
+    /// One consumer.
+    Single,
+    /// Random subject buckets: a fresh random order each pull.
+    Buckets,
+    /// Per-lane consumers: lanes take turns by weight across pulls.
+    Lanes {
+        /// The lane of each consumer.
+        of_consumer: Vec<usize>,
+        /// Lane weights.
+        weights: Vec<u32>,
+        /// Position in the weighted cycle of lanes.
+        cursor: usize,
+    },
+}
+
+/// What [`Puller::next`] got.
+pub(super) enum Pulled {
+    /// A prepared pull (possibly empty).
+    Batch(Prepared),
+    /// The pull failed; it was counted, waited for and, if repeated, the consumers bound
+    /// again.
+    Failed,
+    /// Shutdown came while waiting for the pull.
+    Stopped,
+}
+
+/// The pulling side of one sink.
+pub(super) struct Puller {
+    spec: SinkSpec,
+    js: jetstream::Context,
+    consumers: Vec<PullConsumer>,
+    prepare: Arc<Prepare>,
+    limits: FetchLimits,
+    order: Order,
+    /// Consecutive failed pulls.
+    failed: u32,
+    /// Bucket order and the backoff jitter after a failed pull.
+    rng: StdRng,
+    metrics: SinkMetrics,
+    health: SinkHealth,
+}
+
+impl Puller {
+    /// A puller over bound consumers.
+    pub(super) fn new(
+        spec: SinkSpec,
+        js: jetstream::Context,
+        consumers: Vec<PullConsumer>,
+        prepare: Prepare,
+        metrics: SinkMetrics,
+        health: SinkHealth,
+    ) -> Puller {
+        let limits = FetchLimits {
+            max_messages: spec.delivery.batch_size,
+            max_bytes: spec.delivery.max_batch_bytes,
+            wait: Duration::from_millis(spec.delivery.batch_timeout_ms),
+        };
+        let of_consumer: Option<Vec<usize>> = spec
+            .consumer_bindings()
+            .into_iter()
+            .map(|(_, lane)| lane)
+            .collect();
+        let order = match of_consumer {
+            _ if consumers.len() == 1 => Order::Single,
+            Some(of_consumer) => Order::Lanes {
+                of_consumer,
+                weights: spec
+                    .delivery
+                    .priority_lanes
+                    .lanes
+                    .iter()
+                    .map(|l| l.weight)
+                    .collect(),
+                cursor: usize::MAX,
+            },
+            None => Order::Buckets,
+        };
+        Puller {
+            spec,
+            js,
+            consumers,
+            prepare: Arc::new(prepare),
+            limits,
+            order,
+            failed: 0,
+            rng: StdRng::from_os_rng(),
+            metrics,
+            health,
+        }
+    }
+
+    /// The sink's config.
+    pub(super) fn spec(&self) -> &SinkSpec {
+        &self.spec
+    }
+
+    /// The batch timeout: a pull in flight returns within it.
+    pub(super) fn wait(&self) -> Duration {
+        self.limits.wait
+    }
+
+    /// Starts the next pull in the background, unless one is running or a batch waits.
+    pub(super) fn pull_ahead(&mut self, ahead: &mut Ahead) {
+        if ahead.pending.is_none() && ahead.waiting.is_empty() {
+            ahead.pending = Some(self.spawn(ahead.waiting.clone()));
+        }
+    }
+
+    /// Starts a pull whose prepared batch goes into `into`.
+    fn spawn(&mut self, into: Waiting) -> PendingPull {
+        let prepare = self.prepare.clone();
+        let limits = self.limits;
+        let order = match &mut self.order {
+            Order::Single => {
+                let consumer = self.consumers[0].clone();
+                return tokio::spawn(async move {
+                    let messages = fetch_batch(&consumer, limits).await?;
+                    into.put(prepare.prepare(messages));
+                    Ok(())
+                });
+            }
+            Order::Lanes {
+                of_consumer,
+                weights,
+                cursor,
+            } => {
+                *cursor = cursor.wrapping_add(1);
+                lanes::pull_order(of_consumer, weights, *cursor)
+            }
+            Order::Buckets => {
+                let mut order: Vec<usize> = (0..self.consumers.len()).collect();
+                order.shuffle(&mut self.rng);
+                order
+            }
+        };
+        let consumers = self.consumers.clone();
+        tokio::spawn(async move {
+            let messages = fetch_any(&consumers, &order, limits).await?;
+            into.put(prepare.prepare(messages));
+            Ok(())
+        })
+    }
+
+    /// The next batch: one pulled ahead, the pull in flight, or a new pull. A failed pull
+    /// is counted, logged and followed by the retry backoff; after [`REBIND_AFTER`] in a
+    /// row the consumers are bound again.
+    pub(super) async fn next(
+        &mut self,
+        ahead: &mut Ahead,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Pulled {
+        let pulled = match ahead.waiting.take() {
+            Some(ready) => {
+                // The pull that left it has ended or is about to; nothing else to await.
+                ahead.pending = None;
+                Ok(ready)
+            }
+            None => {
+                let handle = match ahead.pending.take() {
+                    Some(h) => h,
+                    None => self.spawn(ahead.waiting.clone()),
+                };
+                let r = tokio::select! {
+                    r = handle => r.unwrap_or_else(|e| Err(format!("pull task failed: {e}").into())),
+                    _ = shutdown.wait_for(|s| *s) => return Pulled::Stopped,
+                };
+                r.map(|()| ahead.waiting.take().unwrap_or_default())
+            }
+        };
+        match pulled {
+            Ok(p) => {
+                self.failed = 0;
+                Pulled::Batch(p)
+            }
+            Err(e) => {
+                self.failed += 1;
+                self.metrics.fetch_errors.inc();
+                tracing::warn!(sink = %self.spec.name, error = %e, attempt = self.failed, "pull failed");
+                let delay = backoff(&self.spec.delivery.retry, self.failed - 1, &mut self.rng);
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = shutdown.wait_for(|s| *s) => {}
+                }
+                if self.failed >= REBIND_AFTER {
+                    self.rebind().await;
+                }
+                Pulled::Failed
+            }
+        }
+    }
+
+    async fn rebind(&mut self) {
+        let mut consumers = Vec::with_capacity(self.consumers.len());
+        for (source, _) in self.spec.consumer_bindings() {
+            match bind(&self.js, &self.spec.name, &source).await {
+                Ok(b) => consumers.push(b.consumer),
+                Err(e) => {
+                    self.health.set_bound(false);
+                    tracing::warn!(sink = %self.spec.name, consumer = %source.consumer, error = %e, "re-binding the consumer failed");
+                    return;
+                }
+            }
+        }
+        self.consumers = consumers;
+        self.health.set_bound(true);
+    }
+}

@@ -1,0 +1,345 @@
+//! Settling a batch: write → commit → ACK; a permanent refusal splits the batch until the
+//! culprits stand alone and disposes of them; a transient failure holds the batch and
+//! retries it with backoff, kept alive with `+WPI`, until it commits or shutdown abandons
+//! it.
+//!
+//! [`Settler`] is generic over the [`Acknowledger`] and holds the destination as the
+//! existing [`Sink`] trait object, so its unit tests run it with a fake destination and a
+//! recording acknowledger, on tokio's paused clock.
+
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::AckKind;
+use async_nats::Subject;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use time::OffsetDateTime;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::acks::{AckQueue, Acknowledger, KeepAlive};
+use super::batch::{Batch, Refused, RefusedBy};
+use super::disposal::Disposal;
+use super::puller::Ahead;
+use super::retry::backoff;
+use crate::config::RetryConfig;
+use crate::dlq::Reason;
+use crate::envelope::Envelope;
+use crate::health::SinkHealth;
+use crate::metrics::SinkMetrics;
+use crate::sinks::{Sink, SinkError};
+
+/// The shutdown signal of one runner, and the deadline it sets for the batch in hand.
+pub(super) struct Stop {
+    rx: watch::Receiver<bool>,
+    deadline: Option<Instant>,
+    /// `delivery.shutdown_timeout_ms`.
+    timeout: Duration,
+}
+
+impl Stop {
+    /// Watches `rx`; a batch still held `timeout` after the signal is abandoned.
+    pub(super) fn new(rx: watch::Receiver<bool>, timeout: Duration) -> Stop {
+        Stop {
+            rx,
+            deadline: None,
+            timeout,
+        }
+    }
+
+    /// Whether shutdown was signalled; the first time it is seen, the deadline starts.
+    pub(super) fn stopping(&mut self) -> bool {
+        if self.deadline.is_none() && *self.rx.borrow() {
+            self.deadline = Some(Instant::now() + self.timeout);
+        }
+        self.deadline.is_some()
+    }
+
+    /// Whether the deadline for the batch in hand has passed.
+    fn expired(&mut self) -> bool {
+        self.stopping() && self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// The signal, for waits that end early at shutdown.
+    pub(super) fn receiver(&mut self) -> &mut watch::Receiver<bool> {
+        &mut self.rx
+    }
+
+    /// Sleeps until `until`, the deadline, or the signal, whichever comes first.
+    fn nap_until(&self, until: Instant) -> impl Future<Output = ()> {
+        let until = self.deadline.map_or(until, |d| until.min(d));
+        let mut rx = self.rx.clone();
+        let watch_signal = self.deadline.is_none();
+        async move {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = rx.wait_for(|s| *s), if watch_signal => {}
+            }
+        }
+    }
+}
+
+/// How a write attempt loop ended.
+enum Written {
+    Committed,
+    Refused {
+        index: Option<usize>,
+        message: String,
+    },
+    Abandoned,
+}
+
+/// The writing and acknowledging side of one sink.
+pub(super) struct Settler<A: Acknowledger> {
+    name: Arc<str>,
+    sink: Box<dyn Sink>,
+    acks: AckQueue<A>,
+    /// The `+WPI` clock of the part being written and the batch pulled ahead.
+    keep: KeepAlive<A>,
+    disposal: Disposal<A>,
+    metrics: SinkMetrics,
+    health: SinkHealth,
+    retry: RetryConfig,
+    /// Half of AckWait: how often a hold wakes to beat the liveness heartbeat.
+    keep_every: Duration,
+    /// Backoff jitter.
+    rng: StdRng,
+    /// The last write committed; only then is the next batch pulled ahead.
+    healthy: bool,
+}
+
+/// What a [`Settler`] is built from besides its destination and acknowledger.
+pub(super) struct SettlerParts<A: Acknowledger> {
+    pub(super) name: String,
+    pub(super) disposal: Disposal<A>,
+    pub(super) metrics: SinkMetrics,
+    pub(super) health: SinkHealth,
+    pub(super) retry: RetryConfig,
+    pub(super) ack_wait: Duration,
+}
+
+impl<A: Acknowledger> Settler<A> {
+    /// A settler writing to an opened destination.
+    pub(super) fn new(sink: Box<dyn Sink>, acks: A, parts: SettlerParts<A>) -> Settler<A> {
+        Settler {
+            name: parts.name.into(),
+            sink,
+            keep: KeepAlive::new(acks.clone(), parts.ack_wait / 2),
+            acks: AckQueue::new(acks),
+            disposal: parts.disposal,
+            metrics: parts.metrics,
+            health: parts.health,
+            retry: parts.retry,
+            keep_every: parts.ack_wait / 2,
+            rng: StdRng::from_os_rng(),
+            healthy: true,
+        }
+    }
+
+    /// Whether the last write committed (a failing destination gets no pull ahead).
+    pub(super) fn healthy(&self) -> bool {
+        self.healthy
+    }
+
+    /// The acknowledger, for the randomizer's NAKs.
+    pub(super) fn acknowledger(&self) -> &A {
+        self.acks.acknowledger()
+    }
+
+    /// Gives every message of the batch its outcome.
+    pub(super) async fn settle(&mut self, batch: Batch, ahead: &mut Ahead, stop: &mut Stop) {
+        let Batch { envelopes, replies } = batch;
+        // Shared with the keep-alive's task for as long as a part is written.
+        let replies = Arc::new(replies);
+        // Ranges still to write, in order; pushed in reverse so they pop in order.
+        let mut todo: Vec<Range<usize>> = Vec::with_capacity(8);
+        todo.push(0..envelopes.len());
+        let mut isolated = false;
+        while let Some(range) = todo.pop() {
+            let written = self
+                .write(&envelopes, &replies, range.clone(), ahead, stop)
+                .await;
+            match written {
+                Written::Committed => {
+                    self.committed(&envelopes[range.clone()], &replies[range])
+                        .await
+                }
+                Written::Abandoned => {
+                    // Hand back this range and everything not yet written.
+                    for r in std::iter::once(range).chain(todo.drain(..)) {
+                        self.disposal
+                            .abandoned(&envelopes[r.clone()], &replies[r])
+                            .await;
+                    }
+                    self.metrics.batches_abandoned.inc();
+                    tracing::info!(sink = %self.name, "batch abandoned at shutdown; left for redelivery");
+                    return;
+                }
+                Written::Refused { index, message } => {
+                    isolated = true;
+                    if range.len() == 1 {
+                        let i = range.start;
+                        self.disposal
+                            .refused(&envelopes[i], &replies[i], Reason::Destination, &message)
+                            .await;
+                        continue;
+                    }
+                    for part in split(range, index).into_iter().rev() {
+                        todo.push(part);
+                    }
+                }
+            }
+        }
+        if isolated {
+            self.metrics.batches_isolated.inc();
+        } else {
+            self.metrics.batches_committed.inc();
+        }
+    }
+
+    /// Records commit latency and hands the ACKs to a background task.
+    async fn committed(&mut self, envelopes: &[Envelope], replies: &[Subject]) {
+        let now = OffsetDateTime::now_utc();
+        for e in envelopes {
+            self.metrics
+                .commit_lag
+                .observe((now - e.published_at).as_seconds_f64().max(0.0));
+        }
+        self.acks.committed(replies.to_vec()).await;
+    }
+
+    /// Writes `range` until it commits, is refused, or shutdown abandons it; the messages
+    /// in hand, and a batch pulled ahead meanwhile, are kept alive throughout, and no
+    /// longer: the keep-alive stops before the caller acknowledges the range.
+    async fn write(
+        &mut self,
+        envelopes: &[Envelope],
+        replies: &Arc<Vec<Subject>>,
+        range: Range<usize>,
+        ahead: &mut Ahead,
+        stop: &mut Stop,
+    ) -> Written {
+        self.keep.arm(replies, range.clone(), ahead.waiting()).await;
+        let written = self
+            .attempts(&envelopes[range.clone()], range, ahead, stop)
+            .await;
+        self.keep.disarm().await;
+        written
+    }
+
+    /// The attempts of [`Settler::write`], and the holds between them.
+    async fn attempts(
+        &mut self,
+        part: &[Envelope],
+        range: Range<usize>,
+        ahead: &mut Ahead,
+        stop: &mut Stop,
+    ) -> Written {
+        let mut attempt: u32 = 0;
+        loop {
+            let started = Instant::now();
+            let result = ahead.alongside(self.sink.write_batch(part)).await;
+            self.metrics
+                .write_seconds
+                .observe(started.elapsed().as_secs_f64());
+            let err = match result {
+                Ok(()) => {
+                    if attempt > 0 {
+                        tracing::info!(sink = %self.name, attempts = attempt + 1, "destination recovered");
+                    }
+                    self.health.destination_ok();
+                    self.healthy = true;
+                    return Written::Committed;
+                }
+                Err(e) => e,
+            };
+            self.metrics.sink_error(&err);
+            match err {
+                SinkError::Permanent { index, message } => {
+                    // Map a part-relative index back to the batch.
+                    let index = index.filter(|i| *i < part.len()).map(|i| range.start + i);
+                    tracing::warn!(sink = %self.name, messages = part.len(), error = %message, "destination refused part of a batch; isolating");
+                    return Written::Refused { index, message };
+                }
+                SinkError::Transient { message } | SinkError::Misconfigured { message } => {
+                    self.metrics.batches_retried.inc();
+                    self.health.destination_failed(&message);
+                    self.healthy = false;
+                    let delay = backoff(&self.retry, attempt, &mut self.rng);
+                    tracing::warn!(sink = %self.name, error = %message, attempt = attempt + 1, retry_in_ms = delay.as_millis() as u64, "destination failed; holding the batch");
+                    attempt = attempt.saturating_add(1);
+                    if self.hold(delay, ahead, stop).await {
+                        return Written::Abandoned;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Holds the messages in hand for `delay` before the next attempt, beating the
+    /// liveness heartbeat at least every half AckWait (the keep-alive, armed by
+    /// [`Settler::write`], goes on meanwhile). True when shutdown's deadline passed and
+    /// the batch is to be abandoned.
+    async fn hold(&mut self, delay: Duration, ahead: &mut Ahead, stop: &mut Stop) -> bool {
+        let wake = Instant::now() + delay;
+        loop {
+            self.health.beat();
+            if stop.expired() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= wake {
+                return false;
+            }
+            let until = wake
+                .min(now + self.keep_every)
+                .max(now + Duration::from_millis(1));
+            ahead.alongside(stop.nap_until(until)).await;
+        }
+    }
+
+    /// A message refused before the write (metadata or lane rules).
+    pub(super) async fn refuse_early(&mut self, r: Refused) {
+        let reason = match r.by {
+            RefusedBy::Metadata => Reason::Metadata,
+            RefusedBy::Lane => {
+                self.metrics.lane_rejected.inc();
+                Reason::Lane
+            }
+        };
+        self.disposal
+            .refused(&r.envelope, &r.reply, reason, &r.reason)
+            .await;
+    }
+
+    /// At shutdown: lets the ACK tasks finish, and hands back what was pulled ahead and
+    /// never written, so another instance can take it at once instead of after AckWait.
+    /// `wait` bounds the wait for a pull in flight.
+    pub(super) async fn finish(&mut self, ahead: &mut Ahead, wait: Duration) {
+        self.acks.drain().await;
+        if let Some(p) = ahead.finish(wait).await {
+            self.acks
+                .acknowledger()
+                .send(p.all_replies().cloned().collect(), AckKind::Nak(None))
+                .await;
+        }
+    }
+}
+
+/// Splits a refused range: around the offending index when the destination named one,
+/// otherwise in halves.
+pub(super) fn split(range: Range<usize>, index: Option<usize>) -> Vec<Range<usize>> {
+    match index {
+        Some(i) if range.contains(&i) => [range.start..i, i..i + 1, i + 1..range.end]
+            .into_iter()
+            .filter(|r| !r.is_empty())
+            .collect(),
+        _ => {
+            let mid = range.start + range.len() / 2;
+            vec![range.start..mid, mid..range.end]
+        }
+    }
+}

@@ -1,0 +1,418 @@
+//! Unit tests of [`Settler::settle`] with a scripted destination, a recording acknowledger
+//! and a recording dead-letter queue, on tokio's paused clock: no wall-clock waits. The
+//! one exception is a write that blocks its thread, which needs the multi-threaded
+//! runtime; it waits on the recorder, not on the clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use super::batch::Prepared;
+use super::disposal::{DeadLetterOut, Disposal, Policy};
+use super::puller::{Ahead, Waiting};
+use super::settle::{split, Settler, SettlerParts, Stop};
+use super::testing::{batch, Event, FakeDeadLetters, FakeSink, Kind, Log, RecordingAcks, Script};
+use crate::config::{Jitter, RetryConfig};
+use crate::dlq::Reason;
+use crate::envelope::Envelope;
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::sinks::{Sink, SinkError};
+
+/// AckWait of the tests: `+WPI` is due every 5 s.
+const ACK_WAIT: Duration = Duration::from_secs(10);
+/// The delay of a NAK that hands a refused message back.
+const HAND_BACK: Duration = Duration::from_secs(30);
+
+struct Rig {
+    log: Log,
+    settler: Settler<RecordingAcks>,
+    metrics: crate::metrics::SinkMetrics,
+    stop: Stop,
+    signal: watch::Sender<bool>,
+}
+
+/// A settler over `sink`; with `dead_letters`, refused messages are dead-lettered on their
+/// first delivery (TERM instead of ACK with `term`).
+fn rig(log: &Log, sink: FakeSink, dead_letters: bool, term: bool) -> Rig {
+    rig_waiting(log, Box::new(sink), dead_letters, term, ACK_WAIT)
+}
+
+/// [`rig`] with any destination and AckWait.
+fn rig_waiting(
+    log: &Log,
+    sink: Box<dyn Sink>,
+    dead_letters: bool,
+    term: bool,
+    ack_wait: Duration,
+) -> Rig {
+    let acks = RecordingAcks(log.clone());
+    let metrics = Metrics::new().sink("t");
+    let policy = Policy {
+        delay: HAND_BACK,
+        attempts: if dead_letters { 1 } else { u64::MAX },
+        max_deliver: -1,
+        term,
+    };
+    let dl = dead_letters.then(|| Arc::new(FakeDeadLetters(log.clone())) as Arc<dyn DeadLetterOut>);
+    let disposal = Disposal::new("t", policy, acks.clone(), metrics.clone(), dl);
+    let parts = SettlerParts {
+        name: "t".into(),
+        disposal,
+        metrics: metrics.clone(),
+        health: Health::default().sink("t"),
+        retry: RetryConfig {
+            initial_backoff_ms: 8_000,
+            max_backoff_ms: 30_000,
+            multiplier: 2.0,
+            jitter: Jitter::None,
+        },
+        ack_wait,
+    };
+    let (signal, rx) = watch::channel(false);
+    Rig {
+        log: log.clone(),
+        settler: Settler::new(sink, acks, parts),
+        metrics,
+        stop: Stop::new(rx, Duration::from_secs(20)),
+        signal,
+    }
+}
+
+fn script(f: impl FnMut(&[u64], usize) -> Result<(), SinkError> + Send + 'static) -> Script {
+    Box::new(f)
+}
+
+impl Rig {
+    /// Settles `seqs` and waits for the ACK tasks.
+    async fn settle(&mut self, seqs: std::ops::RangeInclusive<u64>, ahead: &mut Ahead) {
+        self.settler
+            .settle(batch(seqs), ahead, &mut self.stop)
+            .await;
+        self.settler.finish(ahead, Duration::ZERO).await;
+    }
+
+    /// Every sequence ACKed after commit, in order of the ACKs.
+    fn acked(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for e in self.log.events() {
+            if let Event::Ack(s) = e {
+                out.extend(s);
+            }
+        }
+        out
+    }
+
+    fn sent(&self, kind: Kind) -> Vec<Vec<u64>> {
+        self.log
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Send(k, s) if k == kind => Some(s),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Fails the part holding `culprit`, naming its index.
+fn refuse(culprit: u64) -> Script {
+    script(
+        move |seqs, _| match seqs.iter().position(|s| *s == culprit) {
+            Some(i) => Err(SinkError::Permanent {
+                index: Some(i),
+                message: "bad row".into(),
+            }),
+            None => Ok(()),
+        },
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_commit_acks_every_message_after_the_write() {
+    let log = Log::default();
+    let mut r = rig(
+        &log,
+        FakeSink::new(log.clone(), script(|_, _| Ok(()))),
+        false,
+        false,
+    );
+    r.settle(1..=5, &mut Ahead::new("t")).await;
+    assert_eq!(
+        log.events(),
+        vec![
+            Event::Write {
+                seqs: vec![1, 2, 3, 4, 5],
+                ok: true
+            },
+            Event::Ack(vec![1, 2, 3, 4, 5]),
+        ]
+    );
+    assert_eq!(r.metrics.batches_committed.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_named_culprit_is_split_off_and_handed_back_the_rest_commits() {
+    let log = Log::default();
+    let mut r = rig(&log, FakeSink::new(log.clone(), refuse(3)), false, false);
+    r.settle(1..=6, &mut Ahead::new("t")).await;
+    let writes: Vec<Event> = log
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e, Event::Write { .. }))
+        .collect();
+    let w = |seqs: Vec<u64>, ok| Event::Write { seqs, ok };
+    assert_eq!(
+        writes,
+        vec![
+            w(vec![1, 2, 3, 4, 5, 6], false),
+            w(vec![1, 2], true),
+            w(vec![3], false),
+            w(vec![4, 5, 6], true),
+        ]
+    );
+    let mut acked = r.acked();
+    acked.sort_unstable();
+    assert_eq!(acked, vec![1, 2, 4, 5, 6]);
+    // Without a dead-letter queue the culprit is NAKed with a delay, never ACKed.
+    assert_eq!(r.sent(Kind::Nak(Some(HAND_BACK))), vec![vec![3]]);
+    assert!(r.sent(Kind::Ack).is_empty());
+    assert_eq!(r.metrics.batches_isolated.get(), 1);
+    assert_eq!(r.metrics.poison_isolated.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_culprit_is_dead_lettered_then_acked_or_termed() {
+    for term in [false, true] {
+        let log = Log::default();
+        let mut r = rig(&log, FakeSink::new(log.clone(), refuse(2)), true, term);
+        r.settle(1..=4, &mut Ahead::new("t")).await;
+        let mut acked = r.acked();
+        acked.sort_unstable();
+        assert_eq!(acked, vec![1, 3, 4]);
+        let events = log.events();
+        let copied = events
+            .iter()
+            .position(|e| {
+                *e == Event::DeadLetter {
+                    seq: 2,
+                    reason: Reason::Destination,
+                }
+            })
+            .unwrap_or_else(|| panic!("no dead-letter copy in {events:?}"));
+        let kind = if term { Kind::Term } else { Kind::Ack };
+        let settled = events
+            .iter()
+            .position(|e| *e == Event::Send(kind, vec![2]))
+            .unwrap_or_else(|| panic!("culprit not settled in {events:?}"));
+        assert!(
+            copied < settled,
+            "the original is settled only after the copy"
+        );
+        assert!(r.sent(Kind::Nak(Some(HAND_BACK))).is_empty());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_without_an_index_halves_until_the_culprit_stands_alone() {
+    let log = Log::default();
+    let sink = FakeSink::new(
+        log.clone(),
+        script(|seqs, _| match seqs.contains(&4) {
+            true => Err(SinkError::Permanent {
+                index: None,
+                message: "bad row".into(),
+            }),
+            false => Ok(()),
+        }),
+    );
+    let mut r = rig(&log, sink, false, false);
+    r.settle(1..=4, &mut Ahead::new("t")).await;
+    let mut acked = r.acked();
+    acked.sort_unstable();
+    assert_eq!(acked, vec![1, 2, 3]);
+    assert_eq!(r.sent(Kind::Nak(Some(HAND_BACK))), vec![vec![4]]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transient_failure_holds_with_keep_alive_and_acks_only_after_the_commit() {
+    let log = Log::default();
+    let sink = FakeSink::new(
+        log.clone(),
+        script(|_, call| match call {
+            0 | 1 => Err(SinkError::Transient {
+                message: "connection refused".into(),
+            }),
+            _ => Ok(()),
+        }),
+    );
+    let mut r = rig(&log, sink, false, false);
+    // A batch pulled ahead meanwhile is kept alive too.
+    let mut ahead = Ahead::with_waiting(
+        "t",
+        super::batch::Prepared {
+            pulled: 1,
+            batch: batch(9..=9),
+            ..Default::default()
+        },
+    );
+    let started = tokio::time::Instant::now();
+    r.settler
+        .settle(batch(1..=3), &mut ahead, &mut r.stop)
+        .await;
+    r.settler.finish(&mut Ahead::new("t"), Duration::ZERO).await;
+    // Backoff 8 s then 16 s: the commit comes 24 s in, on the paused clock.
+    assert_eq!(started.elapsed(), Duration::from_secs(24));
+    let events = log.events();
+    let commit = events
+        .iter()
+        .position(|e| matches!(e, Event::Write { ok: true, .. }))
+        .unwrap_or_else(|| panic!("no commit in {events:?}"));
+    let first_ack = events
+        .iter()
+        .position(|e| matches!(e, Event::Ack(_)))
+        .unwrap_or_else(|| panic!("no ACK in {events:?}"));
+    assert!(first_ack > commit, "no ACK before the commit: {events:?}");
+    let writes = events
+        .iter()
+        .filter(|e| matches!(e, Event::Write { .. }))
+        .count();
+    assert_eq!(writes, 3);
+    // +WPI every 5 s of the 24 s hold, for the held messages and the waiting batch.
+    let progress = r.sent(Kind::Progress);
+    assert_eq!(progress.len(), 4, "{events:?}");
+    assert!(progress.iter().all(|p| *p == vec![1, 2, 3, 9]));
+    assert_eq!(r.acked(), vec![1, 2, 3]);
+    assert_eq!(r.metrics.batches_retried.get(), 2);
+    assert!(r.settler.healthy());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_write_is_kept_alive_while_it_blocks() {
+    let log = Log::default();
+    let mut sink = FakeSink::new(log.clone(), script(|_, _| Ok(())));
+    sink.takes = Duration::from_secs(12);
+    let mut r = rig(&log, sink, false, false);
+    r.settle(1..=2, &mut Ahead::new("t")).await;
+    assert_eq!(r.sent(Kind::Progress), vec![vec![1, 2], vec![1, 2]]);
+    let events = log.events();
+    assert!(matches!(events.last(), Some(Event::Ack(s)) if *s == vec![1, 2]));
+}
+
+/// A destination like the file and SQLite sinks: its write blocks the runner's thread in
+/// `block_in_place`. Meanwhile a batch pulled ahead arrives, and the write returns only
+/// once the recorder has seen `+WPI` for both (or after a bound a broken build hits).
+struct BlockingSink {
+    log: Log,
+    /// Where the pull task would leave the batch pulled ahead.
+    arrives: Waiting,
+}
+
+#[async_trait]
+impl Sink for BlockingSink {
+    async fn open(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| {
+            self.arrives.put(Prepared {
+                pulled: 1,
+                batch: super::testing::batch(9..=9),
+                ..Default::default()
+            });
+            let kept = self.log.block_until(
+                Duration::from_secs(30),
+                |e| matches!(e, Event::Send(Kind::Progress, s) if s.contains(&1) && s.contains(&9)),
+            );
+            self.log.push_write(batch, kept);
+            Ok(())
+        })
+    }
+
+    async fn health(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_blocking_its_thread_is_kept_alive_while_it_blocks() {
+    let log = Log::default();
+    let mut ahead = Ahead::new("t");
+    let sink = BlockingSink {
+        log: log.clone(),
+        arrives: ahead.waiting().clone(),
+    };
+    // +WPI due every 100 ms; the write blocks until one was sent.
+    let ack_wait = Duration::from_millis(200);
+    let mut r = rig_waiting(&log, Box::new(sink), false, false, ack_wait);
+    r.settler
+        .settle(batch(1..=2), &mut ahead, &mut r.stop)
+        .await;
+    r.settler.finish(&mut Ahead::new("t"), Duration::ZERO).await;
+    let events = log.events();
+    // The write returned only after the recorder saw +WPI: the runner's thread was
+    // blocked in it all along.
+    let write = events
+        .iter()
+        .position(|e| {
+            *e == Event::Write {
+                seqs: vec![1, 2],
+                ok: true,
+            }
+        })
+        .unwrap_or_else(|| panic!("no +WPI while the write blocked: {events:?}"));
+    // Before it, only +WPI: for the held part, and with the batch that arrived meanwhile
+    // (a first one may come before that batch on a loaded machine).
+    let progress = Event::Send(Kind::Progress, vec![1, 2, 9]);
+    assert!(events[..write].contains(&progress), "{events:?}");
+    assert!(
+        events[..write]
+            .iter()
+            .all(|e| *e == progress || *e == Event::Send(Kind::Progress, vec![1, 2])),
+        "{events:?}"
+    );
+    // The keep-alive stops before the ACK: nothing follows it.
+    assert_eq!(events.last(), Some(&Event::Ack(vec![1, 2])), "{events:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_held_past_the_shutdown_deadline_is_handed_back() {
+    let log = Log::default();
+    let sink = FakeSink::new(
+        log.clone(),
+        script(|_, _| {
+            Err(SinkError::Transient {
+                message: "down".into(),
+            })
+        }),
+    );
+    let mut r = rig(&log, sink, false, false);
+    let signal = r.signal.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let _ = signal.send(true);
+    });
+    let started = tokio::time::Instant::now();
+    r.settle(1..=3, &mut Ahead::new("t")).await;
+    // Signalled at 3 s, abandoned at the 20 s shutdown timeout after it.
+    assert_eq!(started.elapsed(), Duration::from_secs(23));
+    assert_eq!(r.sent(Kind::Nak(None)), vec![vec![1, 2, 3]]);
+    assert!(r.acked().is_empty());
+    assert_eq!(r.metrics.batches_abandoned.get(), 1);
+}
+
+#[test]
+fn split_isolates_a_named_culprit() {
+    assert_eq!(split(0..10, Some(3)), vec![0..3, 3..4, 4..10]);
+    assert_eq!(split(0..10, Some(0)), vec![0..1, 1..10]);
+    assert_eq!(split(5..10, Some(9)), vec![5..9, 9..10]);
+}
+
+#[test]
+fn split_halves_without_a_culprit_or_with_a_bogus_one() {
+    assert_eq!(split(0..10, None), vec![0..5, 5..10]);
+    assert_eq!(split(0..3, Some(7)), vec![0..1, 1..3]);
+}
