@@ -70,15 +70,30 @@ echo "inclusive instructions per message of the pipeline's stages:"
 callgrind_annotate --inclusive=yes "$OUT" 2>/dev/null | python3 -c '
 import re, sys
 n = int(sys.argv[1])
-stages = ["ConnectionHandler::process", "Runner::pull", "Stages::prepare", "reply::parse",
-          "envelope::normalize", "Runner::settle", "write_blocking", "record::encode",
-          "PayloadEncoding::of", "bind_row", "Runner::committed"]
+# Names before the runner split (Runner::*, Stages::prepare) and after (Puller, Prepare,
+# Settler, AckQueue), so two builds either side of it compare stage by stage. After it,
+# settling is inlined into Runner::run (the whole loop, writes included).
+stages = ["ConnectionHandler::process", "Runner::pull", "Puller::spawn", "Stages::prepare",
+          "Prepare::prepare", "reply::parse", "envelope::normalize", "Runner::settle",
+          "Settler::settle", "Settler::write", "write_blocking", "record::encode", "PayloadEncoding::of",
+          "bind_row", "Runner::committed", "AckQueue::committed", "Runner::run"]
 best = {}
+def plain(name):
+    # "<T as Trait>::f" -> "T::f", then drop generic arguments: "Settler<Acks>::settle"
+    # -> "Settler::settle", so stage names survive trait impls and generics.
+    prev = None
+    while prev != name:
+        prev = name
+        name = re.sub(r"<([^<>]*) as [^<>]*>", r"\1", name)
+        name = re.sub(r"<[^<>]*>", "", name)
+    return name
 for line in sys.stdin:
-    m = re.match(r"\s*([\d,]+) .*?:(?:jetsink|async_nats)::(\S+)", line)
+    m = re.match(r"\s*([\d,]+) \([^)]*\)\s+[^:]*:(.*?)(?: \[[^\]]*\])?$", line)
     if not m:
         continue
-    count, name = int(m.group(1).replace(",", "")), m.group(2)
+    count, name = int(m.group(1).replace(",", "")), plain(m.group(2))
+    if not re.match(r"(jetsink|async_nats)::", name):
+        continue
     for stage in stages:
         if re.search(r"(^|::)" + re.escape(stage) + r"(::\{\{closure\}\})*$", name):
             best[stage] = max(best.get(stage, 0), count)
