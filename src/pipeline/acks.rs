@@ -11,9 +11,8 @@
 //! [`KeepAlive`] is the one `+WPI` clock, kept running across a long write and the hold
 //! that follows a failed one. It ticks in a keeper task of its own, so it fires on time
 //! even while a write blocks the runner's thread (file and SQLite, in `block_in_place`):
-//! for the part being written, and for a batch pulled ahead, which the pull task leaves
-//! where the keeper can see it. Not covered: the not yet written parts of a batch being
-//! split after a refusal (each part is kept alive only while it is written), as before.
+//! for the part being written and the parts of a split batch still waiting behind it, and
+//! for a batch pulled ahead, which the pull task leaves where the keeper can see it.
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -211,9 +211,10 @@ impl<A: Acknowledger> Settler<A> {
         self.acks.committed(replies.to_vec()).await;
     }
 
-    /// Writes `range` until it commits, is refused, or shutdown abandons it; the messages
-    /// in hand, and a batch pulled ahead meanwhile, are kept alive throughout, and no
-    /// longer: the keep-alive stops before the caller acknowledges the range.
+    /// Writes `range` until it commits, is refused, or shutdown abandons it. Kept alive
+    /// throughout: the range, the parts of a split batch still waiting behind it (they
+    /// always lie after it), and a batch pulled ahead meanwhile — and no longer: the
+    /// keep-alive stops before the caller acknowledges the range.
     async fn write(
         &mut self,
         envelopes: &[Envelope],
@@ -222,7 +223,8 @@ impl<A: Acknowledger> Settler<A> {
         ahead: &mut Ahead,
         stop: &mut Stop,
     ) -> Written {
-        self.keep.arm(replies, range.clone(), ahead.waiting()).await;
+        let unsettled = range.start..envelopes.len();
+        self.keep.arm(replies, unsettled, ahead.waiting()).await;
         let written = self
             .attempts(&envelopes[range.clone()], range, ahead, stop)
             .await;

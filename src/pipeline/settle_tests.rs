@@ -237,6 +237,40 @@ async fn a_refusal_without_an_index_halves_until_the_culprit_stands_alone() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_parts_of_a_split_batch_waiting_behind_a_held_part_are_kept_alive() {
+    let log = Log::default();
+    // The whole batch is refused for its last message; the part before the culprit then
+    // fails once transiently (held 8 s) before it commits, while the culprit's own part
+    // waits behind it.
+    let sink = FakeSink::new(
+        log.clone(),
+        script(
+            |seqs, call| match (call, seqs.iter().position(|s| *s == 4)) {
+                (1, None) => Err(SinkError::Transient {
+                    message: "connection refused".into(),
+                }),
+                (_, Some(i)) => Err(SinkError::Permanent {
+                    index: Some(i),
+                    message: "bad row".into(),
+                }),
+                _ => Ok(()),
+            },
+        ),
+    );
+    let mut r = rig(&log, sink, false, false);
+    r.settle(1..=4, &mut Ahead::new("t")).await;
+    let events = log.events();
+    let progress = r.sent(Kind::Progress);
+    assert_eq!(progress, vec![vec![1, 2, 3, 4]], "{events:?}");
+    assert_eq!(r.acked(), vec![1, 2, 3]);
+    assert_eq!(
+        r.sent(Kind::Nak(Some(HAND_BACK))),
+        vec![vec![4]],
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_transient_failure_holds_with_keep_alive_and_acks_only_after_the_commit() {
     let log = Log::default();
     let sink = FakeSink::new(
