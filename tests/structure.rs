@@ -1,0 +1,396 @@
+//! Structure rules for `src/`, kept from regressing (issue 11). Adding a destination should
+//! be one new folder plus one line; that holds only while no file imports another that
+//! imports it back, directly or through others (an import circle ties modules together so
+//! none can change or be read alone), and while files stay small enough to read whole.
+//!
+//! Both tests are std-only scanners over the source text (no parser, no dependency).
+//! Reading a failure: the cycle test prints each circle as its files and the `a -> b`
+//! edges inside it (a `crate::`/`super::`/`self::` path or child-module path in `a` that
+//! lands in file `b`); break one edge, usually by moving the shared item down to a module
+//! both can use. The size test prints each file over the limit with its count of lines
+//! outside `#[cfg(test)] mod … { }` blocks; split the file into a folder of smaller ones.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+const MAX_LINES: usize = 650;
+const NOT_CHILDREN: [&str; 6] = ["crate", "super", "self", "std", "core", "alloc"];
+
+/// Every `.rs` file under `src/`, by path relative to it with `/` separators.
+fn source_files() -> BTreeMap<String, String> {
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).expect("read a directory of src/") {
+            let path = entry.expect("read a directory entry").path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(root).expect("path under src/");
+                let rel = rel.components().map(|c| c.as_os_str().to_string_lossy());
+                let text = std::fs::read_to_string(&path).expect("read a source file");
+                out.insert(rel.collect::<Vec<_>>().join("/"), text);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = BTreeMap::new();
+    walk(&root, &root, &mut out);
+    out
+}
+
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+fn starts_with(t: &[char], i: usize, s: &str) -> bool {
+    s.chars().enumerate().all(|(k, c)| t.get(i + k) == Some(&c))
+}
+
+fn text_of(t: &[char], a: usize, b: usize) -> String {
+    t[a..b].iter().collect()
+}
+
+fn skip_ws(t: &[char], i: usize) -> usize {
+    i + t[i.min(t.len())..]
+        .iter()
+        .take_while(|c| c.is_whitespace())
+        .count()
+}
+
+/// End of the identifier at `i` (`[A-Za-z_][A-Za-z0-9_]*`, or lowercase only), if one starts there.
+fn ident_end(t: &[char], i: usize, lower: bool) -> Option<usize> {
+    let ok =
+        |c: &char| matches!(c, 'a'..='z' | '0'..='9' | '_') || !lower && c.is_ascii_uppercase();
+    t.get(i).filter(|c| ok(c) && !c.is_ascii_digit())?;
+    Some(i + t[i..].iter().take_while(|c| ok(c)).count())
+}
+
+/// End of the `::a::b` segments (possibly none) starting at `j`.
+fn segments_end(t: &[char], mut j: usize) -> usize {
+    while let Some(e) = starts_with(t, j, "::")
+        .then(|| ident_end(t, j + 2, false))
+        .flatten()
+    {
+        j = e;
+    }
+    j
+}
+
+/// Removes each `#[cfg(test)] mod name {` block with its balanced braces.
+fn strip_tests(text: &str) -> String {
+    let mut t: Vec<char> = text.chars().collect();
+    'again: loop {
+        for start in (0..t.len()).filter(|&i| starts_with(&t, i, "#[cfg(test)]")) {
+            let i = skip_ws(&t, start + 12);
+            let name = skip_ws(&t, i + 3);
+            let after = name
+                + t[name.min(t.len())..]
+                    .iter()
+                    .take_while(|c| is_word(**c))
+                    .count();
+            let open = skip_ws(&t, after);
+            if !starts_with(&t, i, "mod")
+                || name == i + 3
+                || after == name
+                || t.get(open) != Some(&'{')
+            {
+                continue;
+            }
+            let mut depth = 0;
+            let end = (open..t.len()).find(|&j| {
+                depth += i32::from(t[j] == '{') - i32::from(t[j] == '}');
+                depth == 0
+            });
+            t.drain(start..end.map_or(t.len(), |j| j + 1));
+            continue 'again;
+        }
+        return t.into_iter().collect();
+    }
+}
+
+/// Drops `//` comments to the end of the line, then `/* */` comments.
+fn strip_comments(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .split('\n')
+        .map(|l| l.find("//").map_or(l, |k| &l[..k]))
+        .collect();
+    let (mut out, mut rest) = (String::new(), lines.join("\n"));
+    while let Some(a) = rest.find("/*") {
+        let Some(b) = rest[a + 2..].find("*/") else {
+            break;
+        };
+        out.push_str(&rest[..a]);
+        rest = rest[a + 2 + b + 2..].to_string();
+    }
+    out + &rest
+}
+
+/// `crate`, `super` or `self` at `i`, not after `$` or a word character, followed by `::`.
+fn keyword_at(t: &[char], i: usize) -> Option<&'static str> {
+    if i > 0 && (t[i - 1] == '$' || is_word(t[i - 1])) {
+        return None;
+    }
+    ["crate", "super", "self"]
+        .into_iter()
+        .find(|k| starts_with(t, i, k) && starts_with(t, i + k.len(), "::"))
+}
+
+type Paths = Vec<(&'static str, String)>;
+
+/// Expands the items of a `{ ... }` group under `prefix` into `(keyword, tail)` paths.
+fn expand_group(kw: &'static str, prefix: &str, body: &str, out: &mut Paths) {
+    let (mut items, mut depth, mut cur) = (Vec::new(), 0i32, String::new());
+    for ch in body.chars() {
+        depth += i32::from(ch == '{') - i32::from(ch == '}');
+        if ch == ',' && depth == 0 {
+            items.push(std::mem::take(&mut cur));
+        } else {
+            cur.push(ch);
+        }
+    }
+    items.push(cur);
+    for item in items.iter().map(|i| i.trim()).filter(|i| !i.is_empty()) {
+        let run = item
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(item.len());
+        let head = item[..run]
+            .strip_suffix("::")
+            .filter(|h| h.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'));
+        match head
+            .filter(|_| item[run..].starts_with('{') && item.ends_with('}') && item.len() > run + 1)
+        {
+            Some(head) => expand_group(
+                kw,
+                &format!("{prefix}::{head}"),
+                &item[run + 1..item.len() - 1],
+                out,
+            ),
+            None => match item.split(" as ").next().unwrap_or("").trim() {
+                "self" | "*" => out.push((kw, prefix.to_string())),
+                name => out.push((kw, format!("{prefix}::{name}"))),
+            },
+        }
+    }
+}
+
+/// Every path in `text` that may name a module, as `(crate|super|self, "::a::b")`.
+fn paths_in(text: &str, here: &[String], mods: &BTreeMap<Vec<String>, String>) -> Paths {
+    let t: Vec<char> = text.chars().collect();
+    let child = |name: &String| {
+        !NOT_CHILDREN.contains(&name.as_str())
+            && mods.contains_key(&[here, std::slice::from_ref(name)].concat())
+    };
+    let mut paths = Vec::new();
+    // `crate::a::{b, c::{d}};` groups, cut out of `rest` before the plain-path scan.
+    let (mut rest, mut i) = (Vec::new(), 0);
+    while i < t.len() {
+        if let Some(kw) = keyword_at(&t, i) {
+            let j = segments_end(&t, i + kw.len());
+            let semi = t[j..].iter().position(|c| *c == ';').map(|k| j + k);
+            if let Some(semi) =
+                semi.filter(|&s| starts_with(&t, j, "::{") && s >= j + 4 && t[s - 1] == '}')
+            {
+                expand_group(
+                    kw,
+                    &text_of(&t, i + kw.len(), j),
+                    &text_of(&t, j + 3, semi - 1),
+                    &mut paths,
+                );
+                i = semi + 1;
+                continue;
+            }
+        }
+        rest.push(t[i]);
+        i += 1;
+    }
+    // Plain `crate::a::b` / `super::super::x` paths; a segment starting `super` is `super`.
+    let mut i = 0;
+    while i < rest.len() {
+        let Some(kw) = keyword_at(&rest, i) else {
+            i += 1;
+            continue;
+        };
+        let mut j = i + kw.len();
+        while let Some(e) = starts_with(&rest, j, "::")
+            .then(|| {
+                if starts_with(&rest, j + 2, "super") {
+                    Some(j + 7)
+                } else {
+                    ident_end(&rest, j + 2, false)
+                }
+            })
+            .flatten()
+        {
+            j = e;
+        }
+        if j > i + kw.len() {
+            paths.push((kw, text_of(&rest, i + kw.len(), j)));
+        }
+        i = j;
+    }
+    // Inline `child::x` paths and `use child::a::b;` / `use child::{...};` naming declared children.
+    for i in (0..t.len()).filter(|&i| i == 0 || !is_word(t[i - 1])) {
+        let after_colon = i > 0 && t[i - 1] == ':';
+        if let Some(e) =
+            ident_end(&t, i, true).filter(|&e| !after_colon && starts_with(&t, e, "::"))
+        {
+            if child(&text_of(&t, i, e)) {
+                paths.push(("self", format!("::{}", text_of(&t, i, e))));
+            }
+        }
+        if !starts_with(&t, i, "use") || !t.get(i + 3).is_some_and(|c| c.is_whitespace()) {
+            continue;
+        }
+        let a = skip_ws(&t, i + 3);
+        let Some(b) = ident_end(&t, a, true) else {
+            continue;
+        };
+        let j = segments_end(&t, b);
+        let semi = t[j..]
+            .iter()
+            .position(|c| *c == ';')
+            .map_or(t.len(), |s| j + s);
+        let last = t[..semi].iter().rposition(|c| !c.is_whitespace());
+        let group_ok = last.is_some_and(|c| c > j + 2 && t[c] == '}') && starts_with(&t, j, "::{");
+        if semi < t.len() && (skip_ws(&t, j) == semi || group_ok) && child(&text_of(&t, a, b)) {
+            paths.push(("self", format!("::{}", text_of(&t, a, j))));
+        }
+    }
+    paths
+}
+
+fn module_of(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(String::from)
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// Edges `file -> file` between source files, built like `tools/cycles.py`.
+fn import_graph(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut mods: BTreeMap<Vec<String>, String> = BTreeMap::new();
+    for rel in files.keys() {
+        // lib.rs and main.rs are both the root module; the library's root wins.
+        if rel != "main.rs" || !files.contains_key("lib.rs") {
+            mods.insert(module_of(rel), rel.clone());
+        }
+    }
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (rel, text) in files {
+        if rel.rsplit('/').next() == Some("tests.rs") || rel.contains("/tests/") {
+            continue;
+        }
+        let here = module_of(rel);
+        for (kw, tail) in paths_in(&strip_comments(&strip_tests(text)), &here, &mods) {
+            let mut base = if kw == "crate" {
+                Vec::new()
+            } else {
+                here.clone()
+            };
+            let lead = (kw == "super").then_some("super");
+            for seg in lead
+                .into_iter()
+                .chain(tail.split("::").filter(|s| !s.is_empty()))
+            {
+                match seg {
+                    "super" => drop(base.pop()),
+                    _ => base.push(seg.to_string()),
+                }
+            }
+            let target = (0..=base.len()).rev().find_map(|n| mods.get(&base[..n]));
+            if let Some(target) =
+                target.filter(|t| *t != rel && t.rsplit('/').next() != Some("tests.rs"))
+            {
+                edges.entry(rel.clone()).or_default().insert(target.clone());
+            }
+        }
+    }
+    edges
+}
+
+/// Strongly connected components of more than one file: files that reach each other.
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<Vec<String>> {
+    fn reach<'a>(
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        from: &'a String,
+    ) -> BTreeSet<&'a String> {
+        let (mut seen, mut todo) = (BTreeSet::new(), vec![from]);
+        while let Some(v) = todo.pop() {
+            todo.extend(
+                edges
+                    .get(v)
+                    .into_iter()
+                    .flatten()
+                    .filter(|w| seen.insert(*w)),
+            );
+        }
+        seen
+    }
+    let reached: BTreeMap<&String, BTreeSet<&String>> =
+        edges.keys().map(|v| (v, reach(edges, v))).collect();
+    let both = |v: &String, w: &String| {
+        reached[v].contains(w) && reached.get(w).is_some_and(|r| r.contains(v))
+    };
+    let comps = edges.keys().map(|v| {
+        edges
+            .keys()
+            .filter(|w| both(v, w))
+            .cloned()
+            .collect::<Vec<_>>()
+    });
+    comps.filter(|comp| comp.len() > 1).collect()
+}
+
+#[test]
+fn no_two_source_files_import_each_other_directly_or_through_others() {
+    let files = source_files();
+    let edges = import_graph(&files);
+    let mut report = String::new();
+    for comp in cycles(&edges) {
+        report += &format!("cycle of {} files:\n", comp.len());
+        for a in &comp {
+            for b in edges
+                .get(a)
+                .into_iter()
+                .flatten()
+                .filter(|b| comp.contains(b))
+            {
+                report += &format!("  {a} -> {b}\n");
+            }
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "files of src/ import each other in a circle; break one edge of each:\n{report}"
+    );
+}
+
+#[test]
+fn no_source_file_exceeds_650_lines_of_non_test_code() {
+    let mut over: Vec<(usize, String)> = source_files()
+        .into_iter()
+        .filter(|(rel, _)| {
+            !rel.rsplit('/')
+                .next()
+                .is_some_and(|n| n == "tests.rs" || n.ends_with("_tests.rs"))
+        })
+        .map(|(rel, text)| (strip_tests(&text).lines().count(), rel))
+        .filter(|(count, _)| *count > MAX_LINES)
+        .collect();
+    over.sort_by(|a, b| b.cmp(a));
+    let report: String = over
+        .iter()
+        .map(|(count, rel)| format!("  src/{rel}: {count} lines\n"))
+        .collect();
+    assert!(
+        report.is_empty(),
+        "files over {MAX_LINES} lines outside #[cfg(test)] mod blocks; split them:\n{report}"
+    );
+}
