@@ -1,5 +1,6 @@
 //! End to end against a real nats-server: a backlog drains completely into each
-//! destination, odd messages are stored faithfully, and SIGTERM stops cleanly.
+//! destination, odd messages are stored faithfully, SIGTERM stops cleanly, and SIGHUP is
+//! logged without stopping anything.
 
 mod common;
 
@@ -287,4 +288,41 @@ async fn sigterm_mid_drain_exits_zero_and_a_restart_completes_the_drain() {
     })
     .await;
     again.stop_cleanly();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_is_logged_and_the_daemon_keeps_draining() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    let cfg = config(
+        &server,
+        "HUP",
+        "hup.>",
+        json!({"type": "file", "directory": "out"}),
+        json!({"batch_size": 100, "batch_timeout_ms": 100}),
+    );
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(30), "the sink running", || async {
+        daemon.log_text().contains("sink running")
+    })
+    .await;
+    let sent = std::process::Command::new("kill")
+        .args(["-HUP", &daemon.pid().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success());
+    eventually(Duration::from_secs(10), "the SIGHUP logged", || async {
+        daemon.log_text().contains("SIGHUP received")
+    })
+    .await;
+    // Still draining after the signal: messages published now are written.
+    publish_n(&js, "hup.x", 50).await;
+    let out = dir.path().join("out");
+    eventually(Duration::from_secs(30), "50 lines after SIGHUP", || async {
+        jsonl_lines(&out).len() == 50
+    })
+    .await;
+    daemon.stop_cleanly();
 }
