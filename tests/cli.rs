@@ -290,6 +290,31 @@ async fn publish_awaits_every_ack_and_reports_the_count() {
     assert!(err.contains("nostream.hello"), "{err}");
 }
 
+#[test]
+fn publish_refuses_a_subject_together_with_buckets_as_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = jetsink(
+        &[
+            "publish",
+            "--server",
+            "nats://127.0.0.1:1",
+            "--subject",
+            "orders.new",
+            "--bucket-prefix",
+            "jobs.bucket",
+            "--buckets",
+            "4",
+        ],
+        dir.path(),
+    );
+    // Exit 2 before any connection attempt (the server URL points nowhere).
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("--subject") && err.contains("--bucket-prefix"),
+        "{err}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_and_health_endpoints_answer() {
     let server = NatsServer::start();

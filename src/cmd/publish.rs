@@ -132,7 +132,11 @@ pub struct Args {
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     server: String,
     /// Subject to publish on (a stream must capture it).
-    #[arg(long, required_unless_present = "bucket_prefix")]
+    #[arg(
+        long,
+        required_unless_present = "bucket_prefix",
+        conflicts_with = "bucket_prefix"
+    )]
     subject: Option<String>,
     /// Number of messages.
     #[arg(long, default_value_t = 1000)]
