@@ -21,7 +21,14 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local addr").port()
 }
 
-fn nats_server_binary() -> String {
+/// The server binary the tests run: `JETSINK_TEST_NATS_SERVER` when set (CI runs the suite
+/// once with the Debian 2.9 server and once with upstream 2.14), else the one on `PATH`.
+pub fn nats_server_binary() -> String {
+    if let Ok(path) = std::env::var("JETSINK_TEST_NATS_SERVER") {
+        if !path.is_empty() {
+            return path;
+        }
+    }
     for candidate in [
         "nats-server",
         "/usr/sbin/nats-server",
