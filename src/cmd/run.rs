@@ -5,6 +5,8 @@
 //! clear error and an exit code that says whether the config (78) or a dependency (69) is
 //! at fault, before any message is fetched.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -45,8 +47,12 @@ impl AppError {
     }
 }
 
-/// Runs the daemon until `shutdown` turns true and every runner has settled its batch.
-pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), AppError> {
+/// Runs the daemon until `stop` turns true and every runner has settled its batch. The
+/// daemon turns `stop` true itself when a sink's loop panics, so the other sinks settle
+/// their batches and the process exits non-zero for the service manager to restart it,
+/// instead of running on with one sink dead.
+pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), AppError> {
+    let shutdown = stop.subscribe();
     let metrics = Metrics::new();
     let client = connect(&config.nats, &metrics).await.map_err(|e| match e {
         crate::nats::ConnectError::Credentials { .. } => AppError::Config(e.to_string()),
@@ -142,17 +148,11 @@ pub async fn run(config: Config, shutdown: watch::Receiver<bool>) -> Result<(), 
         tokio::spawn(server::serve(l, state, shutdown.clone()))
     });
 
-    let mut set = JoinSet::new();
-    for r in runners {
-        set.spawn(r.run());
-    }
-    let mut failure = None;
-    while let Some(res) = set.join_next().await {
-        if let Err(e) = res {
-            tracing::error!(error = %e, "a sink loop panicked; its unacked messages will be redelivered");
-            failure = Some(AppError::Other(format!("a sink loop panicked: {e}")));
-        }
-    }
+    let failure = supervise(
+        runners.into_iter().map(|r| (r.name().to_string(), r.run())),
+        &stop,
+    )
+    .await;
     match tokio::time::timeout(Duration::from_secs(5), client.flush()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
@@ -255,6 +255,35 @@ pub struct Args {
     config: std::path::PathBuf,
 }
 
+/// Runs every sink loop to its end. The first loop that panics is logged with its sink's
+/// name and turns `stop` true, so the others settle their batches and stop; the panic is
+/// returned, and the process exits non-zero.
+async fn supervise<F>(
+    loops: impl IntoIterator<Item = (String, F)>,
+    stop: &watch::Sender<bool>,
+) -> Option<AppError>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut set = JoinSet::new();
+    let mut names = HashMap::new();
+    for (name, sink_loop) in loops {
+        names.insert(set.spawn(sink_loop).id(), name);
+    }
+    let mut failure = None;
+    while let Some(res) = set.join_next().await {
+        if let Err(e) = res {
+            let sink = names.get(&e.id()).map_or("?", String::as_str);
+            tracing::error!(sink = %sink, error = %e, "sink loop panicked; stopping every sink so the service manager restarts jetsink (unacked messages will be redelivered)");
+            failure.get_or_insert_with(|| {
+                AppError::Other(format!("sink {sink}: its loop panicked: {e}"))
+            });
+            stop.send_replace(true);
+        }
+    }
+    failure
+}
+
 /// `jetsink run`: loads the config, sets up logging and the shutdown signal, runs the
 /// daemon, and bounds the wait after a signal by the largest `shutdown_timeout_ms` plus
 /// 5 s; the exit code.
@@ -273,15 +302,17 @@ pub async fn execute(args: Args) -> u8 {
         .map(|s| s.delivery.shutdown_timeout_ms)
         .max()
         .unwrap_or(0);
-    let (tx, rx) = watch::channel(false);
-    let signalled = tokio::spawn(wait_for_signal(tx));
-    let daemon = run(config, rx);
+    let (tx, mut rx) = watch::channel(false);
+    let tx = Arc::new(tx);
+    tokio::spawn(wait_for_signal(tx.clone()));
+    let daemon = run(config, tx);
     tokio::pin!(daemon);
     let result = tokio::select! {
         r = &mut daemon => r,
         _ = async {
-            // Once a signal arrived, bound the wait for the runners to settle.
-            let _ = signalled.await;
+            // Once a signal arrived (or a sink panicked), bound the wait for the runners
+            // to settle.
+            let _ = rx.wait_for(|stop| *stop).await;
             tokio::time::sleep(Duration::from_millis(grace) + Duration::from_secs(5)).await;
         } => Err(AppError::Other("shutdown did not finish in time; unacked messages will be redelivered".into())),
     };
@@ -315,7 +346,7 @@ async fn log_hangups() {
 
 /// Turns the first SIGTERM or SIGINT into the shutdown signal; SIGHUP is logged and
 /// ignored meanwhile.
-async fn wait_for_signal(tx: watch::Sender<bool>) {
+async fn wait_for_signal(tx: Arc<watch::Sender<bool>>) {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -332,5 +363,51 @@ async fn wait_for_signal(tx: watch::Sender<bool>) {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; stopping"),
         () = log_hangups() => {}
     }
-    let _ = tx.send(true);
+    tx.send_replace(true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type SinkLoop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+    /// A sink loop that runs until `stop` turns true, like a runner.
+    async fn until_stopped(
+        mut rx: watch::Receiver<bool>,
+        stopped: Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let _ = rx.wait_for(|s| *s).await;
+        stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_sink_stops_the_others_and_fails_the_process_naming_the_sink() {
+        let (tx, rx) = watch::channel(false);
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let healthy = Box::pin(until_stopped(rx, stopped.clone()));
+        let broken = Box::pin(async { panic!("boom") });
+        let loops: Vec<(String, SinkLoop)> =
+            vec![("orders".into(), healthy), ("audit".into(), broken)];
+        // A failure guard only: without the stop, the healthy loop would wait forever.
+        let failure = tokio::time::timeout(Duration::from_secs(60), supervise(loops, &tx))
+            .await
+            .expect("the healthy sink was told to stop");
+        let e = failure.expect("the panic is returned");
+        assert!(e.to_string().contains("sink audit"), "{e}");
+        assert_eq!(e.exit_code(), crate::exit::FAILURE);
+        assert!(*tx.borrow(), "stop was signalled");
+        assert!(
+            stopped.load(std::sync::atomic::Ordering::SeqCst),
+            "the healthy sink settled and stopped"
+        );
+    }
+
+    #[tokio::test]
+    async fn sinks_that_end_normally_are_no_failure() {
+        let (tx, _rx) = watch::channel(false);
+        let loops = ["orders", "audit"].map(|n| (n.to_string(), async {}));
+        assert!(supervise(loops, &tx).await.is_none());
+        assert!(!*tx.borrow());
+    }
 }

@@ -153,6 +153,11 @@ impl Runner {
         }
     }
 
+    /// The sink's name, for the supervisor's log when the loop fails.
+    pub fn name(&self) -> &str {
+        &self.puller.spec().name
+    }
+
     /// Runs until shutdown is signalled and the batch in hand is settled.
     pub async fn run(mut self) {
         let spec = self.puller.spec();
