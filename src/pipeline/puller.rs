@@ -20,6 +20,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::batch::{Prepare, Prepared};
 use super::lanes;
@@ -122,13 +123,21 @@ impl Ahead {
         }
     }
 
-    /// At shutdown: the batch pulled ahead, waiting up to `wait` for a pull in flight (it
-    /// returns at once, no-wait, or within the batch timeout).
-    pub(super) async fn finish(&mut self, wait: Duration) -> Option<Prepared> {
+    /// At shutdown: the batch pulled ahead, waiting until `by` at most for a pull in
+    /// flight (it returns at once, no-wait, or within the batch timeout).
+    pub(super) async fn finish(&mut self, by: Instant) -> Option<Prepared> {
         if let Some(pending) = self.pending.take() {
-            let _ = tokio::time::timeout(wait, pending).await;
+            let _ = tokio::time::timeout_at(by, pending).await;
         }
         self.waiting.take()
+    }
+
+    /// A pull in flight that never returns, as one lost in a disconnect.
+    #[cfg(test)]
+    pub(super) fn with_stuck_pull(sink: &str) -> Ahead {
+        let mut ahead = Ahead::new(sink);
+        ahead.pending = Some(tokio::spawn(std::future::pending()));
+        ahead
     }
 
     #[cfg(test)]

@@ -199,8 +199,10 @@ impl Runner {
             self.metrics.inflight.set(0);
         }
         // A pull in flight returns at once (no-wait) or within the batch timeout.
-        let wait = self.puller.wait() + Duration::from_secs(1);
-        self.settler.finish(&mut self.ahead, wait).await;
+        let by = self
+            .stop
+            .finish_by(self.puller.wait() + Duration::from_secs(1));
+        self.settler.finish(&mut self.ahead, by).await;
         tracing::info!(sink = %name, "sink stopped");
     }
 

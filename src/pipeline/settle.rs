@@ -63,6 +63,18 @@ impl Stop {
         self.stopping() && self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
+    /// When the wind-down after the loop must end: `wait` from now, but never later than
+    /// [`FINISH_GRACE`] past the shutdown deadline, so the last ACKs and the NAK of the
+    /// batch pulled ahead fit inside the process's own deadline (the largest
+    /// `shutdown_timeout_ms` plus 5 s) instead of outliving it.
+    pub(super) fn finish_by(&mut self, wait: Duration) -> Instant {
+        let by = Instant::now() + wait;
+        match self.deadline {
+            Some(d) => by.min(d + FINISH_GRACE),
+            None => by,
+        }
+    }
+
     /// The signal, for waits that end early at shutdown.
     pub(super) fn receiver(&mut self) -> &mut watch::Receiver<bool> {
         &mut self.rx
@@ -81,6 +93,11 @@ impl Stop {
         }
     }
 }
+
+/// How long past its shutdown deadline a sink may still send the ACKs of committed
+/// batches and hand back what it pulled ahead; well inside the 5 s the process adds to the
+/// largest `shutdown_timeout_ms` before it gives up on its sinks.
+const FINISH_GRACE: Duration = Duration::from_secs(2);
 
 /// How a write attempt loop ended.
 enum Written {
@@ -319,14 +336,22 @@ impl<A: Acknowledger> Settler<A> {
 
     /// At shutdown: lets the ACK tasks finish, and hands back what was pulled ahead and
     /// never written, so another instance can take it at once instead of after AckWait.
-    /// `wait` bounds the wait for a pull in flight.
-    pub(super) async fn finish(&mut self, ahead: &mut Ahead, wait: Duration) {
-        self.acks.drain().await;
-        if let Some(p) = ahead.finish(wait).await {
-            self.acks
+    /// All of it ends by `by`; what is still unsent then is redelivered after AckWait.
+    pub(super) async fn finish(&mut self, ahead: &mut Ahead, by: Instant) {
+        if tokio::time::timeout_at(by, self.acks.drain())
+            .await
+            .is_err()
+        {
+            tracing::warn!(sink = %self.name, "ACKs still unsent at the shutdown deadline; those messages will be redelivered (idempotently)");
+        }
+        if let Some(p) = ahead.finish(by).await {
+            let nak = self
+                .acks
                 .acknowledger()
-                .send(p.all_replies().cloned().collect(), AckKind::Nak(None))
-                .await;
+                .send(p.all_replies().cloned().collect(), AckKind::Nak(None));
+            if tokio::time::timeout_at(by, nak).await.is_err() {
+                tracing::warn!(sink = %self.name, "no time left to hand back the batch pulled ahead; it is redelivered after AckWait");
+            }
         }
     }
 }

@@ -22,6 +22,11 @@ use crate::metrics::Metrics;
 use crate::sinks::{Sink, SinkError};
 
 /// AckWait of the tests: `+WPI` is due every 5 s.
+/// A wind-down deadline no test reaches.
+fn far() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(3_600)
+}
+
 const ACK_WAIT: Duration = Duration::from_secs(10);
 /// The delay of a NAK that hands a refused message back.
 const HAND_BACK: Duration = Duration::from_secs(30);
@@ -91,7 +96,7 @@ impl Rig {
         self.settler
             .settle(batch(seqs), ahead, &mut self.stop)
             .await;
-        self.settler.finish(ahead, Duration::ZERO).await;
+        self.settler.finish(ahead, far()).await;
     }
 
     /// Every sequence ACKed after commit, in order of the ACKs.
@@ -296,7 +301,7 @@ async fn a_transient_failure_holds_with_keep_alive_and_acks_only_after_the_commi
     r.settler
         .settle(batch(1..=3), &mut ahead, &mut r.stop)
         .await;
-    r.settler.finish(&mut Ahead::new("t"), Duration::ZERO).await;
+    r.settler.finish(&mut Ahead::new("t"), far()).await;
     // Backoff 8 s then 16 s: the commit comes 24 s in, on the paused clock.
     assert_eq!(started.elapsed(), Duration::from_secs(24));
     let events = log.events();
@@ -385,7 +390,7 @@ async fn a_write_blocking_its_thread_is_kept_alive_while_it_blocks() {
     r.settler
         .settle(batch(1..=2), &mut ahead, &mut r.stop)
         .await;
-    r.settler.finish(&mut Ahead::new("t"), Duration::ZERO).await;
+    r.settler.finish(&mut Ahead::new("t"), far()).await;
     let events = log.events();
     // The write returned only after the recorder saw +WPI: the runner's thread was
     // blocked in it all along.
@@ -449,4 +454,40 @@ fn split_isolates_a_named_culprit() {
 fn split_halves_without_a_culprit_or_with_a_bogus_one() {
     assert_eq!(split(0..10, None), vec![0..5, 5..10]);
     assert_eq!(split(0..3, Some(7)), vec![0..1, 1..3]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wind_down_ends_by_its_deadline_even_with_a_pull_that_never_returns() {
+    let log = Log::default();
+    let sink = FakeSink::new(log.clone(), script(|_, _| Ok(())));
+    let mut r = rig(&log, sink, false, false);
+    let mut ahead = Ahead::with_stuck_pull("t");
+    let by = tokio::time::Instant::now() + Duration::from_secs(3);
+    r.settler.finish(&mut ahead, by).await;
+    // On the paused clock: time moved only as far as the deadline, not to the pull's end.
+    assert_eq!(tokio::time::Instant::now(), by);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wind_down_never_ends_later_than_shortly_after_the_shutdown_deadline() {
+    let (tx, rx) = watch::channel(false);
+    let mut stop = Stop::new(rx, Duration::from_secs(10));
+    let start = tokio::time::Instant::now();
+    // Before shutdown, only the wait bounds it.
+    assert_eq!(
+        stop.finish_by(Duration::from_secs(60)),
+        start + Duration::from_secs(60)
+    );
+    tx.send_replace(true);
+    assert!(stop.stopping());
+    // A long batch timeout cannot carry the wind-down past deadline + 2 s...
+    assert_eq!(
+        stop.finish_by(Duration::from_secs(60)),
+        start + Duration::from_secs(12)
+    );
+    // ...and a short one ends sooner.
+    assert_eq!(
+        stop.finish_by(Duration::from_secs(1)),
+        start + Duration::from_secs(1)
+    );
 }
