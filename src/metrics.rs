@@ -23,6 +23,7 @@ pub struct Metrics {
     rejected: IntCounterVec,
     fetch_errors: IntCounterVec,
     ack_errors: IntCounterVec,
+    progress_acks: IntCounterVec,
     lane_batches: IntCounterVec,
     lane_messages: IntCounterVec,
     lane_defaulted: IntCounterVec,
@@ -266,6 +267,12 @@ impl Metrics {
                 "ACKs that could not be sent; the message will be redelivered and deduplicated.",
                 &["sink"],
             ),
+            progress_acks: counter(
+                r,
+                "jetsink_progress_acks_total",
+                "In-progress acknowledgements (+WPI) sent to keep a batch held past half its AckWait (slow or retried writes).",
+                &["sink"],
+            ),
             nats_connected,
             registry,
         }
@@ -291,6 +298,7 @@ impl Metrics {
             rejected: self.rejected.with_label_values(&[name]),
             fetch_errors: self.fetch_errors.with_label_values(&[name]),
             ack_errors: self.ack_errors.with_label_values(&[name]),
+            progress_acks: self.progress_acks.with_label_values(&[name]),
             lane_batches: self.lane_batches.with_label_values(&[name]),
             lane_messages: self.lane_messages.with_label_values(&[name]),
             lane_defaulted: self.lane_defaulted.with_label_values(&[name]),
@@ -358,6 +366,8 @@ pub struct SinkMetrics {
     pub fetch_errors: IntCounter,
     /// Failed ACK sends.
     pub ack_errors: IntCounter,
+    /// In-progress acknowledgements sent.
+    pub progress_acks: IntCounter,
     /// Batches ordered by lanes.
     pub lane_batches: IntCounter,
     /// Messages evaluated by lanes.

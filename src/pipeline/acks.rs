@@ -23,6 +23,7 @@ use std::time::Duration;
 use async_nats::jetstream::AckKind;
 use async_nats::Subject;
 use bytes::Bytes;
+use prometheus::IntCounter;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -195,6 +196,8 @@ struct Held {
 pub(super) struct KeepAlive<A: Acknowledger> {
     acks: A,
     every: Duration,
+    /// Counts each `+WPI` round, so a slow destination shows on `/metrics`.
+    sent: IntCounter,
     held: Arc<tokio::sync::Mutex<Option<Held>>>,
     /// The keeper, started by the first arming (that is where a runtime surely exists).
     keeper: Option<JoinHandle<()>>,
@@ -202,10 +205,11 @@ pub(super) struct KeepAlive<A: Acknowledger> {
 
 impl<A: Acknowledger> KeepAlive<A> {
     /// A clock sending through `acks` every `every` (half of AckWait).
-    pub(super) fn new(acks: A, every: Duration) -> KeepAlive<A> {
+    pub(super) fn new(acks: A, every: Duration, sent: IntCounter) -> KeepAlive<A> {
         KeepAlive {
             acks,
             every: every.max(Duration::from_millis(1)),
+            sent,
             held: Arc::default(),
             keeper: None,
         }
@@ -225,7 +229,12 @@ impl<A: Acknowledger> KeepAlive<A> {
             due: Instant::now() + self.every,
         });
         if self.keeper.is_none() {
-            let keeper = keep(self.acks.clone(), self.every, self.held.clone());
+            let keeper = keep(
+                self.acks.clone(),
+                self.every,
+                self.held.clone(),
+                self.sent.clone(),
+            );
             self.keeper = Some(tokio::spawn(keeper));
         }
     }
@@ -252,6 +261,7 @@ async fn keep<A: Acknowledger>(
     acks: A,
     every: Duration,
     held: Arc<tokio::sync::Mutex<Option<Held>>>,
+    sent: IntCounter,
 ) {
     loop {
         // Taken before looking, so an arming just after the look is still due no sooner.
@@ -269,6 +279,7 @@ async fn keep<A: Acknowledger>(
                 let mut replies = h.replies[h.range.clone()].to_vec();
                 h.ahead.replies_into(&mut replies);
                 acks.send(replies, AckKind::Progress).await;
+                sent.inc();
                 h.due = Instant::now() + every;
             }
         }

@@ -144,7 +144,11 @@ impl<A: Acknowledger> Settler<A> {
         Settler {
             name: parts.name.into(),
             sink,
-            keep: KeepAlive::new(acks.clone(), parts.ack_wait / 2),
+            keep: KeepAlive::new(
+                acks.clone(),
+                parts.ack_wait / 2,
+                parts.metrics.progress_acks.clone(),
+            ),
             acks: AckQueue::new(acks),
             disposal: parts.disposal,
             metrics: parts.metrics,

@@ -1,0 +1,82 @@
+//! A write that blocks longer than AckWait — here SQLite waiting on another connection's
+//! write lock — must not get its batch, or the batch pulled ahead, redelivered: the
+//! keep-alive sends `+WPI` while the runner's thread is blocked in the write.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+const N: usize = 300;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sqlite_write_blocked_past_ack_wait_is_kept_alive_and_nothing_is_redelivered() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "SLOW", "slow.>").await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cfg = json!({
+        "nats": {"servers": [server.url()]},
+        "http": {"listen": listen},
+        "sinks": {
+            "db": {
+                "source": {"stream": "SLOW", "consumer": "to-db", "ack_wait_ms": 2000},
+                "delivery": {"batch_size": 50, "batch_timeout_ms": 200},
+                "destination": {
+                    "type": "sqlite", "path": "data/s.db", "table": "events",
+                    "busy_timeout_ms": 600000
+                }
+            }
+        }
+    });
+    let path = write_config(dir.path(), &cfg);
+    let db = dir.path().join("data/s.db");
+    let mut daemon = Daemon::start(&path, dir.path());
+    publish_n(&js, "slow.x", 1).await;
+    eventually(Duration::from_secs(30), "the first row", || async {
+        sqlite_count(&db, "events") == 1
+    })
+    .await;
+
+    // Another writer takes the database's write lock and keeps it.
+    let blocker = rusqlite::Connection::open(&db).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    publish_n(&js, "slow.x", N - 1).await;
+    let series = "jetsink_progress_acks_total{sink=\"db\"}";
+    let before = metric_value(&listen, series).await.unwrap_or(0.0);
+    // Four more +WPI rounds, one every half AckWait: the write has been blocked for two
+    // AckWaits with its batch (and the one pulled ahead) held.
+    eventually(Duration::from_secs(60), "+WPI while the write is blocked", || async {
+        metric_value(&listen, series).await.unwrap_or(0.0) >= before + 4.0
+    })
+    .await;
+    let (_, ack_pending) = consumer_state(&js, "SLOW", "to-db").await;
+    assert!(ack_pending > 0, "a batch is held by the blocked write");
+    assert_eq!(sqlite_count(&db, "events"), 1, "nothing was written while the lock was held");
+    blocker.execute_batch("ROLLBACK").unwrap();
+    drop(blocker);
+
+    eventually(Duration::from_secs(60), "every row", || async {
+        sqlite_count(&db, "events") == N as u64
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the consumer drained", || async {
+        consumer_state(&js, "SLOW", "to-db").await == (0, 0)
+    })
+    .await;
+    let info = js
+        .get_stream("SLOW")
+        .await
+        .unwrap()
+        .consumer_info("to-db")
+        .await
+        .unwrap();
+    // One delivery per message: had AckWait run out during the blocked write, the
+    // server would have delivered some messages again.
+    assert_eq!(info.delivered.consumer_sequence, N as u64, "deliveries: {info:?}");
+    assert_eq!(info.delivered.stream_sequence, N as u64);
+    daemon.stop_cleanly();
+}
