@@ -13,6 +13,8 @@ pub mod idempotency;
 pub mod issue;
 pub mod metadata;
 mod model;
+#[cfg(test)]
+mod mutation_tests;
 pub mod names;
 pub mod randomizer;
 pub mod raw;

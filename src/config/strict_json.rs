@@ -137,4 +137,65 @@ mod tests {
         let v = parse(r#"{"a": [1, -2, 3.5, "x", null, true], "b": {}}"#).unwrap();
         assert_eq!(v["a"][2], serde_json::json!(3.5));
     }
+
+    mod generated {
+        use super::*;
+        use proptest::prelude::*;
+        use serde_json::{Map, Value};
+
+        /// Any JSON document with unique keys and finite numbers.
+        fn document() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                // Decimals serde_json reads back exactly (it is not built with
+                // `float_roundtrip`; configs hold weights and shares, not 17-digit floats).
+                (-1_000_000_000i64..1_000_000_000).prop_map(|n| Value::from(n as f64 / 1000.0)),
+                any::<String>().prop_map(Value::String),
+            ];
+            leaf.prop_recursive(4, 64, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    prop::collection::btree_map(any::<String>(), inner, 0..6)
+                        .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
+                ]
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+            #[test]
+            fn any_text_is_parsed_or_refused_without_panic(text in any::<String>()) {
+                let _ = parse(&text);
+            }
+
+            #[test]
+            fn any_json_document_with_unique_keys_reads_back_unchanged(v in document()) {
+                let text = serde_json::to_string(&v).unwrap();
+                prop_assert_eq!(parse(&text), Ok(v));
+            }
+
+            #[test]
+            fn a_key_written_twice_is_refused_at_any_depth(
+                v in document(),
+                key in "[a-z_]{1,12}",
+                depth in 0usize..4,
+            ) {
+                let mut inner = format!(r#"{{"{key}": 1, "{key}": 2}}"#);
+                for level in 0..depth {
+                    inner = format!(r#"{{"level{level}": [{inner}]}}"#);
+                }
+                let text = format!(
+                    r#"{{"doc": {}, "dup": {inner}}}"#,
+                    serde_json::to_string(&v).unwrap()
+                );
+                let err = parse(&text).unwrap_err();
+                let expected = format!("duplicate key `{key}`");
+                prop_assert!(err.contains(&expected), "{}", err);
+            }
+        }
+    }
 }

@@ -742,4 +742,54 @@ mod tests {
         assert!(!plan.columns[1].key);
         assert!(plan.needs_document());
     }
+
+    mod generated {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn source() -> impl Strategy<Value = Source> {
+            prop_oneof![
+                prop::sample::select(FIELDS.iter().map(|(_, f)| *f).collect::<Vec<_>>())
+                    .prop_map(Source::Field),
+                "[!-#%-9;-~]{1,24}".prop_map(Source::Header),
+                "(/([A-Za-z0-9_ .-]|~0|~1){0,6}){1,4}".prop_map(Source::Pointer),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+            #[test]
+            fn any_mapping_value_is_parsed_or_refused_without_panic(text in any::<String>()) {
+                if let Err(message) = parse_source(&text) {
+                    prop_assert!(!message.is_empty());
+                }
+            }
+
+            #[test]
+            fn every_source_reads_back_from_its_config_spelling(src in source()) {
+                prop_assert_eq!(parse_source(&src.spelling()), Ok(src));
+            }
+
+            #[test]
+            fn accepted_column_names_fit_every_database(name in any::<String>()) {
+                if check_column_name(&name).is_ok() {
+                    prop_assert!(!name.is_empty() && name.len() <= 63);
+                    prop_assert!(!name.chars().any(char::is_control));
+                }
+            }
+
+            #[test]
+            fn any_column_map_is_planned_or_refused_by_column(
+                map in prop::collection::btree_map(any::<String>(), any::<String>(), 0..8)
+            ) {
+                if let Err(problems) = Mapping::parse(&map) {
+                    prop_assert!(!problems.is_empty());
+                    for (column, _) in &problems {
+                        prop_assert!(map.contains_key(column) || column.is_empty(), "{}", column);
+                    }
+                }
+            }
+        }
+    }
 }
