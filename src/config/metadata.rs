@@ -84,26 +84,20 @@ impl Default for MessageMetadataConfig {
 }
 
 /// `message_metadata.priority`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PriorityMetadataConfig {
-    /// Header carrying the priority (matched case-insensitively). Default `Jetsink-Priority`.
-    #[serde(default = "default_priority_header")]
-    pub header: String,
+    /// Header carrying the priority (matched case-insensitively). Default: jetsink's own
+    /// `Jetsink-Priority`, else the lane document's `Nats-Sinks-Priority`, so publishers
+    /// written against either work unchanged. Setting it reads only the header named.
+    #[serde(default)]
+    pub header: Option<String>,
     /// Priority of a message with neither the header nor a matching rule, at most 256
     /// characters. Default none (no priority; the default lane when lanes are enabled).
     #[serde(default)]
     pub default: Option<String>,
 }
 
-impl Default for PriorityMetadataConfig {
-    fn default() -> Self {
-        PriorityMetadataConfig {
-            header: default_priority_header(),
-            default: None,
-        }
-    }
-}
 
 /// `message_metadata.classification`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
@@ -176,8 +170,18 @@ fn default_max_labels() -> usize {
 fn default_max_length() -> usize {
     128
 }
-fn default_priority_header() -> String {
-    "Jetsink-Priority".into()
+/// The priority headers read when `priority.header` is not set, first present wins:
+/// jetsink's own name, then the one the priority-lane document uses.
+pub const DEFAULT_PRIORITY_HEADERS: [&str; 2] = ["Jetsink-Priority", "Nats-Sinks-Priority"];
+
+impl PriorityMetadataConfig {
+    /// The headers to read, in order; the first one a message carries wins.
+    pub fn headers(&self) -> Vec<String> {
+        match &self.header {
+            Some(h) => vec![h.clone()],
+            None => DEFAULT_PRIORITY_HEADERS.map(String::from).to_vec(),
+        }
+    }
 }
 fn default_classification_header() -> String {
     "Jetsink-Classification".into()
@@ -504,11 +508,14 @@ fn check_limits(cfg: &MessageMetadataConfig, path: &str, out: &mut Vec<Issue>) -
 }
 
 fn check_headers(cfg: &MessageMetadataConfig, path: &str, out: &mut Vec<Issue>) {
-    let headers = [
-        ("priority", &cfg.priority.header),
-        ("classification", &cfg.classification.header),
-        ("labels", &cfg.labels.header),
-    ];
+    let mut headers: Vec<(&str, &String)> = Vec::new();
+    let priority_defaults = DEFAULT_PRIORITY_HEADERS.map(String::from);
+    match &cfg.priority.header {
+        Some(h) => headers.push(("priority", h)),
+        None => headers.extend(priority_defaults.iter().map(|h| ("priority", h))),
+    }
+    headers.push(("classification", &cfg.classification.header));
+    headers.push(("labels", &cfg.labels.header));
     for (i, (field, name)) in headers.iter().enumerate() {
         let h_path = at(path, &format!("{field}.header"));
         if !is_header_name(name) {
@@ -738,7 +745,8 @@ mod tests {
     #[test]
     fn seed_metadata_example_loads_verbatim_and_validates() {
         let cfg = seed_metadata();
-        assert_eq!(cfg.priority.header, "Nats-Sinks-Priority");
+        assert_eq!(cfg.priority.header.as_deref(), Some("Nats-Sinks-Priority"));
+        assert_eq!(cfg.priority.headers(), vec!["Nats-Sinks-Priority"]);
         assert_eq!(cfg.priority.default.as_deref(), Some("routine"));
         assert_eq!(cfg.classification.header, "Jetsink-Classification");
         assert_eq!(cfg.labels.header, "Jetsink-Labels");
@@ -764,7 +772,12 @@ mod tests {
         assert_eq!(cfg.max_labels, 32);
         assert_eq!(cfg.max_label_length, 128);
         assert_eq!(cfg.max_classification_length, 128);
-        assert_eq!(cfg.priority.header, "Jetsink-Priority");
+        assert_eq!(cfg.priority.header, None);
+        assert_eq!(
+            cfg.priority.headers(),
+            vec!["Jetsink-Priority", "Nats-Sinks-Priority"],
+            "jetsink's own header first, then the lane document's"
+        );
         assert_eq!(validate_metadata(&cfg, ""), vec![]);
     }
 

@@ -115,8 +115,16 @@ impl Config {
             let r = &s.delivery.randomizer;
             if r.enabled {
                 out.push_str(&format!(
-                    "    randomizer:  P(process at once) {}, delays {}-{} ms, max_window {}\n",
-                    r.process_immediately_probability, r.min_delay_ms, r.max_delay_ms, r.max_window
+                    "    randomizer:  P(process at once) {}, delays {}-{} ms, max_window {}, {}\n",
+                    r.process_immediately_probability,
+                    r.min_delay_ms,
+                    r.max_delay_ms,
+                    r.max_window,
+                    if r.adaptive {
+                        "adaptive (delay probability (1-P) x (1 - window/max_window))"
+                    } else {
+                        "fixed (delay probability 1-P while the window has room)"
+                    }
                 ));
                 for rate in rates {
                     out.push_str(&format!(

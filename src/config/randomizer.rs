@@ -83,8 +83,10 @@ pub struct RandomizerConfig {
     #[serde(default = "default_max_window")]
     pub max_window: usize,
     /// Lower the delay probability smoothly toward 0 as the window fills, so the window
-    /// settles below `max_window` instead of hitting it. Default true.
-    #[serde(default = "yes")]
+    /// settles below `max_window` instead of hitting it. Default false: the source
+    /// document's algorithm, where a first delivery is delayed with probability exactly
+    /// 1 − P while the window has room. A jetsink extension, opt-in.
+    #[serde(default)]
     pub adaptive: bool,
     /// Start even when the live consumer fails the randomizer's start-up checks
     /// (`max_ack_pending`, `max_deliver`, `ack_wait_ms`); the problems are logged as
@@ -101,7 +103,7 @@ impl Default for RandomizerConfig {
             min_delay_ms: default_min_delay_ms(),
             max_delay_ms: default_max_delay_ms(),
             max_window: default_max_window(),
-            adaptive: true,
+            adaptive: false,
             skip_startup_checks: false,
         }
     }
@@ -118,9 +120,6 @@ fn default_max_delay_ms() -> u64 {
 }
 fn default_max_window() -> usize {
     1_000
-}
-fn yes() -> bool {
-    true
 }
 
 /// Checks `delivery.randomizer` found at `path` (empty for the section itself) against the
@@ -431,7 +430,10 @@ mod tests {
         assert_eq!(cfg.process_immediately_probability, 0.8);
         assert_eq!((cfg.min_delay_ms, cfg.max_delay_ms), (100, 2_000));
         assert_eq!(cfg.max_window, 1_000);
-        assert!(cfg.adaptive);
+        assert!(
+            !cfg.adaptive,
+            "the source document's algorithm unless asked"
+        );
         assert!(!cfg.skip_startup_checks);
         assert!(validate_randomizer(&cfg, AT, 500).is_empty());
         assert!(validate_randomizer(&cfg, AT, 10_000).is_empty());
@@ -619,6 +621,7 @@ mod tests {
             min_delay_ms: 50,
             max_delay_ms: 450,
             max_window: 1_000,
+            adaptive: true,
             ..RandomizerConfig::default()
         };
         assert!((mean_delay_secs(&cfg) - 0.25).abs() < 1e-12);

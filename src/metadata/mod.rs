@@ -27,7 +27,8 @@ use value::present;
 
 use crate::config::metadata::{MessageMetadataConfig, MAX_PRIORITY_LENGTH};
 pub use value::{
-    normalize_value, parse_labels, Metadata, MetadataError, MetadataErrorKind, MetadataField,
+    normalize_value, parse_labels, sanitize_value, Metadata, MetadataError, MetadataErrorKind,
+    MetadataField,
 };
 
 /// Whether NATS subject `subject` matches `filter`: `*` matches exactly one token, `>` (as
@@ -100,13 +101,17 @@ struct Rule {
 /// defaults and limits. Build one per sink; [`MetadataPolicy::apply`] is pure.
 #[derive(Debug, Clone)]
 pub struct MetadataPolicy {
-    priority_header: String,
+    /// Read in order; the first one a message carries wins.
+    priority_headers: Vec<String>,
     classification_header: String,
     labels_header: String,
     priority_default: Option<String>,
     classification_default: Option<String>,
     labels_default: Vec<String>,
     rules: Vec<Rule>,
+    /// Refuse a priority with control characters or over 256 characters (lanes on), or
+    /// store it sanitized (lanes off: the lane document scopes its checks to lanes).
+    check_priority: bool,
     max_labels: usize,
     max_label_length: usize,
     max_classification_length: usize,
@@ -128,17 +133,26 @@ impl MetadataPolicy {
             })
             .collect();
         MetadataPolicy {
-            priority_header: cfg.priority.header.clone(),
+            priority_headers: cfg.priority.headers(),
             classification_header: cfg.classification.header.clone(),
             labels_header: cfg.labels.header.clone(),
             priority_default: cfg.priority.default.clone(),
             classification_default: cfg.classification.default.clone(),
             labels_default: cfg.labels.default.clone(),
             rules,
+            check_priority: true,
             max_labels: cfg.max_labels,
             max_label_length: cfg.max_label_length,
             max_classification_length: cfg.max_classification_length,
         }
+    }
+
+    /// With `false`, a priority header that fails the checks is stored sanitized (see
+    /// [`sanitize_value`]) instead of refusing the message: the checks belong to priority
+    /// lanes, and without lanes a priority is only stored.
+    pub fn checking_priority(mut self, check: bool) -> MetadataPolicy {
+        self.check_priority = check;
+        self
     }
 
     /// The metadata of a message on `subject` with `headers` (each name with its values in
@@ -150,8 +164,15 @@ impl MetadataPolicy {
         headers: &[(String, Vec<String>)],
     ) -> Result<Metadata, MetadataError> {
         let tokens: Vec<&str> = subject.split('.').collect();
-        let priority = match header(headers, &self.priority_header) {
-            Some(raw) => normalize_value(MetadataField::Priority, raw, MAX_PRIORITY_LENGTH)?,
+        let priority = match self
+            .priority_headers
+            .iter()
+            .find_map(|name| header(headers, name))
+        {
+            Some(raw) if self.check_priority => {
+                normalize_value(MetadataField::Priority, raw, MAX_PRIORITY_LENGTH)?
+            }
+            Some(raw) => sanitize_value(raw, MAX_PRIORITY_LENGTH),
             None => None,
         }
         .or_else(|| self.rule_value(&tokens, |r| r.priority.as_ref()).cloned())
@@ -528,6 +549,84 @@ mod tests {
             prop_assert_eq!(subject_matches(&first_then_rest, &subject), tokens.len() > 1);
             let deeper = format!("{subject}.>");
             prop_assert!(!subject_matches(&deeper, &subject));
+        }
+    }
+
+    #[test]
+    fn the_lane_documents_priority_header_is_read_by_default_after_jetsinks_own() {
+        let p = policy("{}");
+        let m = p
+            .apply("a", &h(&[("Nats-Sinks-Priority", &["urgent"])]))
+            .unwrap();
+        assert_eq!(m.priority.as_deref(), Some("urgent"));
+        let m = p
+            .apply(
+                "a",
+                &h(&[
+                    ("Nats-Sinks-Priority", &["urgent"]),
+                    ("jetsink-priority", &["routine"]),
+                ]),
+            )
+            .unwrap();
+        assert_eq!(
+            m.priority.as_deref(),
+            Some("routine"),
+            "jetsink's own header wins"
+        );
+    }
+
+    #[test]
+    fn a_configured_priority_header_is_the_only_one_read() {
+        let p = policy(r#"{"priority": {"header": "X-Prio"}}"#);
+        let m = p
+            .apply(
+                "a",
+                &h(&[
+                    ("Nats-Sinks-Priority", &["urgent"]),
+                    ("Jetsink-Priority", &["x"]),
+                ]),
+            )
+            .unwrap();
+        assert_eq!(m.priority, None);
+        let m = p.apply("a", &h(&[("x-prio", &["urgent"])])).unwrap();
+        assert_eq!(m.priority.as_deref(), Some("urgent"));
+    }
+
+    #[test]
+    fn without_lanes_a_bad_priority_is_stored_sanitized_instead_of_refusing_the_message() {
+        let bad = format!("ur\u{7}gent{}", "x".repeat(300));
+        let strict = policy("{}");
+        assert!(strict
+            .apply("a", &h(&[("Jetsink-Priority", &[bad.as_str()])]))
+            .is_err());
+        let lenient = policy("{}").checking_priority(false);
+        let m = lenient
+            .apply("a", &h(&[("Jetsink-Priority", &[bad.as_str()])]))
+            .unwrap();
+        let stored = m.priority.unwrap();
+        assert!(stored.starts_with("ur\u{FFFD}gent"));
+        assert_eq!(stored.chars().count(), MAX_PRIORITY_LENGTH);
+        // Classification and labels keep their own checks either way.
+        assert!(lenient
+            .apply("a", &h(&[("Jetsink-Classification", &["\u{1}"])]))
+            .is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn a_sanitized_value_is_storable_and_leaves_good_values_alone(
+            raw in any::<String>(),
+            max in 1usize..300,
+        ) {
+            let out = sanitize_value(&raw, max);
+            if let Some(v) = &out {
+                prop_assert!(!v.chars().any(char::is_control));
+                prop_assert!(v.chars().count() <= max);
+                prop_assert!(!v.trim().is_empty());
+            }
+            if let Ok(good) = normalize_value(MetadataField::Priority, &raw, max) {
+                prop_assert_eq!(out, good);
+            }
         }
     }
 }

@@ -132,6 +132,22 @@ pub fn normalize_value(
     Ok(Some(value.to_string()))
 }
 
+/// A header value made safe to store without refusing the message: control characters
+/// become U+FFFD, surrounding whitespace is trimmed, and the value is cut to `max_chars`
+/// characters; `None` when blank. Used for the priority when lanes are off, where the lane
+/// document's checks do not apply and a priority is only stored, never scheduled on. A
+/// value [`normalize_value`] accepts comes out unchanged.
+pub fn sanitize_value(raw: &str, max_chars: usize) -> Option<String> {
+    let value: String = raw
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
+        .take(max_chars)
+        .collect();
+    let value = value.trim_end();
+    (!value.is_empty()).then(|| value.to_string())
+}
+
 /// Parses a labels header value: a JSON list of strings when it starts with `[`, otherwise
 /// a `;`-separated list. Labels are trimmed and empty ones dropped; each must be free of
 /// control characters and at most `max_label_chars` characters, and there may be at most

@@ -209,7 +209,9 @@ impl Stages {
     pub fn for_sink(spec: &crate::config::SinkSpec) -> Stages {
         let lanes_on = spec.delivery.priority_lanes.enabled;
         let metadata = match (&spec.metadata, lanes_on) {
-            (Some(m), _) => Some(MetadataPolicy::new(m)),
+            // The priority checks belong to lanes (the lane document scopes them there);
+            // without lanes a bad priority is stored sanitized, not refused.
+            (Some(m), _) => Some(MetadataPolicy::new(m).checking_priority(lanes_on)),
             (None, true) => Some(MetadataPolicy::new(&Default::default())),
             (None, false) => None,
         };

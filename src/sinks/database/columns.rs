@@ -757,7 +757,7 @@ mod tests {
         }
 
         proptest! {
-            #![proptest_config(ProptestConfig::with_cases(4_000))]
+            #![proptest_config(ProptestConfig::with_cases(1_000))]
 
             #[test]
             fn any_mapping_value_is_parsed_or_refused_without_panic(text in any::<String>()) {
