@@ -49,13 +49,19 @@ async fn a_sqlite_write_blocked_past_ack_wait_is_kept_alive_and_nothing_is_redel
     let before = metric_value(&listen, series).await.unwrap_or(0.0);
     // Four more +WPI rounds, one every half AckWait: the write has been blocked for two
     // AckWaits with its batch (and the one pulled ahead) held.
-    eventually(Duration::from_secs(60), "+WPI while the write is blocked", || async {
-        metric_value(&listen, series).await.unwrap_or(0.0) >= before + 4.0
-    })
+    eventually(
+        Duration::from_secs(60),
+        "+WPI while the write is blocked",
+        || async { metric_value(&listen, series).await.unwrap_or(0.0) >= before + 4.0 },
+    )
     .await;
     let (_, ack_pending) = consumer_state(&js, "SLOW", "to-db").await;
     assert!(ack_pending > 0, "a batch is held by the blocked write");
-    assert_eq!(sqlite_count(&db, "events"), 1, "nothing was written while the lock was held");
+    assert_eq!(
+        sqlite_count(&db, "events"),
+        1,
+        "nothing was written while the lock was held"
+    );
     blocker.execute_batch("ROLLBACK").unwrap();
     drop(blocker);
 
@@ -76,7 +82,10 @@ async fn a_sqlite_write_blocked_past_ack_wait_is_kept_alive_and_nothing_is_redel
         .unwrap();
     // One delivery per message: had AckWait run out during the blocked write, the
     // server would have delivered some messages again.
-    assert_eq!(info.delivered.consumer_sequence, N as u64, "deliveries: {info:?}");
+    assert_eq!(
+        info.delivered.consumer_sequence, N as u64,
+        "deliveries: {info:?}"
+    );
     assert_eq!(info.delivered.stream_sequence, N as u64);
     daemon.stop_cleanly();
 }

@@ -212,6 +212,7 @@ pub struct PriorityLanesConfig {
     /// Longest priority value, in characters, 1 to 256, when lanes are enabled; a longer one
     /// is a permanent failure of the message. Default 64.
     #[serde(default = "default_max_priority_value_length")]
+    #[schemars(range(min = 1, max = 256))]
     pub max_priority_value_length: usize,
     /// The lanes, in scheduling order; at least one. Default: one lane
     /// `{"name": "default", "priorities": [], "weight": 1}`.
@@ -255,6 +256,7 @@ pub struct LaneConfig {
     pub priorities: Vec<String>,
     /// Messages taken from this lane per round-robin pass, 1 to 100. Default 1.
     #[serde(default = "default_weight")]
+    #[schemars(range(min = 1, max = 100))]
     pub weight: u32,
     /// Per-lane consumer mode (opt-in): subject filters whose messages belong to this lane.
     /// When any lane lists subjects, every lane must, and each subject gets its own

@@ -190,11 +190,12 @@ pub(crate) fn validate_randomizer_fields(cfg: &RandomizerConfig, path: &str) -> 
 /// `skip_startup_checks` is set, in which case it logs them as warnings; `validate` can
 /// run the same checks on the configured values.
 ///
-/// - `max_ack_pending` must be -1 or greater than `max_window` + `batch_size`. A delayed
+/// - `max_ack_pending` must be -1 or at least `max_window` + 2 × `batch_size`. A delayed
 ///   message is NAKed, not ACKed, so it stays outstanding and counts toward MaxAckPending
-///   until it is redelivered and ACKed; with the batch in hand on top, a smaller cap makes
-///   the server stop delivering new messages whenever the window fills, so the cap would
-///   throttle the sink instead of being a safety net.
+///   until it is redelivered and ACKed; on top of the window the runner holds the batch
+///   being written and the one pulled ahead. A smaller cap makes the server stop
+///   delivering new messages whenever the window fills, so the cap would throttle the
+///   sink instead of being a safety net.
 /// - `max_deliver` must be -1 or at least 2: the delayed NAK uses up the first delivery,
 ///   so the message is written on its second; with 1 it would never be written.
 /// - `ack_wait_ms` must be at least `batch_timeout_ms` + [`MIN_WRITE_BUDGET_MS`]. A kept
@@ -216,15 +217,18 @@ pub fn check_consumer(
     if !cfg.enabled {
         return out;
     }
-    let needed = cfg.max_window.saturating_add(batch_size);
+    // The window, the batch being written and the batch pulled ahead.
+    let needed = cfg
+        .max_window
+        .saturating_add(batch_size.saturating_mul(2));
     let needed_i64 = i64::try_from(needed).unwrap_or(i64::MAX);
-    if max_ack_pending != -1 && max_ack_pending <= needed_i64 {
+    if max_ack_pending != -1 && max_ack_pending < needed_i64 {
         out.push(format!(
             "consumer max_ack_pending is {max_ack_pending}; with the randomizer it must be -1 or \
-             greater than max_window ({}) + batch_size ({batch_size}) = {needed}: delayed messages \
+             at least max_window ({}) + 2 x batch_size ({batch_size}) = {needed}: delayed messages \
              stay unacknowledged and count toward max_ack_pending until they are redelivered and \
-             ACKed, so a smaller cap stops delivery whenever the window fills instead of acting as \
-             a safety net",
+             ACKed, next to the batch being written and the one pulled ahead, so a smaller cap \
+             stops delivery whenever the window fills instead of acting as a safety net",
             cfg.max_window
         ));
     }
@@ -571,8 +575,9 @@ mod tests {
         let cases: &[(i64, i64, u64, &[&str])] = &[
             (10_000, -1, 30_000, &[]),
             (-1, 2, 6_000, &[]),
-            (1_501, 5, 30_000, &[]),
-            (1_500, 5, 30_000, &["max_ack_pending is 1500"]),
+            (2_000, 5, 30_000, &[]),
+            (1_999, 5, 30_000, &["max_ack_pending is 1999"]),
+            (1_501, 5, 30_000, &["max_ack_pending is 1501"]),
             (1_000, 5, 30_000, &["max_ack_pending is 1000"]),
             (-2, 5, 30_000, &["max_ack_pending is -2"]),
             (10_000, 1, 30_000, &["max_deliver is 1"]),
@@ -601,7 +606,7 @@ mod tests {
     #[test]
     fn consumer_problems_explain_the_need() {
         let got = check_consumer(&enabled(), 500, 1_000, 1, 2_000, 1_000);
-        assert!(got[0].contains("greater than max_window (1000) + batch_size (500) = 1500"));
+        assert!(got[0].contains("at least max_window (1000) + 2 x batch_size (500) = 2000"));
         assert!(got[0].contains("count toward max_ack_pending"));
         assert!(got[1].contains("at least 2"));
         assert!(got[1].contains("uses up the first delivery"));
