@@ -317,6 +317,11 @@ impl Metrics {
         }
     }
 
+    /// The registry, for gauge families kept beside the module that feeds them.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// Records the NATS connection state.
     pub fn set_nats_connected(&self, up: bool) {
         self.nats_connected.set(i64::from(up));

@@ -83,8 +83,11 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         None
     };
 
+    let backlog = crate::nats::backlog::BacklogGauges::register(metrics.registry())
+        .map_err(|e| AppError::Other(e.to_string()))?;
     let mut runners = Vec::new();
     let mut advisories = Vec::new();
+    let mut watchers = Vec::new();
     // Sinks that create their stream bind first, so another sink may read that stream
     // without repeating `create_stream`.
     let mut order: Vec<&SinkSpec> = config.sinks.iter().collect();
@@ -122,6 +125,19 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
                 shutdown.clone(),
             )));
         }
+        let watched = bound
+            .iter()
+            .map(|b| {
+                let name = &b.consumer.cached_info().name;
+                (b.consumer.clone(), backlog.consumer(&spec.name, name))
+            })
+            .collect();
+        watchers.push(tokio::spawn(crate::nats::backlog::watch(
+            spec.name.clone(),
+            watched,
+            crate::nats::backlog::REFRESH,
+            shutdown.clone(),
+        )));
         runners.push(Runner::new(
             spec.clone(),
             Binding {
@@ -165,7 +181,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
     if let Some(h) = http {
         let _ = h.await;
     }
-    for a in advisories {
+    for a in advisories.into_iter().chain(watchers) {
         let _ = a.await;
     }
     match failure {

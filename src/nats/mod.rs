@@ -2,6 +2,7 @@
 //! sink's stream and durable consumer, pulling one bounded batch, and reading the delivery
 //! metadata of what was pulled.
 
+pub mod backlog;
 pub mod binding;
 pub mod connect;
 pub mod fetch;
