@@ -98,7 +98,13 @@ fn audit(db: &Path) -> Audit {
     .unwrap()
 }
 
-async fn setup() -> (Cluster, jetstream::Context, tempfile::TempDir, std::path::PathBuf, Daemon) {
+async fn setup() -> (
+    Cluster,
+    jetstream::Context,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Daemon,
+) {
     let cluster = Cluster::start().await;
     let js = cluster.js().await;
     js.create_stream(jetstream::stream::Config {
@@ -177,16 +183,20 @@ async fn assert_all_once(
         sqlite_count(db, "events") == total as u64
     })
     .await;
-    eventually(Duration::from_secs(30), "the consumer ACK floor at the end", || async {
-        let Ok(s) = js.get_stream(STREAM).await else {
-            return false;
-        };
-        s.consumer_info(CONSUMER).await.is_ok_and(|i| {
-            i.ack_floor.stream_sequence == total as u64
-                && i.num_pending == 0
-                && i.num_ack_pending == 0
-        })
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the consumer ACK floor at the end",
+        || async {
+            let Ok(s) = js.get_stream(STREAM).await else {
+                return false;
+            };
+            s.consumer_info(CONSUMER).await.is_ok_and(|i| {
+                i.ack_floor.stream_sequence == total as u64
+                    && i.num_pending == 0
+                    && i.num_ack_pending == 0
+            })
+        },
+    )
     .await;
     assert!(
         daemon.wait_exit(Duration::ZERO).is_none(),
@@ -209,7 +219,8 @@ async fn assert_all_once(
     // what can be in flight at a failure: the batch just committed, the two background ACK
     // tasks and the batch pulled ahead, of `BATCH` messages each.
     assert_eq!(
-        audit.deliveries, audit.commits,
+        audit.deliveries,
+        audit.commits,
         "no delivery committed twice: {}",
         context()
     );

@@ -62,8 +62,14 @@ pub fn nats_server_version() -> Option<(u32, u32, u32)> {
 /// `(major, minor, patch)` from the text `nats-server --version` prints.
 pub fn parse_server_version(text: &str) -> Option<(u32, u32, u32)> {
     let v = text.trim().rsplit(' ').next()?.trim_start_matches('v');
-    let mut parts = v.split(|c: char| !c.is_ascii_digit()).map(str::parse::<u32>);
-    Some((parts.next()?.ok()?, parts.next()?.ok()?, parts.next()?.ok()?))
+    let mut parts = v
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    Some((
+        parts.next()?.ok()?,
+        parts.next()?.ok()?,
+        parts.next()?.ok()?,
+    ))
 }
 
 /// A private JetStream server on a free port with its own store directory.
