@@ -213,17 +213,13 @@ async fn assert_all_once(
         "every message landed exactly once in the table: {}",
         context()
     );
-    // A delivery is never committed twice. A message is committed again only when the
-    // server redelivered it because its ACK died with the node it was sent to (ACKs are
-    // fire-and-forget publishes, see docs/reliability.md), so re-commits are bounded by
-    // what can be in flight at a failure: the batch just committed, the two background ACK
-    // tasks and the batch pulled ahead, of `BATCH` messages each.
-    assert_eq!(
-        audit.deliveries,
-        audit.commits,
-        "no delivery committed twice: {}",
-        context()
-    );
+    // A message is committed again only when the server delivers it again because its ACK
+    // died with the node it was sent to (ACKs are fire-and-forget publishes, see
+    // docs/reliability.md). A new consumer leader that had not yet received the replicated
+    // delivery state may even repeat the delivery count, so `deliveries` is reported, not
+    // asserted. Re-commits are bounded by what can be in flight at a failure: the batch
+    // just committed, the two background ACK tasks and the batch pulled ahead, of `BATCH`
+    // messages each.
     assert!(
         audit.rewrites <= (failures * 4 * BATCH) as i64,
         "re-commits beyond the ACKs in flight at {failures} failures: {}",
