@@ -384,9 +384,35 @@ async fn an_outage_of_several_seconds_dead_letters_nothing_and_loses_nothing() {
     .await;
     let away = dir.path().join("away");
     std::fs::rename(&data, &away).unwrap();
+    // Watch the daemon's acknowledgements: while the batch is held, +WPI keeps it from
+    // being redelivered, one every half AckWait.
+    let client = server.client().await;
+    let mut acks = client.subscribe("$JS.ACK.POISON.>").await.unwrap();
+    client.flush().await.unwrap();
     publish_n(&js, "poison.orders", 200).await;
-    // Longer than AckWait and than max_deliver redeliveries would take.
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    // The outage lasts until one held message has been kept alive over more AckWaits
+    // than max_deliver (3) redeliveries would take: 2 × 3 + 1 progress ACKs.
+    let mut progress: std::collections::HashMap<String, u32> = Default::default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        use futures::StreamExt;
+        let m = tokio::time::timeout(Duration::from_secs(10), acks.next())
+            .await
+            .ok()
+            .flatten()
+            .expect("acknowledgements while the destination is away");
+        if m.payload.as_ref() == b"+WPI" {
+            let n = progress.entry(m.subject.to_string()).or_default();
+            *n += 1;
+            if *n >= 7 {
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the held batch is kept alive"
+        );
+    }
     std::fs::rename(&away, &data).unwrap();
     eventually(
         Duration::from_secs(30),
@@ -436,12 +462,14 @@ async fn a_message_the_server_gave_up_on_is_rescued_from_the_stream_by_the_advis
         .unwrap()
         .await
         .unwrap();
+    // A pull that waits in the server until a delivery is due: the redelivery comes when
+    // the server's AckWait ends, with no sleep on this side.
     let take = || async {
         use futures::StreamExt;
         let mut batch = consumer
-            .fetch()
+            .batch()
             .max_messages(1)
-            .expires(Duration::from_secs(2))
+            .expires(Duration::from_secs(20))
             .messages()
             .await
             .unwrap();
@@ -449,7 +477,6 @@ async fn a_message_the_server_gave_up_on_is_rescued_from_the_stream_by_the_advis
     };
     let first = take().await;
     assert_eq!(first.info().unwrap().delivered, 1);
-    tokio::time::sleep(Duration::from_millis(3_300)).await;
     let second = take().await;
     assert_eq!(second.info().unwrap().delivered, 2);
     // jetsink starts while the last delivery is still out; when its AckWait ends the

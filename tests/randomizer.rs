@@ -1,4 +1,5 @@
-//! The delayed-NAK randomizer against a real server: every message lands exactly once,
+//! The delayed-NAK randomizer against a real server: every message lands exactly once
+//! (checked through the server's delivery count and ACK floor, not the table's key),
 //! the committed order measurably differs from the publish order, no message is delayed
 //! twice, the delayed window stays within `max_window`, and a consumer that cannot carry
 //! the window is refused at start with the reason.
@@ -123,6 +124,26 @@ async fn randomized_delivery_lands_everything_once_out_of_order_within_the_windo
         })
         .unwrap();
     assert!(delayed > 0, "some messages were delayed once");
+    // Written once, judged by the server rather than by the table's unique key (which
+    // would absorb a second write): every message is ACKed, and the server made exactly
+    // one delivery per message plus one per randomizer delay. A message committed and then
+    // delivered again (a lost or late ACK) would be one delivery more.
+    let info = js
+        .get_stream("SHUFFLE")
+        .await
+        .unwrap()
+        .consumer_info("jetsink")
+        .await
+        .unwrap();
+    assert_eq!(
+        info.ack_floor.stream_sequence, N as u64,
+        "every message ACKed"
+    );
+    assert_eq!(
+        info.delivered.consumer_sequence,
+        N as u64 + delayed as u64,
+        "deliveries: one per message plus one per delayed message ({delayed})"
+    );
     d.stop_cleanly();
 }
 

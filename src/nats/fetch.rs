@@ -12,11 +12,21 @@
 //! idle stream is written within milliseconds instead of waiting for a batch to fill. The
 //! long poll carries no byte limit, so a single message larger than `max_batch_bytes` is
 //! still delivered on its own.
+//!
+//! The no-wait pull is sent and read here rather than through the client's `fetch`: when
+//! a pull's message count fills with bytes to spare, nats-server 2.14 answers `409 Batch
+//! Completed`, and for a replicated (R3) consumer it sends that status at once while the
+//! messages themselves wait for their delivery to be replicated. The client's `fetch` takes
+//! the early 409 for an error and drops the messages behind it, so an R3 consumer with a
+//! backlog never got a batch (each pull failed, its messages came back only after AckWait).
+//! Here that 409 is read as "the full count is on its way".
 
 use std::time::Duration;
 
+use async_nats::jetstream::consumer::pull::BatchConfig;
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::Message;
+use async_nats::jetstream::{Context, Message};
+use async_nats::{StatusCode, Subject};
 use futures::StreamExt;
 use tokio::time::Instant;
 
@@ -44,10 +54,11 @@ const NO_WAIT_LIMIT: Duration = Duration::from_millis(3_000);
 /// Pulls up to `limits` messages. An empty result means the stream had nothing for this
 /// consumer during `limits.wait`.
 pub async fn fetch_batch(
+    js: &Context,
     consumer: &PullConsumer,
     limits: FetchLimits,
 ) -> Result<Vec<Message>, async_nats::Error> {
-    let (ready, err) = no_wait(consumer, limits.max_messages, limits.max_bytes).await?;
+    let (ready, err) = no_wait(js, consumer, limits.max_messages, limits.max_bytes).await?;
     if !ready.is_empty() {
         return Ok(ready);
     }
@@ -72,8 +83,13 @@ pub async fn fetch_batch(
     let used: usize = first.iter().map(|m| m.payload.len()).sum();
     if limits.max_messages > 1 && used < limits.max_bytes {
         // Whatever fails here is only "no more right now": the first message is kept.
-        if let Ok((rest, _)) =
-            no_wait(consumer, limits.max_messages - 1, limits.max_bytes - used).await
+        if let Ok((rest, _)) = no_wait(
+            js,
+            consumer,
+            limits.max_messages - 1,
+            limits.max_bytes - used,
+        )
+        .await
         {
             first.extend(rest);
         }
@@ -82,17 +98,85 @@ pub async fn fetch_batch(
 }
 
 async fn no_wait(
+    js: &Context,
     consumer: &PullConsumer,
     max_messages: usize,
     max_bytes: usize,
 ) -> Result<(Vec<Message>, Option<async_nats::Error>), async_nats::Error> {
-    let batch = consumer
-        .fetch()
-        .max_messages(max_messages)
-        .max_bytes(max_bytes)
-        .messages()
-        .await?;
-    Ok(drain(batch, NO_WAIT_LIMIT, max_messages).await)
+    let client = js.client();
+    let inbox = Subject::from(client.new_inbox());
+    let mut replies = client.subscribe(inbox.clone()).await?;
+    let request = BatchConfig {
+        batch: max_messages,
+        max_bytes,
+        no_wait: true,
+        ..Default::default()
+    };
+    consumer.request_batch(request, inbox).await?;
+    let deadline = Instant::now() + NO_WAIT_LIMIT;
+    let mut out = Vec::new();
+    loop {
+        let reply = match tokio::time::timeout_at(deadline, replies.next()).await {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Ok((out, None)),
+            Err(_) => {
+                let e = format!("pull did not finish within {NO_WAIT_LIMIT:?}");
+                return Ok((out, Some(e.into())));
+            }
+        };
+        match pull_reply(reply.status, reply.description.as_deref()) {
+            PullReply::Message => {
+                if out.is_empty() {
+                    out.reserve(max_messages.min(MAX_PRESIZE));
+                }
+                out.push(Message {
+                    message: reply,
+                    context: js.clone(),
+                });
+                if out.len() >= max_messages {
+                    return Ok((out, None));
+                }
+            }
+            PullReply::Ignore => {}
+            PullReply::End => return Ok((out, None)),
+            PullReply::Fail => {
+                let e = format!(
+                    "error while processing messages from the stream: {}, {:?}",
+                    reply.status.unwrap_or(StatusCode::OK),
+                    reply.description
+                );
+                return Ok((out, Some(e.into())));
+            }
+        }
+    }
+}
+
+/// What a reply to a no-wait pull means for the pull.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PullReply {
+    /// A message: keep it.
+    Message,
+    /// A status that ends nothing: a heartbeat, or nats-server 2.14's `409 Batch Completed`,
+    /// which an R3 consumer sends before the messages it counts.
+    Ignore,
+    /// The pull is over: nothing (more) ready, or it expired.
+    End,
+    /// Any other status: the pull failed (the text says why, for example MaxBytes).
+    Fail,
+}
+
+fn pull_reply(status: Option<StatusCode>, description: Option<&str>) -> PullReply {
+    match status {
+        None | Some(StatusCode::OK) => PullReply::Message,
+        Some(StatusCode::IDLE_HEARTBEAT) => PullReply::Ignore,
+        Some(StatusCode::NOT_FOUND) | Some(StatusCode::TIMEOUT) => PullReply::End,
+        Some(StatusCode::REQUEST_TERMINATED)
+            if description.is_some_and(|d| d.eq_ignore_ascii_case("batch completed")) =>
+        {
+            PullReply::Ignore
+        }
+        Some(_) => PullReply::Fail,
+    }
 }
 
 /// Collects a pull's messages until it ends, fails or times out locally. `expected` sizes
@@ -141,6 +225,7 @@ const IDLE_ROUND_MIN: Duration = Duration::from_millis(100);
 /// stays FIFO; when all are empty, a short long-poll on the first, so an idle sink still
 /// sleeps in the server. `order` is a random permutation chosen by the caller.
 pub async fn fetch_any(
+    js: &Context,
     consumers: &[PullConsumer],
     order: &[usize],
     limits: FetchLimits,
@@ -149,7 +234,7 @@ pub async fn fetch_any(
     for &i in order {
         let Some(c) = consumers.get(i) else { continue };
         let started = Instant::now();
-        let res = no_wait(c, limits.max_messages, limits.max_bytes).await;
+        let res = no_wait(js, c, limits.max_messages, limits.max_bytes).await;
         tracing::debug!(bucket = i, elapsed_ms = started.elapsed().as_millis() as u64, ok = res.is_ok(), messages = res.as_ref().map(|r| r.0.len()).unwrap_or(0), err = ?res.as_ref().ok().and_then(|r| r.1.as_ref().map(|e| e.to_string())), "bucket pull");
         match res {
             Ok((m, _)) if !m.is_empty() => return Ok(m),
@@ -166,8 +251,51 @@ pub async fn fetch_any(
     let wait = (limits.wait / consumers.len().max(1) as u32)
         .max(IDLE_ROUND_MIN)
         .min(limits.wait);
-    match fetch_batch(first, FetchLimits { wait, ..limits }).await {
+    match fetch_batch(js, first, FetchLimits { wait, ..limits }).await {
         Ok(m) => Ok(m),
         Err(e) => Err(last_err.unwrap_or(e)),
+    }
+}
+
+#[cfg(test)]
+mod pull_reply_tests {
+    use super::*;
+
+    #[test]
+    fn batch_completed_409_does_not_end_the_pull_but_other_409s_fail_it() {
+        let conflict = Some(StatusCode::REQUEST_TERMINATED);
+        assert_eq!(pull_reply(None, None), PullReply::Message);
+        assert_eq!(
+            pull_reply(conflict, Some("Batch Completed")),
+            PullReply::Ignore
+        );
+        assert_eq!(
+            pull_reply(Some(StatusCode::IDLE_HEARTBEAT), None),
+            PullReply::Ignore
+        );
+        assert_eq!(
+            pull_reply(Some(StatusCode::NOT_FOUND), Some("No Messages")),
+            PullReply::End
+        );
+        assert_eq!(
+            pull_reply(Some(StatusCode::TIMEOUT), Some("Request Timeout")),
+            PullReply::End
+        );
+        for other in [
+            "Message Size Exceeds MaxBytes",
+            "Consumer Deleted",
+            "Exceeded MaxRequestBatch of 10",
+        ] {
+            assert_eq!(
+                pull_reply(conflict, Some(other)),
+                PullReply::Fail,
+                "{other}"
+            );
+        }
+        assert_eq!(pull_reply(conflict, None), PullReply::Fail);
+        assert_eq!(
+            pull_reply(Some(StatusCode::NO_RESPONDERS), None),
+            PullReply::Fail
+        );
     }
 }

@@ -265,8 +265,9 @@ impl Puller {
         let order = match &mut self.order {
             Order::Single => {
                 let consumer = self.consumers[0].clone();
+                let js = self.js.clone();
                 return tokio::spawn(async move {
-                    let messages = fetch_batch(&consumer, limits).await?;
+                    let messages = fetch_batch(&js, &consumer, limits).await?;
                     into.put(prepare.prepare(messages));
                     Ok(())
                 });
@@ -286,8 +287,9 @@ impl Puller {
             }
         };
         let consumers = self.consumers.clone();
+        let js = self.js.clone();
         tokio::spawn(async move {
-            let messages = fetch_any(&consumers, &order, limits).await?;
+            let messages = fetch_any(&js, &consumers, &order, limits).await?;
             into.put(prepare.prepare(messages));
             Ok(())
         })

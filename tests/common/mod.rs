@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 
+pub mod cluster;
 pub mod conformance;
 pub mod database;
 
@@ -48,22 +49,60 @@ pub fn nats_server_binary() -> String {
     panic!("nats-server is not installed: run `apt-get install -y nats-server` (the tests start their own server on a free port)");
 }
 
+/// The version of the server binary the tests run, from `nats-server --version`
+/// (`nats-server: v2.14.0` → `(2, 14, 0)`), or `None` when it cannot be read.
+pub fn nats_server_version() -> Option<(u32, u32, u32)> {
+    let out = Command::new(nats_server_binary())
+        .arg("--version")
+        .output()
+        .ok()?;
+    parse_server_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `(major, minor, patch)` from the text `nats-server --version` prints.
+pub fn parse_server_version(text: &str) -> Option<(u32, u32, u32)> {
+    let v = text.trim().rsplit(' ').next()?.trim_start_matches('v');
+    let mut parts = v
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    Some((
+        parts.next()?.ok()?,
+        parts.next()?.ok()?,
+        parts.next()?.ok()?,
+    ))
+}
+
 /// A private JetStream server on a free port with its own store directory.
 pub struct NatsServer {
     pub port: u16,
     store: tempfile::TempDir,
+    /// Extra configuration, written to `server.conf` in the store directory and passed
+    /// with `-c`; the port, host and store directory still come from the command line.
+    config: Option<String>,
     child: Option<Child>,
 }
 
 impl NatsServer {
     pub fn start() -> NatsServer {
+        NatsServer::start_with_config(None)
+    }
+
+    /// Starts a server that also reads `config` (nats-server configuration syntax), for
+    /// settings with no command-line flag, such as `feature_flags { js_ack_fc_v2: true }`.
+    pub fn start_with_config(config: Option<&str>) -> NatsServer {
         let mut s = NatsServer {
             port: free_port(),
             store: tempfile::tempdir().expect("temp store dir"),
+            config: config.map(str::to_string),
             child: None,
         };
         s.spawn();
         s
+    }
+
+    /// The server's log (stderr), for failure messages.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.store.path().join("server.log")).unwrap_or_default()
     }
 
     pub fn url(&self) -> String {
@@ -72,7 +111,13 @@ impl NatsServer {
 
     fn spawn(&mut self) {
         let log = std::fs::File::create(self.store.path().join("server.log")).expect("server log");
-        let child = Command::new(nats_server_binary())
+        let mut cmd = Command::new(nats_server_binary());
+        if let Some(config) = &self.config {
+            let path = self.store.path().join("server.conf");
+            std::fs::write(&path, config).expect("write server config");
+            cmd.arg("-c").arg(path);
+        }
+        let child = cmd
             .args([
                 "-a",
                 "127.0.0.1",
