@@ -118,7 +118,10 @@ async fn a_stream_whose_subjects_overlap_another_is_a_config_error() {
     cfg["sinks"]["main"]["source"]["create_stream"] = json!({"subjects": ["orders.>"]});
     let (code, out) = run(dir.path(), &cfg);
     assert_eq!(code, 78, "{out}");
-    assert!(out.contains("creating stream ORDERS refused by the server"), "{out}");
+    assert!(
+        out.contains("creating stream ORDERS refused by the server"),
+        "{out}"
+    );
     assert!(out.contains("10065"), "{out}");
 }
 
@@ -142,6 +145,9 @@ async fn an_unfiltered_consumer_on_the_stream_holding_its_dead_letters_is_refuse
     cfg["sinks"]["main"]["dead_letter"] = json!({"subject": "dlq.{sink}.{subject}"});
     let (code, out) = run(dir.path(), &cfg);
     assert_eq!(code, 78, "{out}");
-    assert!(out.contains("captures the dead-letter subject dlq.main.>"), "{out}");
+    assert!(
+        out.contains("captures the dead-letter subject dlq.main.>"),
+        "{out}"
+    );
     assert!(out.contains("a loop"), "{out}");
 }
