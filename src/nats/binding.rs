@@ -48,20 +48,12 @@ pub enum BindError {
         detail: String,
     },
     /// The sink's consumer would read its own dead-letter copies back (exit 78).
-    #[error("sink {sink}: stream {stream} captures the dead-letter subject {capture} ({stream_subjects}) and consumer {consumer} reads {filter}, so every dead-letter copy would come back to this sink, a loop; give the consumer a filter (`source.subjects`) that excludes {capture}, or send dead letters to a subject another stream captures")]
+    #[error("sink {sink}: {detail}, so every dead-letter copy would come back to this sink, a loop; give the consumer a filter (`source.subjects`) that excludes the dead-letter subject, or send dead letters to a subject another stream captures")]
     DeadLetterLoop {
         /// Sink name.
         sink: String,
-        /// The source stream.
-        stream: String,
-        /// Its subjects.
-        stream_subjects: String,
-        /// The consumer.
-        consumer: String,
-        /// What the consumer reads.
-        filter: String,
-        /// The filter of the sink's dead-letter copies.
-        capture: String,
+        /// Which stream captures which dead-letter subject, and what the consumer reads.
+        detail: String,
     },
     /// The server refused a stream or consumer configuration; restarting cannot help
     /// (exit 78).
@@ -490,17 +482,19 @@ pub fn check_read_back(
     if !filter.is_empty() && !overlap(filter, capture) {
         return Ok(());
     }
+    let reads = if filter.is_empty() {
+        "every subject of the stream"
+    } else {
+        filter
+    };
     Err(BindError::DeadLetterLoop {
         sink: sink.to_string(),
-        stream: source.stream.clone(),
-        stream_subjects: stream_subjects.join(", "),
-        consumer: source.consumer.clone(),
-        filter: if filter.is_empty() {
-            "every subject of the stream".into()
-        } else {
-            filter.to_string()
-        },
-        capture: capture.to_string(),
+        detail: format!(
+            "stream {} captures the dead-letter subject {capture} ({}) and consumer {} reads {reads}",
+            source.stream,
+            stream_subjects.join(", "),
+            source.consumer
+        ),
     })
 }
 
