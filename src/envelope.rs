@@ -5,6 +5,8 @@
 //! fuzzed without a server. The payload is a reference-counted [`Bytes`]: normalizing does
 //! not copy it.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use time::OffsetDateTime;
 
@@ -65,6 +67,11 @@ pub struct Delivery<'a> {
     pub published: OffsetDateTime,
 }
 
+/// Most header values a message may carry (every value of every name counted). A message
+/// with more is refused before the write as a metadata failure (dead-lettered with reason
+/// `metadata`): nothing a sink stores needs more, and each value costs work in every stage.
+pub const MAX_HEADER_VALUES: usize = 1024;
+
 /// Builds an [`Envelope`]. `headers` are `(name, value)` pairs; repeated names are grouped
 /// under the first occurrence. Message metadata (priority, classification, labels) is
 /// filled in by a later stage.
@@ -75,11 +82,17 @@ pub fn normalize<'h>(
     payload: Bytes,
     key: IdempotencyKey,
 ) -> Envelope {
+    // An index by name keeps grouping linear: a linear search per header made a message
+    // with thousands of headers cost millions of comparisons.
     let mut grouped: Vec<(String, Vec<String>)> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
     for (name, value) in headers {
-        match grouped.iter_mut().find(|(n, _)| n == name) {
-            Some((_, values)) => values.push(value.to_string()),
-            None => grouped.push((name.to_string(), vec![value.to_string()])),
+        match index.get(name) {
+            Some(&i) => grouped[i].1.push(value.to_string()),
+            None => {
+                index.insert(name, grouped.len());
+                grouped.push((name.to_string(), vec![value.to_string()]));
+            }
         }
     }
     let message_id = grouped
@@ -162,6 +175,11 @@ pub fn rfc3339_bytes(t: OffsetDateTime) -> [u8; RFC3339_LEN] {
 }
 
 impl Envelope {
+    /// How many header values the message carries, every value of every name counted.
+    pub fn header_values(&self) -> usize {
+        self.headers.iter().map(|(_, v)| v.len()).sum()
+    }
+
     /// Appends the headers as a JSON object of name → list of values (the stored form) to
     /// `out`, without building a `serde_json::Value`.
     pub fn write_headers_json(&self, out: &mut Vec<u8>) {
@@ -271,6 +289,40 @@ mod tests {
         let t = OffsetDateTime::from_unix_timestamp_nanos(5).unwrap();
         assert_eq!(rfc3339(t), "1970-01-01T00:00:00.000000005Z");
         assert_eq!(rfc3339(t).len(), RFC3339_LEN);
+    }
+
+    #[test]
+    fn grouping_tens_of_thousands_of_headers_keeps_every_value() {
+        let names: Vec<String> = (0..50_000).map(|i| format!("X-{}", i % 20_000)).collect();
+        let e = normalize(
+            "a",
+            delivery(1, 1),
+            names.iter().map(|n| (n.as_str(), "v")),
+            Bytes::new(),
+            IdempotencyKey::StreamSequence,
+        );
+        assert_eq!(e.headers.len(), 20_000);
+        assert_eq!(e.header_values(), 50_000);
+        assert_eq!(e.headers[0].0, "X-0");
+        assert_eq!(e.headers[0].1.len(), 3);
+    }
+
+    proptest! {
+        #[test]
+        fn grouping_equals_grouping_by_search(
+            headers in proptest::collection::vec(("[abc]{1,2}", "[xy]{0,2}"), 0..40),
+        ) {
+            let pairs: Vec<(&str, &str)> = headers.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            let mut naive: Vec<(String, Vec<String>)> = Vec::new();
+            for (n, v) in &pairs {
+                match naive.iter_mut().find(|(m, _)| m == n) {
+                    Some((_, vs)) => vs.push(v.to_string()),
+                    None => naive.push((n.to_string(), vec![v.to_string()])),
+                }
+            }
+            let e = normalize("a", delivery(1, 1), pairs, Bytes::new(), IdempotencyKey::StreamSequence);
+            prop_assert_eq!(e.headers, naive);
+        }
     }
 
     proptest! {

@@ -4,7 +4,17 @@
 //! Each copy is read by sequence (reading does not consume), republished without the
 //! `Jetsink-*` context headers, and removed from the dead-letter stream only after the
 //! original stream acknowledged the republish. A crash between the two leaves the copy in
-//! place; replaying it again is absorbed by the sink's idempotent writes.
+//! place, so every replay carries a `Nats-Msg-Id` that is the same each time the same copy
+//! is replayed: the original's own id when it had one, else `<stream>:<sequence>` of the
+//! original (what the default idempotency key of the original would have been). Within
+//! the original stream's duplicate window a second replay is dropped by the server; the
+//! duplicate answer names the sequence the first replay got, and the copy is then removed
+//! as already replayed. After the window only `delivery.idempotency_key: message_id`
+//! still dedupes it in the destination (see docs/dead-letter.md).
+//!
+//! A copy stored without its payload (`Jetsink-Payload-Omitted`) is not replayed unless
+//! the operator passes `--force`: republishing it would hand the destination an empty
+//! message in place of the original.
 
 use std::path::PathBuf;
 
@@ -26,7 +36,18 @@ pub struct Options {
     pub dry_run: bool,
     /// Only copies whose `Jetsink-Error-Class` equals this.
     pub error_class: Option<String>,
+    /// Also replay copies stored without their payload (`Jetsink-Payload-Omitted`).
+    pub force: bool,
 }
+
+/// Header a dead-letter copy carries when its payload was left out (`include_payload:
+/// false`, or a copy too large to publish with it); its value says why.
+pub const PAYLOAD_OMITTED: &str = "Jetsink-Payload-Omitted";
+
+/// Outcome text of a copy that was replayed (or would be, in a dry run).
+const REPLAYED: &str = "replayed";
+/// Outcome text of a dry run.
+const WOULD_REPLAY: &str = "would replay";
 
 /// One copy examined.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,28 +58,115 @@ pub struct Line {
     pub original_subject: String,
     /// Its error class.
     pub error_class: String,
-    /// What happened: `replayed`, `would replay`, `skipped (...)`.
+    /// What happened: `replayed`, `would replay`, `already replayed (...)`,
+    /// `refused (...)`, `skipped (...)`.
     pub outcome: String,
 }
 
+impl Line {
+    /// Whether this copy was refused for lack of its payload (the run then fails).
+    pub fn refused(&self) -> bool {
+        self.outcome.starts_with("refused")
+    }
+}
+
+/// The first non-empty value of header `name`, its name matched case-insensitively.
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .filter(|(n, _)| AsRef::<str>::as_ref(*n).eq_ignore_ascii_case(name))
+        .flat_map(|(_, values)| values.iter())
+        .map(|v| v.as_str())
+        .find(|v| !v.is_empty())
+}
+
+/// The `Nats-Msg-Id` every replay of this copy carries, the same on each replay so the
+/// original stream's duplicate window absorbs a second one: the original's own id when
+/// it had one (so `message_id` idempotency keeps its key), else `<stream>:<sequence>` of
+/// the original, which is the key the original would have had under either idempotency
+/// mode. `None` for a copy without the headers to derive it from (not made by jetsink).
+pub fn replay_msg_id(copy_headers: &HeaderMap) -> Option<String> {
+    if let Some(id) = header(copy_headers, copy::ORIGINAL_MSG_ID) {
+        return Some(id.to_string());
+    }
+    let stream = header(copy_headers, copy::ORIGINAL_STREAM)?;
+    let sequence: u64 = header(copy_headers, copy::ORIGINAL_SEQUENCE)?
+        .parse()
+        .ok()?;
+    Some(format!("{stream}:{sequence}"))
+}
+
+/// Why a copy stored without its payload is not replayed, or `None` when it has its
+/// payload or the operator forced the replay.
+pub fn refusal(copy_headers: &HeaderMap, dlq_sequence: u64, force: bool) -> Option<String> {
+    if force {
+        return None;
+    }
+    let why = copy_headers.get(PAYLOAD_OMITTED)?;
+    Some(format!(
+        "refused (dlq seq {dlq_sequence} was stored without its payload: {}; replaying it would write an empty message; pass --force to replay it anyway)",
+        why.as_str()
+    ))
+}
+
 /// The headers a replay republishes: the copy's, minus jetsink's context and server
-/// directives; the original `Nats-Msg-Id` is restored so `message_id` idempotency still
-/// holds. Metadata headers (`Jetsink-Priority`, ...) are kept.
+/// directives, plus the [`replay_msg_id`] as `Nats-Msg-Id`. Metadata headers
+/// (`Jetsink-Priority`, ...) are kept.
 pub fn replay_headers(copy_headers: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::new();
     for (name, values) in copy_headers.iter() {
         let n: &str = name.as_ref();
-        if copy::is_context(n) || copy::is_server_directive(n) {
+        if copy::is_context(n)
+            || copy::is_server_directive(n)
+            || n.eq_ignore_ascii_case(PAYLOAD_OMITTED)
+        {
             continue;
         }
         for v in values {
             out.append(n, v.as_str());
         }
     }
-    if let Some(id) = copy_headers.get(copy::ORIGINAL_MSG_ID) {
+    if let Some(id) = replay_msg_id(copy_headers) {
         out.insert("Nats-Msg-Id", id.as_str());
     }
     out
+}
+
+/// What the original stream's answer to a republish means for the copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Landing {
+    /// Stored as a new message: delete the copy.
+    Stored,
+    /// Dropped as a duplicate of a message other than the original itself: an earlier
+    /// replay of this copy landed (and the run that made it stopped before deleting the
+    /// copy). Delete the copy; the message is already back.
+    AlreadyReplayed {
+        /// The sequence the earlier replay got.
+        sequence: u64,
+    },
+    /// Dropped because the original itself still holds its `Nats-Msg-Id` in the duplicate
+    /// window: keep the copy and replay it later.
+    OriginalInWindow,
+}
+
+/// Reads a PubAck (`stream`, `sequence`, `duplicate`) against the copy's headers. A
+/// duplicate answer names the sequence that holds the id: the original's own sequence
+/// means the original is still in the window, any other one an earlier replay.
+pub fn landing(copy_headers: &HeaderMap, stream: &str, sequence: u64, duplicate: bool) -> Landing {
+    if !duplicate {
+        return Landing::Stored;
+    }
+    let original_stream = header(copy_headers, copy::ORIGINAL_STREAM);
+    let original_sequence =
+        header(copy_headers, copy::ORIGINAL_SEQUENCE).and_then(|s| s.parse::<u64>().ok());
+    if original_stream == Some(stream) && original_sequence == Some(sequence) {
+        Landing::OriginalInWindow
+    } else if original_sequence.is_none() {
+        // Without the original's sequence there is no telling; keep the copy.
+        Landing::OriginalInWindow
+    } else {
+        Landing::AlreadyReplayed { sequence }
+    }
 }
 
 /// Replays `sink`'s dead letters.
@@ -114,10 +222,34 @@ pub async fn run(
             });
             continue;
         };
+        if let Some(why) = refusal(&msg.headers, msg.sequence, opts.force) {
+            lines.push(Line {
+                dlq_sequence: msg.sequence,
+                original_subject: original,
+                error_class: class,
+                outcome: why,
+            });
+            continue;
+        }
+        if replay_msg_id(&msg.headers).is_none() {
+            lines.push(Line {
+                dlq_sequence: msg.sequence,
+                original_subject: original,
+                error_class: class,
+                outcome: "skipped (no Jetsink-Original-Msg-Id nor Jetsink-Original-Stream and -Sequence headers to give the replay a stable Nats-Msg-Id)".into(),
+            });
+            continue;
+        }
         let outcome = if opts.dry_run {
             replayed += 1;
-            "would replay".to_string()
+            WOULD_REPLAY.to_string()
         } else {
+            let failed = |e: &dyn std::fmt::Display| {
+                format!(
+                    "republishing DLQ sequence {} to {original}: {e}",
+                    msg.sequence
+                )
+            };
             let ack = js
                 .publish_with_headers(
                     original.clone(),
@@ -125,30 +257,28 @@ pub async fn run(
                     msg.payload.clone(),
                 )
                 .await
-                .map_err(|e| {
-                    format!(
-                        "republishing DLQ sequence {} to {original}: {e}",
-                        msg.sequence
-                    )
-                })?
+                .map_err(|e| failed(&e))?
                 .await
-                .map_err(|e| {
-                    format!(
-                        "republishing DLQ sequence {} to {original}: {e}",
-                        msg.sequence
-                    )
-                })?;
-            if ack.duplicate {
-                "skipped (the original stream still holds this Nats-Msg-Id in its duplicate window; retry later)".to_string()
-            } else {
+                .map_err(|e| failed(&e))?;
+            let remove = || async {
                 stream.delete_message(msg.sequence).await.map_err(|e| {
                     format!(
                         "replayed DLQ sequence {} but could not remove it: {e}",
                         msg.sequence
                     )
-                })?;
-                replayed += 1;
-                "replayed".to_string()
+                })
+            };
+            match landing(&msg.headers, &ack.stream, ack.sequence, ack.duplicate) {
+                Landing::Stored => {
+                    remove().await?;
+                    replayed += 1;
+                    REPLAYED.to_string()
+                }
+                Landing::AlreadyReplayed { sequence } => {
+                    remove().await?;
+                    format!("already replayed (stream {} sequence {sequence} holds it; copy removed)", ack.stream)
+                }
+                Landing::OriginalInWindow => "skipped (the original stream still holds this Nats-Msg-Id in its duplicate window; retry later)".to_string(),
             }
         };
         lines.push(Line {
@@ -179,6 +309,10 @@ pub struct Args {
     /// Only messages with this Jetsink-Error-Class (e.g. permanent).
     #[arg(long)]
     filter_error_class: Option<String>,
+    /// Also replay copies stored without their payload (header Jetsink-Payload-Omitted);
+    /// they are republished with an empty payload.
+    #[arg(long)]
+    force: bool,
 }
 
 /// `jetsink dlq replay`: finds the sink's dead-letter settings in the config, replays,
@@ -191,11 +325,13 @@ pub async fn execute(args: Args) -> u8 {
         limit,
         dry_run,
         filter_error_class,
+        force,
     } = args;
     let opts = Options {
         limit,
         dry_run,
         error_class: filter_error_class,
+        force,
     };
     crate::logging::init("warn", LogFormat::Text);
     let cfg = match Config::load(&path) {
@@ -234,7 +370,7 @@ pub async fn execute(args: Args) -> u8 {
             }
             let done = lines
                 .iter()
-                .filter(|l| l.outcome == "replayed" || l.outcome == "would replay")
+                .filter(|l| l.outcome == REPLAYED || l.outcome == WOULD_REPLAY)
                 .count();
             println!(
                 "{} {done} of {} dead letter(s) examined for sink {sink}",
@@ -246,7 +382,21 @@ pub async fn execute(args: Args) -> u8 {
                 lines.len()
             );
             let _ = client.flush().await;
-            exit::OK
+            let refused: Vec<String> = lines
+                .iter()
+                .filter(|l| l.refused())
+                .map(|l| l.dlq_sequence.to_string())
+                .collect();
+            if refused.is_empty() || opts.dry_run {
+                exit::OK
+            } else {
+                eprintln!(
+                    "error: {} copy(ies) stored without their payload were not replayed (dlq seq {}); pass --force to replay them with an empty payload",
+                    refused.len(),
+                    refused.join(", ")
+                );
+                exit::FAILURE
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");
@@ -278,5 +428,103 @@ mod tests {
         let mut plain = HeaderMap::new();
         plain.insert("Nats-Msg-Id", "ORDERS:1");
         assert!(replay_headers(&plain).get("Nats-Msg-Id").is_none());
+    }
+
+    fn copy_of(stream: &str, sequence: u64, msg_id: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(copy::SINK, "db");
+        h.insert(copy::ORIGINAL_SUBJECT, "orders.eu");
+        h.insert(copy::ORIGINAL_STREAM, stream);
+        h.insert(copy::ORIGINAL_SEQUENCE, sequence.to_string().as_str());
+        if let Some(id) = msg_id {
+            h.insert(copy::ORIGINAL_MSG_ID, id);
+        }
+        h.insert("Nats-Msg-Id", format!("db:{stream}:{sequence}").as_str());
+        h
+    }
+
+    #[test]
+    fn a_copy_without_an_original_id_replays_with_the_originals_stream_and_sequence() {
+        let h = copy_of("ORDERS", 42, None);
+        assert_eq!(replay_msg_id(&h).as_deref(), Some("ORDERS:42"));
+        let out = replay_headers(&h);
+        assert_eq!(
+            out.get("Nats-Msg-Id").map(|v| v.as_str()),
+            Some("ORDERS:42"),
+            "the copy's own dead-letter id is replaced by the stable replay id"
+        );
+        assert_eq!(replay_headers(&h), out, "the same id on every replay");
+    }
+
+    #[test]
+    fn an_empty_original_id_counts_as_absent() {
+        let h = copy_of("ORDERS", 42, Some(""));
+        assert_eq!(replay_msg_id(&h).as_deref(), Some("ORDERS:42"));
+    }
+
+    #[test]
+    fn a_copy_without_origin_headers_gets_no_replay_id() {
+        let mut h = HeaderMap::new();
+        h.insert(copy::ORIGINAL_STREAM, "ORDERS");
+        h.insert(copy::ORIGINAL_SEQUENCE, "not a number");
+        assert_eq!(replay_msg_id(&h), None);
+        assert_eq!(replay_msg_id(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn a_copy_without_its_payload_is_refused_naming_its_sequence_and_the_flag() {
+        let mut h = copy_of("ORDERS", 42, None);
+        assert_eq!(
+            refusal(&h, 7, false),
+            None,
+            "a copy with its payload replays"
+        );
+        h.insert(PAYLOAD_OMITTED, "include_payload is false");
+        let why = refusal(&h, 7, false).expect("refused");
+        assert!(why.starts_with("refused"), "{why}");
+        assert!(why.contains("dlq seq 7"), "{why}");
+        assert!(why.contains("--force"), "{why}");
+        assert_eq!(refusal(&h, 7, true), None, "--force replays it");
+        assert!(
+            replay_headers(&h).get(PAYLOAD_OMITTED).is_none(),
+            "the marker does not travel with a forced replay"
+        );
+    }
+
+    #[test]
+    fn a_duplicate_at_the_originals_own_sequence_keeps_the_copy() {
+        let h = copy_of("ORDERS", 42, Some("order-7"));
+        assert_eq!(landing(&h, "ORDERS", 42, true), Landing::OriginalInWindow);
+    }
+
+    #[test]
+    fn a_duplicate_at_another_sequence_is_an_earlier_replay() {
+        let h = copy_of("ORDERS", 42, None);
+        assert_eq!(
+            landing(&h, "ORDERS", 501, true),
+            Landing::AlreadyReplayed { sequence: 501 }
+        );
+        let h = copy_of("ORDERS", 42, Some("order-7"));
+        assert_eq!(
+            landing(&h, "ORDERS", 501, true),
+            Landing::AlreadyReplayed { sequence: 501 }
+        );
+        assert_eq!(landing(&h, "ORDERS", 501, false), Landing::Stored);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_replay_id_is_stable_and_never_the_dead_letter_copys_own(
+            stream in "[A-Z_]{1,12}",
+            sequence in 1u64..u64::MAX,
+            id in proptest::option::of("[ -~]{0,40}"),
+        ) {
+            let h = copy_of(&stream, sequence, id.as_deref());
+            let a = replay_msg_id(&h);
+            proptest::prop_assert!(a.is_some());
+            proptest::prop_assert_eq!(a.clone(), replay_msg_id(&h));
+            let out = replay_headers(&h);
+            proptest::prop_assert_eq!(out.get("Nats-Msg-Id").map(|v| v.as_str().to_string()), a);
+        }
     }
 }

@@ -17,7 +17,7 @@ use crate::config::SinkSpec;
 use crate::dlq::{advisory, DeadLetters, Reason};
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::nats::{bind, connect, Bound};
+use crate::nats::{bind, connect, Bound, Needs};
 use crate::pipeline::{Binding, Observers, Runner, Stages};
 use crate::server::{self, ServerState};
 use crate::sinks::{self, SinkError};
@@ -197,13 +197,17 @@ async fn bind_all(
 ) -> Result<Vec<Bound>, AppError> {
     let mut bound = Vec::new();
     for (source, _) in spec.consumer_bindings() {
-        bound.push(bind(js, &spec.name, &source).await.map_err(|e| {
-            if e.is_config() {
-                AppError::Config(e.to_string())
-            } else {
-                AppError::Unavailable(e.to_string())
-            }
-        })?);
+        bound.push(
+            bind(js, &spec.name, &source, &Needs::of(spec))
+                .await
+                .map_err(|e| {
+                    if e.is_config() {
+                        AppError::Config(e.to_string())
+                    } else {
+                        AppError::Unavailable(e.to_string())
+                    }
+                })?,
+        );
     }
     Ok(bound)
 }

@@ -18,9 +18,11 @@ mod mutation_tests;
 pub mod names;
 pub mod randomizer;
 pub mod raw;
+pub mod server_url;
 mod sink_checks;
 pub mod stream;
 pub mod strict_json;
+pub mod subject_match;
 pub mod validate;
 
 use std::path::{Path, PathBuf};

@@ -17,6 +17,7 @@ use super::raw::{
     default_ack_wait_ms, default_max_ack_pending, minus_one, DeliveryConfig, RawConfig, RawNats,
     RawSink,
 };
+use super::server_url;
 use super::sink_checks::{self, SinkPaths};
 
 /// Most sinks one process runs; each holds a connection-level pull loop.
@@ -146,12 +147,20 @@ fn check_nats(nats: &RawNats, issues: &mut Issues) -> NatsConfig {
         "nats.servers"
     };
     for (i, s) in servers.iter().enumerate() {
-        if s.parse::<async_nats::ServerAddr>().is_err() {
-            let path = if nats.url.is_some() {
-                base.to_string()
-            } else {
-                format!("{base}[{i}]")
-            };
+        let path = if nats.url.is_some() {
+            base.to_string()
+        } else {
+            format!("{base}[{i}]")
+        };
+        if server_url::has_credentials(s) {
+            issues.push(
+                path,
+                format!(
+                    "credentials in a server URL are printed wherever the URL is ({}); put the user in `nats.user` and the secret in an environment variable named by `nats.password_env` or `nats.token_env`, or use `nats.creds_file`",
+                    server_url::redacted(s)
+                ),
+            );
+        } else if s.parse::<async_nats::ServerAddr>().is_err() {
             issues.push(path, format!("not a NATS server URL: {s:?}"));
         }
     }
@@ -341,6 +350,42 @@ mod tests {
         assert_eq!(s.delivery.batch_size, 500);
         assert_eq!(s.source.subjects, vec!["orders.>"]);
         assert_eq!(cfg.http.listen, "127.0.0.1:9464");
+    }
+
+    #[test]
+    fn credentials_in_a_server_url_are_refused_without_printing_them() {
+        let text = MINIMAL.replace(
+            r#"["nats://127.0.0.1:4222"]"#,
+            r#"["nats://127.0.0.1:4222", "nats://alice:hunter2secret@10.0.0.1:4222"]"#,
+        );
+        let errs = errors(&text);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("nats.servers[1]: "), "{errs:?}");
+        assert!(errs[0].contains("nats.password_env"), "{errs:?}");
+        assert!(!errs[0].contains("hunter2secret"), "{errs:?}");
+        assert!(!errs[0].contains("alice"), "{errs:?}");
+        let text = MINIMAL.replace(
+            r#""servers": ["nats://127.0.0.1:4222"]"#,
+            r#""url": "nats://s3cr3tt0ken@127.0.0.1:4222""#,
+        );
+        let errs = errors(&text);
+        assert!(errs[0].starts_with("nats.url: "), "{errs:?}");
+        assert!(!errs[0].contains("s3cr3tt0ken"), "{errs:?}");
+    }
+
+    #[test]
+    fn a_dead_letter_subject_the_sinks_own_filter_reads_back_is_refused() {
+        let text = MINIMAL.replace(
+            r#""destination""#,
+            r#""dead_letter": {"subject": "orders.dlq.{sink}"}, "destination""#,
+        );
+        let errs = errors(&text);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("sinks.orders.dead_letter.subject: "),
+            "{errs:?}"
+        );
+        assert!(errs[0].contains("orders.>"), "{errs:?}");
     }
 
     #[test]

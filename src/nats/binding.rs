@@ -6,15 +6,27 @@
 //! settings that would break commit-then-ACK (a non-explicit ack policy, a different
 //! filter, a push consumer) are refused with both values named; tunables (AckWait,
 //! MaxDeliver, MaxAckPending, backoff) are updated to the configured ones.
+//!
+//! Settings that would silently break the sink are refused too: `headers_only` (every
+//! message would be written with an empty payload and ACKed), request limits below what
+//! each pull asks for (every pull would fail), and a stream that captures the sink's own
+//! dead-letter subject when the consumer reads all of it (a loop). The server's own
+//! refusals of a stream or consumer config (overlapping subjects, a filter outside the
+//! stream, an invalid setting) are configuration errors too: restarting cannot fix them.
 
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, pull, AckPolicy, PullConsumer};
-use async_nats::jetstream::context::{ConsumerInfoErrorKind, GetStreamErrorKind};
-use async_nats::jetstream::stream::{self, Stream};
+use async_nats::jetstream::context::{
+    ConsumerInfoErrorKind, CreateStreamError, CreateStreamErrorKind, GetStreamErrorKind,
+};
+use async_nats::jetstream::stream::{
+    self, ConsumerError, ConsumerErrorKind, ConsumerUpdateError, ConsumerUpdateErrorKind, Stream,
+};
 use async_nats::jetstream::{self, ErrorCode};
 
-use crate::config::{DeliverPolicy, Retention, SourceConfig, StorageKind};
+use crate::config::subject_match::overlap;
+use crate::config::{DeliverPolicy, Retention, SinkSpec, SourceConfig, StorageKind};
 
 /// Why a sink could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +47,25 @@ pub enum BindError {
         /// Which consumer, which setting, its value on the server and in the config.
         detail: String,
     },
+    /// The sink's consumer would read its own dead-letter copies back (exit 78).
+    #[error("sink {sink}: {detail}, so every dead-letter copy would come back to this sink, a loop; give the consumer a filter (`source.subjects`) that excludes the dead-letter subject, or send dead letters to a subject another stream captures")]
+    DeadLetterLoop {
+        /// Sink name.
+        sink: String,
+        /// Which stream captures which dead-letter subject, and what the consumer reads.
+        detail: String,
+    },
+    /// The server refused a stream or consumer configuration; restarting cannot help
+    /// (exit 78).
+    #[error("sink {sink}: {action} refused by the server: {message}; fix the config or the existing stream")]
+    Refused {
+        /// Sink name.
+        sink: String,
+        /// What was being done.
+        action: String,
+        /// The server's description and error code.
+        message: String,
+    },
     /// A JetStream API call failed (exit 69 at start-up).
     #[error("sink {sink}: {action} failed: {message}")]
     Api {
@@ -51,7 +82,117 @@ impl BindError {
     /// Whether the error is a configuration problem (exit 78) rather than an unavailable
     /// dependency (exit 69).
     pub fn is_config(&self) -> bool {
-        matches!(self, BindError::Drift { .. })
+        matches!(
+            self,
+            BindError::Drift { .. } | BindError::DeadLetterLoop { .. } | BindError::Refused { .. }
+        )
+    }
+}
+
+/// What a sink asks of its consumer and stream, checked against what the server has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Messages per pull (`delivery.batch_size`).
+    pub batch: usize,
+    /// Payload bytes per pull (`delivery.max_batch_bytes`).
+    pub max_bytes: usize,
+    /// Longest pull expiry (`delivery.batch_timeout_ms`).
+    pub expires: Duration,
+    /// The filter of the sink's dead-letter copies, when it dead-letters.
+    pub dead_letter: Option<String>,
+}
+
+impl Needs {
+    /// What `spec`'s pulls and dead-letter copies need.
+    pub fn of(spec: &SinkSpec) -> Needs {
+        Needs {
+            batch: spec.delivery.batch_size,
+            max_bytes: spec.delivery.max_batch_bytes,
+            expires: Duration::from_millis(spec.delivery.batch_timeout_ms),
+            dead_letter: spec
+                .dead_letter
+                .as_ref()
+                .filter(|d| d.enabled)
+                .map(|d| d.capture(&spec.name)),
+        }
+    }
+}
+
+/// Server error codes (nats-server `server/errors.json`) that say a stream or consumer
+/// configuration can never be accepted as it is, so a restart loop cannot fix it.
+const CONFIG_ERROR_CODES: &[u64] = &[
+    10025, // invalid JSON
+    10052, // invalid stream config
+    10058, // stream name already in use with a different configuration
+    10061, // replicas cannot be updated
+    10065, // subjects overlap with an existing stream
+    10074, // replicas > 1 not supported in non-clustered mode
+    10093, // consumer filter subject is not a subset of the stream's subjects
+    10094, // invalid consumer policy
+    10096, // stream not valid
+    10099, // multiple non-filtered consumers on a work-queue stream
+    10100, // filtered consumer not unique on a work-queue stream
+    10101, // consumer must deliver all on a work-queue stream
+    10102, // consumer name too long
+    10103, // durable name with `.`, `*` or `>`
+    10113, // the account requires max bytes on streams
+    10116, // max deliver must exceed the number of backoff values
+    10121, // max ack pending exceeds the system limit
+    10122, // stream max bytes exceed the account limit
+    10125, // max request batch exceeds the server limit
+    10126, // consumer replicas exceed the stream's
+    10127, // consumer name with path separators
+    10128, // stream name with path separators
+    10133, // negative replicas
+    10134, // consumer replicas must match an interest stream's
+    10138, // overlapping consumer filters
+    10139, // empty consumer filter
+    10153, // inactive threshold exceeds the system limit
+    10155, // invalid stream subject transform source
+    10156, // invalid stream subject transform destination
+];
+
+/// Whether a server error code means the configuration itself is refused.
+pub fn is_config_error_code(code: u64) -> bool {
+    CONFIG_ERROR_CODES.contains(&code)
+}
+
+/// The error a failed JetStream call becomes: [`BindError::Refused`] when the server
+/// refused the configuration, else [`BindError::Api`].
+fn failed(
+    sink: &str,
+    action: String,
+    e: impl std::fmt::Display,
+    server: Option<jetstream::Error>,
+) -> BindError {
+    match server {
+        Some(j) if is_config_error_code(j.error_code().0) => BindError::Refused {
+            sink: sink.to_string(),
+            action,
+            message: j.to_string(),
+        },
+        _ => api(sink, action, e),
+    }
+}
+
+fn stream_error(e: &CreateStreamError) -> Option<jetstream::Error> {
+    match e.kind() {
+        CreateStreamErrorKind::JetStream(j) => Some(j),
+        _ => None,
+    }
+}
+
+fn consumer_error(e: &ConsumerError) -> Option<jetstream::Error> {
+    match e.kind() {
+        ConsumerErrorKind::JetStream(j) => Some(j),
+        _ => None,
+    }
+}
+
+fn update_error(e: &ConsumerUpdateError) -> Option<jetstream::Error> {
+    match e.kind() {
+        ConsumerUpdateErrorKind::JetStream(j) => Some(j),
+        _ => None,
     }
 }
 
@@ -76,6 +217,7 @@ pub async fn bind(
     js: &jetstream::Context,
     sink: &str,
     source: &SourceConfig,
+    needs: &Needs,
 ) -> Result<Bound, BindError> {
     let stream = match js.get_stream(&source.stream).await {
         Ok(s) => s,
@@ -106,9 +248,15 @@ pub async fn bind(
                         ..Default::default()
                     };
                     tracing::info!(sink, stream = %source.stream, "creating stream");
-                    js.get_or_create_stream(cfg)
-                        .await
-                        .map_err(|e| api(sink, format!("creating stream {}", source.stream), e))?
+                    js.get_or_create_stream(cfg).await.map_err(|e| {
+                        let server = stream_error(&e);
+                        failed(
+                            sink,
+                            format!("creating stream {}", source.stream),
+                            e,
+                            server,
+                        )
+                    })?
                 }
                 (None, true) => {
                     return Err(BindError::StreamMissing {
@@ -123,10 +271,17 @@ pub async fn bind(
         }
     };
 
+    check_read_back(
+        sink,
+        source,
+        &stream.cached_info().config.subjects,
+        needs.dead_letter.as_deref(),
+    )?;
     let wanted = wanted_consumer(source);
     let consumer = match stream.consumer_info(&source.consumer).await {
         Ok(info) => {
             check_drift(sink, source, &info.config)?;
+            check_limits(sink, source, &info.config, needs)?;
             let c = &info.config;
             let tunables_differ = c.ack_wait != wanted.ack_wait
                 || c.max_deliver != wanted.max_deliver
@@ -137,10 +292,15 @@ pub async fn bind(
                 // Keep the settings that only matter at creation as the server has them.
                 let mut update = wanted.clone();
                 update.deliver_policy = c.deliver_policy;
-                stream
-                    .update_consumer(update)
-                    .await
-                    .map_err(|e| api(sink, format!("updating consumer {}", source.consumer), e))?
+                stream.update_consumer(update).await.map_err(|e| {
+                    let server = update_error(&e);
+                    failed(
+                        sink,
+                        format!("updating consumer {}", source.consumer),
+                        e,
+                        server,
+                    )
+                })?
             } else {
                 stream
                     .get_consumer(&source.consumer)
@@ -164,10 +324,15 @@ pub async fn bind(
                 ));
             }
             tracing::info!(sink, consumer = %source.consumer, "creating durable consumer");
-            stream
-                .create_consumer(wanted)
-                .await
-                .map_err(|e| api(sink, format!("creating consumer {}", source.consumer), e))?
+            stream.create_consumer(wanted).await.map_err(|e| {
+                let server = consumer_error(&e);
+                failed(
+                    sink,
+                    format!("creating consumer {}", source.consumer),
+                    e,
+                    server,
+                )
+            })?
         }
     };
     Ok(Bound { stream, consumer })
@@ -251,6 +416,88 @@ pub fn check_drift(
     Ok(())
 }
 
+/// Refuses an existing consumer that would hand jetsink messages without their payload,
+/// or refuse the pulls jetsink makes: `headers_only` delivers empty payloads that would be
+/// written and ACKed (lost for good on a work-queue stream); a `max_batch`, `max_bytes` or
+/// `max_expires` below the configured pull makes the server refuse every pull. Zero on
+/// the server means no limit.
+pub fn check_limits(
+    sink: &str,
+    source: &SourceConfig,
+    existing: &consumer::Config,
+    needs: &Needs,
+) -> Result<(), BindError> {
+    let drift = |detail: String| BindError::Drift {
+        sink: sink.to_string(),
+        detail: format!(
+            "{} on stream {} has {detail}",
+            source.consumer, source.stream
+        ),
+    };
+    if existing.headers_only {
+        return Err(drift(
+            "headers_only = true (messages arrive without their payload), but jetsink writes payloads and needs headers_only = false".into(),
+        ));
+    }
+    let below = |limit: i64, wanted: usize| limit > 0 && (limit as u64) < wanted as u64;
+    if below(existing.max_batch, needs.batch) {
+        return Err(drift(format!(
+            "max_batch = {} (most messages per pull), but the config pulls up to delivery.batch_size = {}",
+            existing.max_batch, needs.batch
+        )));
+    }
+    if below(existing.max_bytes, needs.max_bytes) {
+        return Err(drift(format!(
+            "max_bytes = {} (most bytes per pull), but the config pulls up to delivery.max_batch_bytes = {}",
+            existing.max_bytes, needs.max_bytes
+        )));
+    }
+    if !existing.max_expires.is_zero() && existing.max_expires < needs.expires {
+        return Err(drift(format!(
+            "max_expires = {} ms (longest pull), but the config waits up to delivery.batch_timeout_ms = {}",
+            existing.max_expires.as_millis(),
+            needs.expires.as_millis()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a source stream that captures the sink's own dead-letter copies when the
+/// consumer would read them: each copy would come back to the sink that made it. The
+/// config check sees only named filters; here the stream's subjects stand in for a
+/// consumer without one.
+pub fn check_read_back(
+    sink: &str,
+    source: &SourceConfig,
+    stream_subjects: &[String],
+    capture: Option<&str>,
+) -> Result<(), BindError> {
+    let Some(capture) = capture else {
+        return Ok(());
+    };
+    if !stream_subjects.iter().any(|s| overlap(s, capture)) {
+        return Ok(());
+    }
+    let filter = source.subjects.first().map(String::as_str).unwrap_or("");
+    if !filter.is_empty() && !overlap(filter, capture) {
+        return Ok(());
+    }
+    let reads = if filter.is_empty() {
+        "every subject of the stream"
+    } else {
+        filter
+    };
+    Err(BindError::DeadLetterLoop {
+        sink: sink.to_string(),
+        detail: format!(
+            "stream {} captures the dead-letter subject {capture} ({}) and consumer {} reads {reads}",
+            source.stream,
+            stream_subjects.join(", "),
+            source.consumer
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +546,88 @@ mod tests {
         let mut c = existing("a.>", AckPolicy::Explicit);
         c.deliver_subject = Some("deliver.x".into());
         assert!(check_drift("x", &source("a.>"), &c).is_err());
+    }
+
+    fn needs() -> Needs {
+        Needs {
+            batch: 500,
+            max_bytes: 8 << 20,
+            expires: Duration::from_millis(1_000),
+            dead_letter: None,
+        }
+    }
+
+    #[test]
+    fn a_headers_only_consumer_is_refused() {
+        let mut c = existing("a.>", AckPolicy::Explicit);
+        c.headers_only = true;
+        let err = check_limits("x", &source("a.>"), &c, &needs()).unwrap_err();
+        assert!(err.to_string().contains("headers_only = true"), "{err}");
+        assert!(err.is_config());
+    }
+
+    #[test]
+    fn request_limits_below_the_pull_are_refused_naming_both_values() {
+        let src = source("a.>");
+        let mut c = existing("a.>", AckPolicy::Explicit);
+        assert!(
+            check_limits("x", &src, &c, &needs()).is_ok(),
+            "0 is no limit"
+        );
+        c.max_batch = 500;
+        c.max_bytes = 8 << 20;
+        c.max_expires = Duration::from_millis(1_000);
+        assert!(
+            check_limits("x", &src, &c, &needs()).is_ok(),
+            "equal is enough"
+        );
+        c.max_batch = 100;
+        let t = check_limits("x", &src, &c, &needs())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            t.contains("max_batch = 100") && t.contains("batch_size = 500"),
+            "{t}"
+        );
+        c.max_batch = 0;
+        c.max_bytes = 1024;
+        let t = check_limits("x", &src, &c, &needs())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            t.contains("max_bytes = 1024") && t.contains("= 8388608"),
+            "{t}"
+        );
+        c.max_bytes = 0;
+        c.max_expires = Duration::from_millis(500);
+        let t = check_limits("x", &src, &c, &needs())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            t.contains("max_expires = 500 ms") && t.contains("= 1000"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn a_stream_capturing_the_dead_letters_of_an_unfiltered_consumer_is_a_loop() {
+        let subjects = vec!["orders.>".to_string(), "dlq.>".to_string()];
+        let err = check_read_back("x", &source(""), &subjects, Some("dlq.x.>")).unwrap_err();
+        assert!(err.is_config());
+        assert!(err.to_string().contains("every subject"), "{err}");
+        assert!(check_read_back("x", &source("orders.>"), &subjects, Some("dlq.x.>")).is_ok());
+        assert!(check_read_back("x", &source(""), &subjects[..1], Some("dlq.x.>")).is_ok());
+        assert!(check_read_back("x", &source(""), &subjects, None).is_ok());
+    }
+
+    #[test]
+    fn server_refusals_of_a_config_are_config_errors() {
+        assert!(is_config_error_code(10065));
+        assert!(is_config_error_code(10093));
+        assert!(
+            !is_config_error_code(10008),
+            "JetStream not enabled is not config"
+        );
     }
 
     #[test]

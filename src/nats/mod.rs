@@ -8,6 +8,6 @@ pub mod connect;
 pub mod fetch;
 pub mod reply;
 
-pub use binding::{bind, BindError, Bound};
+pub use binding::{bind, BindError, Bound, Needs};
 pub use connect::{connect, ConnectError};
 pub use fetch::{fetch_any, fetch_batch, FetchLimits};

@@ -104,12 +104,20 @@ impl Prepare {
     pub(super) fn prepare(self: &Arc<Self>, messages: Vec<jetstream::Message>) -> Prepared {
         let pulled = messages.len();
         let mut items: Vec<(Envelope, Subject)> = Vec::with_capacity(pulled);
+        let mut refused = Vec::new();
         for m in messages {
-            if let Some(item) = self.normalize(m) {
-                items.push(item);
+            if let Some((e, reply)) = self.normalize(m) {
+                match too_many_headers(&e) {
+                    Some(reason) => refused.push(Refused {
+                        envelope: e,
+                        reply,
+                        by: RefusedBy::Metadata,
+                        reason,
+                    }),
+                    None => items.push((e, reply)),
+                }
             }
         }
-        let mut refused = Vec::new();
         let lanes_on = self.lanes.as_ref().is_some_and(LanePolicy::enabled);
         if let Some(policy) = &self.metadata {
             let mut kept = Vec::with_capacity(items.len());
@@ -202,6 +210,19 @@ impl Prepare {
     }
 }
 
+/// Why a message carries too many headers to be handled, or `None`: over
+/// [`envelope::MAX_HEADER_VALUES`] it is refused before any stage looks at its headers.
+fn too_many_headers(e: &Envelope) -> Option<String> {
+    let n = e.header_values();
+    (n > envelope::MAX_HEADER_VALUES).then(|| {
+        format!(
+            "too many headers: {n} header values (in {} names), at most {} are accepted",
+            e.headers.len(),
+            envelope::MAX_HEADER_VALUES
+        )
+    })
+}
+
 impl Stages {
     /// Builds the stages a sink's config asks for. Metadata is read when the sink has a
     /// `message_metadata` section or enables lanes (which need a priority).
@@ -236,5 +257,40 @@ impl Stages {
             },
             randomizer,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_headers(n: usize) -> Envelope {
+        let names: Vec<String> = (0..n).map(|i| format!("X-H{}", i % 300)).collect();
+        envelope::normalize(
+            "a.b",
+            envelope::Delivery {
+                stream: "S",
+                consumer: "c",
+                stream_sequence: 1,
+                consumer_sequence: 1,
+                delivered: 1,
+                published: time::OffsetDateTime::UNIX_EPOCH,
+            },
+            names.iter().map(|n| (n.as_str(), "v")),
+            bytes::Bytes::new(),
+            IdempotencyKey::StreamSequence,
+        )
+    }
+
+    #[test]
+    fn a_message_over_the_header_cap_is_refused_naming_the_count_and_the_cap() {
+        assert_eq!(
+            too_many_headers(&with_headers(envelope::MAX_HEADER_VALUES)),
+            None
+        );
+        let why =
+            too_many_headers(&with_headers(envelope::MAX_HEADER_VALUES + 1)).expect("refused");
+        assert!(why.contains("1025 header values"), "{why}");
+        assert!(why.contains("at most 1024"), "{why}");
     }
 }

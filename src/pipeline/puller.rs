@@ -28,7 +28,7 @@ use super::retry::backoff;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
 use crate::metrics::SinkMetrics;
-use crate::nats::{bind, fetch_any, fetch_batch, FetchLimits};
+use crate::nats::{bind, fetch_any, fetch_batch, FetchLimits, Needs};
 
 /// Consecutive failed pulls after which the runner re-binds its consumer (it may have been
 /// lost with a memory-storage server restart).
@@ -346,7 +346,7 @@ impl Puller {
     async fn rebind(&mut self) {
         let mut consumers = Vec::with_capacity(self.consumers.len());
         for (source, _) in self.spec.consumer_bindings() {
-            match bind(&self.js, &self.spec.name, &source).await {
+            match bind(&self.js, &self.spec.name, &source, &Needs::of(&self.spec)).await {
                 Ok(b) => consumers.push(b.consumer),
                 Err(e) => {
                     self.health.set_bound(false);

@@ -18,7 +18,7 @@ use crate::cmd::publish::{publish, PublishPlan};
 use crate::config::{DeliveryConfig, DestinationConfig, SinkSpec, SourceConfig};
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::nats::{bind, fetch_batch, FetchLimits};
+use crate::nats::{bind, fetch_batch, FetchLimits, Needs};
 use crate::pipeline::{Binding, Observers, Runner};
 use crate::sinks;
 use crate::sinks::file::FileConfig;
@@ -386,7 +386,7 @@ async fn pipeline_pass(
                 busy_timeout_ms: 0,
             })),
     };
-    let bound = bind(js, &spec.name, &spec.source)
+    let bound = bind(js, &spec.name, &spec.source, &Needs::of(&spec))
         .await
         .map_err(|e| BenchError::Nats(e.to_string()))?;
     let lags = Arc::new(Mutex::new(Vec::with_capacity(opts.messages as usize)));

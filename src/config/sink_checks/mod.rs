@@ -19,6 +19,30 @@ use super::issue::Issues;
 use super::model::SinkSpec;
 use super::raw::RawSink;
 
+/// The filter subject of every consumer the sink binds, as the config names them: one
+/// per bucket, or one per lane subject in per-lane consumer mode; `""` for a consumer
+/// without a filter.
+fn consumer_filters(raw: &RawSink) -> Vec<String> {
+    let lanes = &raw.delivery.priority_lanes;
+    let per_lane: Vec<String> = if lanes.enabled {
+        lanes
+            .lanes
+            .iter()
+            .flat_map(|l| l.subjects.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if !per_lane.is_empty() {
+        return per_lane;
+    }
+    raw.source
+        .bindings()
+        .into_iter()
+        .map(|s| s.subjects.first().cloned().unwrap_or_default())
+        .collect()
+}
+
 /// Checks one sink and, when its destination could be read, turns it into the model;
 /// every problem goes into `issues` either way.
 pub(crate) fn check_sink(
@@ -27,7 +51,13 @@ pub(crate) fn check_sink(
     raw: RawSink,
     issues: &mut Issues,
 ) -> Option<SinkSpec> {
-    dead_letter::check(raw.dead_letter.as_ref(), &p, issues);
+    dead_letter::check(
+        raw.dead_letter.as_ref(),
+        &name,
+        &consumer_filters(&raw),
+        &p,
+        issues,
+    );
     dead_letter::check_planned(raw.encryption.as_ref(), raw.results.as_ref(), &p, issues);
     lanes::check(&raw.delivery, &raw.source, &p, issues);
     metadata::check(
