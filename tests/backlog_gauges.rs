@@ -45,12 +45,16 @@ async fn backlog_gauges_show_a_held_sink_and_its_drain() {
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     publish_n(&js, "backlog.x", N - 1).await;
     let series = |name: &str| format!("{name}{{consumer=\"to-db\",sink=\"db\"}}");
-    eventually(Duration::from_secs(60), "a backlog on the gauges", || async {
-        let pending = metric_value(&listen, &series("jetsink_consumer_pending_messages")).await;
-        let unacked =
-            metric_value(&listen, &series("jetsink_consumer_ack_pending_messages")).await;
-        matches!((pending, unacked), (Some(p), Some(u)) if p > 0.0 && u > 0.0)
-    })
+    eventually(
+        Duration::from_secs(60),
+        "a backlog on the gauges",
+        || async {
+            let pending = metric_value(&listen, &series("jetsink_consumer_pending_messages")).await;
+            let unacked =
+                metric_value(&listen, &series("jetsink_consumer_ack_pending_messages")).await;
+            matches!((pending, unacked), (Some(p), Some(u)) if p > 0.0 && u > 0.0)
+        },
+    )
     .await;
     blocker.execute_batch("ROLLBACK").unwrap();
     drop(blocker);
@@ -59,12 +63,16 @@ async fn backlog_gauges_show_a_held_sink_and_its_drain() {
         sqlite_count(&db, "events") == N as u64
     })
     .await;
-    eventually(Duration::from_secs(60), "the gauges back at zero", || async {
-        let pending = metric_value(&listen, &series("jetsink_consumer_pending_messages")).await;
-        let unacked =
-            metric_value(&listen, &series("jetsink_consumer_ack_pending_messages")).await;
-        pending == Some(0.0) && unacked == Some(0.0)
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the gauges back at zero",
+        || async {
+            let pending = metric_value(&listen, &series("jetsink_consumer_pending_messages")).await;
+            let unacked =
+                metric_value(&listen, &series("jetsink_consumer_ack_pending_messages")).await;
+            pending == Some(0.0) && unacked == Some(0.0)
+        },
+    )
     .await;
     daemon.stop_cleanly();
 }

@@ -98,7 +98,6 @@ pub struct PriorityMetadataConfig {
     pub default: Option<String>,
 }
 
-
 /// `message_metadata.classification`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -218,9 +218,7 @@ pub fn check_consumer(
         return out;
     }
     // The window, the batch being written and the batch pulled ahead.
-    let needed = cfg
-        .max_window
-        .saturating_add(batch_size.saturating_mul(2));
+    let needed = cfg.max_window.saturating_add(batch_size.saturating_mul(2));
     let needed_i64 = i64::try_from(needed).unwrap_or(i64::MAX);
     if max_ack_pending != -1 && max_ack_pending < needed_i64 {
         out.push(format!(

@@ -551,4 +551,40 @@ mod tests {
             "{errs:?}"
         );
     }
+
+    #[test]
+    fn overlapping_lane_subjects_are_refused_naming_both_paths() {
+        let lanes = |a: &str, b: &str| {
+            MINIMAL.replace(r#""subjects": "orders.>", "#, "").replace(
+                r#""destination""#,
+                &format!(
+                    r#""delivery": {{"priority_lanes": {{"enabled": true, "default_lane": "routine",
+                            "lanes": [{{"name": "urgent", "weight": 3, "subjects": ["{a}"]}},
+                                      {{"name": "routine", "subjects": ["{b}"]}}]}}}},
+                        "destination""#
+                ),
+            )
+        };
+        assert_eq!(
+            errors(&lanes("orders.urgent.>", "orders.routine.>")),
+            Vec::<String>::new()
+        );
+        for (a, b) in [
+            ("orders.>", "orders.routine.>"),
+            ("orders.*.x", "orders.a.*"),
+            ("orders.a", "orders.a"),
+        ] {
+            let errs = errors(&lanes(a, b));
+            assert_eq!(errs.len(), 1, "{a} / {b}: {errs:?}");
+            assert!(
+                errs[0].starts_with("sinks.orders.delivery.priority_lanes.lanes[1].subjects[0]: "),
+                "{errs:?}"
+            );
+            assert!(
+                errs[0].contains("sinks.orders.delivery.priority_lanes.lanes[0].subjects[0]"),
+                "{errs:?}"
+            );
+            assert!(errs[0].contains("written twice"), "{errs:?}");
+        }
+    }
 }

@@ -104,7 +104,9 @@ pub async fn watch(
         for (consumer, gauges) in &mut consumers {
             match consumer.info().await {
                 Ok(info) => gauges.record(info),
-                Err(e) => tracing::debug!(sink = %sink, error = %e, "consumer info for the backlog gauges failed"),
+                Err(e) => {
+                    tracing::debug!(sink = %sink, error = %e, "consumer info for the backlog gauges failed")
+                }
             }
         }
         tokio::select! {

@@ -118,6 +118,23 @@ impl Prepare {
                 }
             }
         }
+        let (items, lane_stats) = self.judge(items, &mut refused);
+        let (envelopes, replies) = items.into_iter().unzip();
+        Prepared {
+            pulled,
+            batch: Batch { envelopes, replies },
+            refused,
+            lanes: lane_stats,
+        }
+    }
+
+    /// The metadata and lane stages over normalized messages: what they keep, in lane
+    /// order, with what they refuse appended to `refused`. Pure.
+    fn judge(
+        &self,
+        mut items: Vec<(Envelope, Subject)>,
+        refused: &mut Vec<Refused>,
+    ) -> (Vec<(Envelope, Subject)>, Option<LaneStats>) {
         let lanes_on = self.lanes.as_ref().is_some_and(LanePolicy::enabled);
         if let Some(policy) = &self.metadata {
             let mut kept = Vec::with_capacity(items.len());
@@ -147,7 +164,15 @@ impl Prepare {
         }
         let mut lane_stats = None;
         if let Some(lanes) = self.lanes.as_ref().filter(|l| l.enabled()) {
-            let outcome = lanes.order(items, |(e, _)| e.priority.as_deref());
+            // Priorities the metadata check already refused were judged by the lane policy
+            // too: count them among the messages it evaluated, as they are among its
+            // rejections, so `messages` ≥ `defaulted` + `rejected` holds per delivery.
+            let refused_early = refused
+                .iter()
+                .filter(|r| matches!(r.by, RefusedBy::Lane))
+                .count() as u64;
+            let mut outcome = lanes.order(items, |(e, _)| e.priority.as_deref());
+            outcome.stats.messages += refused_early;
             lane_stats = Some(outcome.stats);
             for ((e, reply), err) in outcome.rejected {
                 refused.push(Refused {
@@ -167,13 +192,7 @@ impl Prepare {
                 })
                 .collect();
         }
-        let (envelopes, replies) = items.into_iter().unzip();
-        Prepared {
-            pulled,
-            batch: Batch { envelopes, replies },
-            refused,
-            lanes: lane_stats,
-        }
+        (items, lane_stats)
     }
 
     fn normalize(&self, m: jetstream::Message) -> Option<(Envelope, Subject)> {
@@ -292,5 +311,58 @@ mod tests {
             too_many_headers(&with_headers(envelope::MAX_HEADER_VALUES + 1)).expect("refused");
         assert!(why.contains("1025 header values"), "{why}");
         assert!(why.contains("at most 1024"), "{why}");
+    }
+
+    fn prioritized(seq: u64, priority: &str) -> (Envelope, Subject) {
+        let e = envelope::normalize(
+            "a.b",
+            envelope::Delivery {
+                stream: "S",
+                consumer: "c",
+                stream_sequence: seq,
+                consumer_sequence: seq,
+                delivered: 1,
+                published: time::OffsetDateTime::UNIX_EPOCH,
+            },
+            [("Jetsink-Priority", priority)].into_iter(),
+            bytes::Bytes::new(),
+            IdempotencyKey::StreamSequence,
+        );
+        (e, Subject::from(format!("r.{seq}")))
+    }
+
+    #[test]
+    fn lane_counters_count_every_judged_delivery_including_priorities_refused_by_the_metadata_check(
+    ) {
+        let cfg = crate::config::Config::from_json_str(
+            r#"{"nats": {"servers": ["nats://127.0.0.1:4222"]},
+                "sinks": {"s": {
+                    "source": {"stream": "S", "consumer": "c"},
+                    "delivery": {"priority_lanes": {"enabled": true, "default_lane": "routine",
+                        "lanes": [{"name": "urgent", "priorities": ["urgent"], "weight": 3},
+                                  {"name": "routine", "priorities": ["routine"]}]}},
+                    "destination": {"type": "file", "directory": "d"}}}}"#,
+        )
+        .unwrap();
+        let stages = Stages::for_sink(&cfg.sinks[0]);
+        let items = vec![
+            prioritized(1, "routine"),
+            prioritized(2, "urgent"),
+            prioritized(3, "unheard-of"),
+            prioritized(4, "bad\u{1}value"),
+        ];
+        let mut refused = Vec::new();
+        let (kept, stats) = stages.prepare.judge(items, &mut refused);
+        let stats = stats.expect("lanes are on");
+        assert_eq!(kept.len(), 3);
+        assert_eq!(refused.len(), 1);
+        assert!(matches!(refused[0].by, RefusedBy::Lane));
+        // Four deliveries judged: one defaulted, one rejected (counted by the settler as
+        // jetsink_priority_lane_rejected_total when it disposes of it).
+        assert_eq!(stats.messages, 4);
+        assert_eq!(stats.defaulted, 1);
+        assert!(stats.messages >= stats.defaulted + refused.len() as u64);
+        // Lane order: urgent first.
+        assert_eq!(kept[0].0.stream_sequence, 2);
     }
 }

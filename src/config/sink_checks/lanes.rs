@@ -6,6 +6,7 @@ use crate::config::issue::Issues;
 use crate::config::metadata;
 use crate::config::names::check_subject;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
+use crate::config::subject_match::overlap;
 
 /// Checks the lanes and, in per-lane consumer mode, their subjects against the source.
 pub(crate) fn check(d: &DeliveryConfig, source: &SourceConfig, p: &SinkPaths, issues: &mut Issues) {
@@ -41,7 +42,10 @@ pub(crate) fn check(d: &DeliveryConfig, source: &SourceConfig, p: &SinkPaths, is
             "leave it empty in per-lane consumer mode: each lane subject gets its own consumer",
         );
     }
-    let mut seen: Vec<&String> = Vec::new();
+    // Lane subjects already checked, with their paths: two that overlap (equal, or one
+    // wildcard covering the other's subjects) would give a message one consumer per
+    // matching lane, so it would be written once per lane.
+    let mut seen: Vec<(&String, String)> = Vec::new();
     for (i, lane) in d.priority_lanes.lanes.iter().enumerate() {
         let name = format!(
             "{}-lane-{}-{}",
@@ -65,10 +69,17 @@ pub(crate) fn check(d: &DeliveryConfig, source: &SourceConfig, p: &SinkPaths, is
             let path = format!("{lanes_path}.lanes[{i}].subjects[{j}]");
             if let Err(why) = check_subject(subj) {
                 issues.push(path, format!("{why}: {subj:?}"));
-            } else if seen.contains(&subj) {
-                issues.push(path, format!("subject {subj:?} is listed in two lanes"));
+                continue;
             }
-            seen.push(subj);
+            if let Some((other, other_path)) = seen.iter().find(|(o, _)| overlap(o, subj)) {
+                issues.push(
+                    path.clone(),
+                    format!(
+                        "subject {subj:?} overlaps {other:?} at {other_path}: a message matching both would be delivered to two lane consumers and written twice"
+                    ),
+                );
+            }
+            seen.push((subj, path));
         }
     }
 }
