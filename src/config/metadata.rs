@@ -14,6 +14,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::issue::Issue;
+pub use super::metadata_headers::DEFAULT_PRIORITY_HEADERS;
+use super::metadata_headers::{check_headers, FieldHeaders};
 use super::names::check_subject;
 use crate::metadata::value::{normalize_value, MetadataErrorKind, MetadataField};
 
@@ -169,10 +171,6 @@ fn default_max_labels() -> usize {
 fn default_max_length() -> usize {
     128
 }
-/// The priority headers read when `priority.header` is not set, first present wins:
-/// jetsink's own name, then the one the priority-lane document uses.
-pub const DEFAULT_PRIORITY_HEADERS: [&str; 2] = ["Jetsink-Priority", "Nats-Sinks-Priority"];
-
 impl PriorityMetadataConfig {
     /// The headers to read, in order; the first one a message carries wins.
     pub fn headers(&self) -> Vec<String> {
@@ -292,7 +290,15 @@ fn default_weight() -> u32 {
 pub fn validate_metadata(cfg: &MessageMetadataConfig, path: &str) -> Vec<Issue> {
     let mut out = Vec::new();
     let limits = check_limits(cfg, path, &mut out);
-    check_headers(cfg, path, &mut out);
+    check_headers(
+        FieldHeaders {
+            priority: cfg.priority.header.as_ref(),
+            classification: &cfg.classification.header,
+            labels: &cfg.labels.header,
+        },
+        path,
+        &mut out,
+    );
     if let Some(v) = &cfg.priority.default {
         check_value(
             v,
@@ -506,45 +512,6 @@ fn check_limits(cfg: &MessageMetadataConfig, path: &str, out: &mut Vec<Issue>) -
             .max_classification_length
             .clamp(MAX_LENGTH_RANGE.0, MAX_LENGTH_RANGE.1),
     }
-}
-
-fn check_headers(cfg: &MessageMetadataConfig, path: &str, out: &mut Vec<Issue>) {
-    let mut headers: Vec<(&str, &String)> = Vec::new();
-    let priority_defaults = DEFAULT_PRIORITY_HEADERS.map(String::from);
-    match &cfg.priority.header {
-        Some(h) => headers.push(("priority", h)),
-        None => headers.extend(priority_defaults.iter().map(|h| ("priority", h))),
-    }
-    headers.push(("classification", &cfg.classification.header));
-    headers.push(("labels", &cfg.labels.header));
-    for (i, (field, name)) in headers.iter().enumerate() {
-        let h_path = at(path, &format!("{field}.header"));
-        if !is_header_name(name) {
-            out.push(issue(
-                h_path,
-                format!(
-                    "must be a non-empty header name of printable ASCII without `:` or spaces, got {name:?}"
-                ),
-            ));
-            continue;
-        }
-        let earlier = headers[..i]
-            .iter()
-            .find(|(_, other)| other.eq_ignore_ascii_case(name));
-        if let Some((other, _)) = earlier {
-            out.push(issue(
-                h_path,
-                format!(
-                    "{name:?} is already the header of `{other}` (header names are case-insensitive); each field needs its own header"
-                ),
-            ));
-        }
-    }
-}
-
-/// A header name: non-empty printable ASCII without spaces or `:`.
-fn is_header_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
 }
 
 fn check_rule(rule: &MetadataRule, limits: Limits, path: &str, out: &mut Vec<Issue>) {

@@ -12,6 +12,7 @@ pub mod destination;
 pub mod idempotency;
 pub mod issue;
 pub mod metadata;
+mod metadata_headers;
 mod model;
 #[cfg(test)]
 mod mutation_tests;
