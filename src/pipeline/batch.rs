@@ -324,7 +324,7 @@ mod tests {
                 delivered: 1,
                 published: time::OffsetDateTime::UNIX_EPOCH,
             },
-            [("Jetsink-Priority", priority)].into_iter(),
+            [("Jetsink-Priority", priority)],
             bytes::Bytes::new(),
             IdempotencyKey::StreamSequence,
         );
