@@ -43,9 +43,11 @@
 //! that were already ACKed.
 
 pub mod config;
+mod lock;
 pub mod naming;
 pub mod record;
 mod sink;
+mod tail;
 
 pub use config::FileConfig;
 pub use sink::{Clock, FileSink};
