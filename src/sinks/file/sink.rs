@@ -1,7 +1,7 @@
 //! [`FileSink`]: the I/O half of the file destination. It holds the directory lock, owns
 //! the current file, decides when to rotate, appends each batch with one write and one
 //! fdatasync, and turns every failure into a transient error that leaves no partial line
-//! behind and cuts nothing it did not write ([`tail`](super::tail)).
+//! behind and cuts nothing it did not write (`tail`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -369,7 +369,7 @@ impl BlockingSink for FileSink {
 
     /// Prepares the directory (created the first time only), takes the directory lock
     /// (the first time only), and continues the newest file of the prefix or starts a new
-    /// one, as [`tail::reopen`] decides: a torn last line is cut at the first open, later
+    /// one, as `tail::reopen` decides: a torn last line is cut at the first open, later
     /// only this writer's own failed bytes.
     fn open_blocking(&mut self) -> Result<(), SinkError> {
         self.current = None;
