@@ -4,6 +4,8 @@
 //! The module is split so the decisions can be tested without a disk:
 //! - [`record`] (pure) encodes one envelope as one line into a reused buffer;
 //! - [`naming`] (pure) makes file names that sort in creation order and parses them back;
+//! - `tail` (pure) decides which bytes at the end of a file this writer may cut;
+//! - `lock` holds the exclusive lock on the directory and prefix;
 //! - `sink` holds [`FileSink`], the only part doing I/O, and the rotation decision, a pure
 //!   function of size, creation time and an injected clock.
 //!
@@ -24,16 +26,31 @@
 //! is `rotate_interval_ms` old (0 disables either); a batch is never split across files.
 //! Creating a file syncs the directory when `fsync` is on.
 //!
+//! # One writer
+//!
+//! The first open takes an exclusive lock on `<directory>/.<prefix>.lock` and holds it
+//! until the sink is dropped or the process dies. While another process holds it, open
+//! fails (transient, naming the holder's pid), so a second `jetsink run` on the same
+//! directory and prefix exits 69 at start-up before fetching anything, and the service
+//! manager starts it again later. Two writers would otherwise cut each other's batches as
+//! torn lines.
+//!
 //! # Recovery
 //!
 //! `open` creates the directory only the first time; afterwards a missing directory (an
 //! unmounted volume), a path that is no longer a directory, or another directory at the
-//! same path is a transient error, never a reason to write somewhere new. It continues the
-//! newest file, first cutting a torn last line a crash left (logged with the number of
-//! bytes cut, never their content). Before each write the current file must still be the
-//! one opened ([`FileIdentity`](crate::sinks::util::file_identity::FileIdentity)): a
-//! deleted or moved file would swallow the batch. A failed write or sync cuts the file back
-//! to its length before the batch and drops the handle, so the next attempt reopens.
+//! same path is a transient error, never a reason to write somewhere new. The first open,
+//! under the lock, continues the newest file, first cutting a torn last line a crash left
+//! (logged with the number of bytes cut, never their content). Later opens cut only this
+//! writer's own failed bytes: a newest file that is not the one it wrote, or not at a
+//! length it left it at, is left alone and a new file started. Before each write the
+//! current file must still be the one opened
+//! ([`FileIdentity`](crate::sinks::util::file_identity::FileIdentity)) and at the length
+//! this writer left it (else the batch goes to a new file); after the fdatasync the path
+//! must still name the open file, or the batch fails (transient) and is written again to a
+//! new file: a deleted or moved file would swallow it. A failed write or sync cuts the file
+//! back to its length before the batch, only if everything past that length can be the
+//! batch, and drops the handle, so the next attempt reopens.
 //!
 //! # Delivery guarantee
 //!
@@ -43,9 +60,11 @@
 //! that were already ACKed.
 
 pub mod config;
+mod lock;
 pub mod naming;
 pub mod record;
 mod sink;
+mod tail;
 
 pub use config::FileConfig;
 pub use sink::{Clock, FileSink};

@@ -1,16 +1,19 @@
-//! [`FileSink`]: the I/O half of the file destination. It owns the current file, decides
-//! when to rotate, appends each batch with one write and one fdatasync, and turns every
-//! failure into a transient error that leaves no partial line behind.
+//! [`FileSink`]: the I/O half of the file destination. It holds the directory lock, owns
+//! the current file, decides when to rotate, appends each batch with one write and one
+//! fdatasync, and turns every failure into a transient error that leaves no partial line
+//! behind and cuts nothing it did not write (`tail`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::config::FileConfig;
+use super::lock::DirectoryLock;
 use super::naming::{self, FileStamp};
 use super::record;
+use super::tail::{self, Expected, Found, Reopen};
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::blocking::BlockingSink;
 use crate::sinks::util::file_identity::FileIdentity;
@@ -19,6 +22,10 @@ use crate::sinks::SinkError;
 
 /// Where the sink reads the time: file names, rotation by age and `written_at`.
 pub type Clock = Box<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// Runs between the fdatasync and the identity check of each batch; tests inject one to
+/// unlink or replace the file at exactly that point.
+pub(crate) type AfterSync = Box<dyn FnMut(&Path) + Send + Sync>;
 
 /// Above this capacity the encode buffer is released after a batch instead of kept.
 const RETAINED_BUFFER_BYTES: usize = 8 << 20;
@@ -73,8 +80,16 @@ pub struct FileSink {
     /// The directory as first opened: a different one at the same path (an unmounted
     /// volume's empty mount point) is refused rather than written to.
     directory_identity: Option<FileIdentity>,
+    /// The exclusive lock on the directory and prefix, taken at the first open and held
+    /// until the sink is dropped.
+    lock: Option<DirectoryLock>,
     /// The file batches go to; `None` after a failure, so the next call reopens.
     current: Option<Current>,
+    /// What this writer knows of the last file it wrote, kept across a failure so the
+    /// reopen cuts only its own bytes; `None` before the first open.
+    expected: Option<Expected>,
+    /// Test hook between the sync and the identity check.
+    after_sync: Option<AfterSync>,
     /// Encoded batch, reused between batches.
     buffer: Vec<u8>,
 }
@@ -104,9 +119,26 @@ impl FileSink {
             clock,
             prepared: false,
             directory_identity: None,
+            lock: None,
             current: None,
+            expected: None,
+            after_sync: None,
             buffer: Vec::new(),
         }
+    }
+
+    /// Installs a hook run after each fdatasync, before the file's identity is checked.
+    #[cfg(test)]
+    pub(crate) fn set_after_sync(&mut self, hook: AfterSync) {
+        self.after_sync = Some(hook);
+    }
+
+    /// Takes the directory lock unless this sink already holds it.
+    fn take_lock(&mut self) -> Result<(), SinkError> {
+        if self.lock.is_none() {
+            self.lock = Some(DirectoryLock::acquire(&self.directory, &self.config.prefix)?);
+        }
+        Ok(())
     }
 
     /// The first time, creates the directory; later, requires it to be the same one.
@@ -224,7 +256,11 @@ impl FileSink {
     }
 
     /// Creates the next file after `after`, making its name durable when `fsync` is on.
-    fn create_file(&self, now: SystemTime, after: Option<FileStamp>) -> Result<Current, SinkError> {
+    fn create_file(
+        &mut self,
+        now: SystemTime,
+        after: Option<FileStamp>,
+    ) -> Result<Current, SinkError> {
         self.check_directory()?;
         let stamp = FileStamp::next(naming::utc(now), after);
         let path = self.directory.join(stamp.file_name(&self.config.prefix));
@@ -237,16 +273,10 @@ impl FileSink {
         if self.config.fsync {
             sync_dir(&self.directory)?;
         }
-        let identity = FileIdentity::of(&path)
-            .map_err(|e| io_error(&format!("cannot stat {}", path.display()), &e))?;
-        tracing::info!(path = %path.display(), "started a new file");
-        Ok(Current {
-            file,
-            path,
-            stamp,
-            identity,
-            created: now,
-        })
+        let current = Current::new(file, path, stamp, now)?;
+        self.expected = Some(Expected::at(found(&current.file, &current.path)?));
+        tracing::info!(path = %current.path.display(), "started a new file");
+        Ok(current)
     }
 
     /// Appends the encoded batch to the current file, rotating first if due. Any failure
@@ -256,7 +286,17 @@ impl FileSink {
             return Err(SinkError::transient("file sink is not open"));
         };
         let mut size = file_len(&current)?;
-        if let Some(reason) = rotation_due(
+        if let Some(expected) = self.expected.filter(|e| e.len != size) {
+            // Someone else wrote to or cut the file: leave it as it is.
+            tracing::warn!(
+                path = %current.path.display(),
+                expected = expected.len,
+                found = size,
+                "the file changed size outside this writer; continuing in a new file"
+            );
+            current = self.create_file(now, Some(current.stamp))?;
+            size = file_len(&current)?;
+        } else if let Some(reason) = rotation_due(
             size,
             current.created,
             now,
@@ -268,14 +308,27 @@ impl FileSink {
             size = file_len(&current)?;
         }
         current.identity.check().map_err(SinkError::transient)?;
-        commit(
+        let bytes = self.buffer.len() as u64;
+        let mut hook = self.after_sync.take();
+        let result = commit(
             &mut current.file,
             size,
             &self.buffer,
             self.config.fsync,
             &current.path,
-        )
-        .map_err(|e| {
+            &mut |p: &Path| {
+                if let Some(h) = hook.as_mut() {
+                    h(p)
+                }
+            },
+        );
+        self.after_sync = hook;
+        let expected = self.expected.map(|e| match &result {
+            Ok(()) => e.committed(bytes),
+            Err(_) => e.failed(bytes),
+        });
+        self.expected = expected;
+        result.map_err(|e| {
             io_error(
                 &format!(
                     "cannot write {messages} messages to {}",
@@ -289,47 +342,86 @@ impl FileSink {
     }
 }
 
+impl Current {
+    /// The open file `file` at `path`, with the identity of the path now.
+    fn new(
+        file: File,
+        path: PathBuf,
+        stamp: FileStamp,
+        created: SystemTime,
+    ) -> Result<Current, SinkError> {
+        let identity = FileIdentity::of(&path)
+            .map_err(|e| io_error(&format!("cannot stat {}", path.display()), &e))?;
+        Ok(Current {
+            file,
+            path,
+            stamp,
+            identity,
+            created,
+        })
+    }
+}
+
 impl BlockingSink for FileSink {
     fn is_open(&self) -> bool {
         self.current.is_some()
     }
 
-    /// Prepares the directory (created the first time only) and opens (or reopens) the
-    /// newest file of the prefix, cutting a torn last line, or starts a new file.
+    /// Prepares the directory (created the first time only), takes the directory lock
+    /// (the first time only), and continues the newest file of the prefix or starts a new
+    /// one, as `tail::reopen` decides: a torn last line is cut at the first open, later
+    /// only this writer's own failed bytes.
     fn open_blocking(&mut self) -> Result<(), SinkError> {
         self.current = None;
         self.prepare_directory()?;
+        self.take_lock()?;
         let newest = self.newest_file()?;
         let now = (self.clock)();
         let mut after = None;
         if let Some((stamp, path)) = newest {
+            after = Some(stamp);
             let file = OpenOptions::new()
                 .read(true)
                 .append(true)
                 .open(&path)
                 .map_err(|e| io_error(&format!("cannot open {}", path.display()), &e))?;
-            let len = cut_torn_tail(&file, &path)
-                .map_err(|e| io_error(&format!("cannot repair {}", path.display()), &e))?;
-            if self.config.rotate_bytes == 0 || len < self.config.rotate_bytes {
-                let identity = FileIdentity::of(&path)
-                    .map_err(|e| io_error(&format!("cannot stat {}", path.display()), &e))?;
-                if self.config.fsync {
-                    // Covers a file whose creation was not yet made durable (the directory
-                    // sync failed before the process stopped or the handle was dropped).
-                    sync_dir(&self.directory)?;
+            let on_disk = found(&file, &path)?;
+            let repair = |e: io::Error| io_error(&format!("cannot repair {}", path.display()), &e);
+            let len = match tail::reopen(on_disk, self.expected) {
+                Reopen::Continue => Some(on_disk.len),
+                Reopen::CutTo(len) => {
+                    file.set_len(len).and_then(|()| file.sync_all()).map_err(repair)?;
+                    tracing::warn!(
+                        path = %path.display(),
+                        cut_bytes = on_disk.len - len,
+                        "cut the rest of a failed batch"
+                    );
+                    Some(len)
                 }
-                self.current = Some(Current {
-                    file,
-                    path,
-                    stamp,
-                    identity,
-                    created: SystemTime::from(stamp.created),
-                });
-                return Ok(());
+                Reopen::RepairTorn => Some(cut_torn_tail(&file, &path).map_err(repair)?),
+                Reopen::StartNew(why) => {
+                    tracing::warn!(path = %path.display(), ?why, "the newest file is not as this writer left it; leaving it alone and starting a new file");
+                    None
+                }
+            };
+            if let Some(len) = len {
+                if self.config.rotate_bytes == 0 || len < self.config.rotate_bytes {
+                    if self.config.fsync {
+                        // Covers a file whose creation was not yet made durable (the
+                        // directory sync failed before the process stopped or the handle
+                        // was dropped).
+                        sync_dir(&self.directory)?;
+                    }
+                    let current =
+                        Current::new(file, path, stamp, SystemTime::from(stamp.created))?;
+                    self.expected = Some(Expected::at(Found { len, ..on_disk }));
+                    self.current = Some(current);
+                    return Ok(());
+                }
             }
-            after = Some(stamp);
         }
-        self.current = Some(self.create_file(now, after)?);
+        let current = self.create_file(now, after)?;
+        self.current = Some(current);
         Ok(())
     }
 
@@ -375,6 +467,11 @@ pub(crate) trait BatchFile {
     fn sync_data(&mut self) -> io::Result<()>;
     /// Cuts the file back to `len` bytes.
     fn truncate(&mut self, len: u64) -> io::Result<()>;
+    /// Its current length.
+    fn len(&self) -> io::Result<u64>;
+    /// Fails unless `path` still names this open file: an unlinked or replaced file would
+    /// hold a batch no one can read.
+    fn still_at(&self, path: &Path) -> Result<(), String>;
 }
 
 impl BatchFile for File {
@@ -387,31 +484,90 @@ impl BatchFile for File {
     fn truncate(&mut self, len: u64) -> io::Result<()> {
         self.set_len(len)
     }
+    fn len(&self) -> io::Result<u64> {
+        self.metadata().map(|m| m.len())
+    }
+    fn still_at(&self, path: &Path) -> Result<(), String> {
+        let open = self
+            .metadata()
+            .map_err(|e| format!("cannot stat the open file {}: {e}", path.display()))?;
+        if open.nlink() == 0 {
+            return Err(format!("{} was deleted during the write", path.display()));
+        }
+        match fs::metadata(path) {
+            Ok(now) if now.dev() == open.dev() && now.ino() == open.ino() => Ok(()),
+            Ok(_) => Err(format!(
+                "{} was replaced by another file during the write",
+                path.display()
+            )),
+            Err(e) => Err(format!(
+                "{} was moved or deleted during the write: {e}",
+                path.display()
+            )),
+        }
+    }
 }
 
-/// Appends `buf` to a file that was `before` bytes long and syncs it if `fsync`. On
-/// failure, cuts the file back to `before` so no partial line of the batch stays.
+/// Appends `buf` to a file that was `before` bytes long, syncs it if `fsync`, runs
+/// `after_sync`, and checks that `path` still names the file: only then is the batch
+/// committed. On failure, cuts the file back to `before` if everything past `before` can
+/// be this batch ([`tail::may_cut_failed_batch`]), so no partial line of the batch stays
+/// and no one else's bytes are cut.
 pub(crate) fn commit<F: BatchFile>(
     file: &mut F,
     before: u64,
     buf: &[u8],
     fsync: bool,
     path: &Path,
+    after_sync: &mut dyn FnMut(&Path),
 ) -> io::Result<()> {
     let result = file
         .append_all(buf)
-        .and_then(|()| if fsync { file.sync_data() } else { Ok(()) });
+        .and_then(|()| if fsync { file.sync_data() } else { Ok(()) })
+        .and_then(|()| {
+            after_sync(path);
+            file.still_at(path).map_err(io::Error::other)
+        });
     if let Err(e) = result {
-        if let Err(cut) = file.truncate(before) {
-            tracing::warn!(
+        match file.len() {
+            Ok(now) if tail::may_cut_failed_batch(before, now, buf.len() as u64) => {
+                if let Err(cut) = file.truncate(before) {
+                    tracing::warn!(
+                        path = %path.display(),
+                        error = %cut,
+                        "cannot remove the failed batch from the file; it is cut on reopen"
+                    );
+                }
+            }
+            Ok(now) if now == before => {}
+            Ok(now) => tracing::warn!(
                 path = %path.display(),
-                error = %cut,
-                "cannot remove the failed batch from the file; a torn last line is cut on reopen"
-            );
+                before,
+                now,
+                batch_bytes = buf.len(),
+                "the file changed size outside this writer during the write; not cutting it"
+            ),
+            Err(stat) => tracing::warn!(
+                path = %path.display(),
+                error = %stat,
+                "cannot stat the file after a failed batch; not cutting it"
+            ),
         }
         return Err(e);
     }
     Ok(())
+}
+
+/// The identity and length of the open `file` at `path`.
+fn found(file: &File, path: &Path) -> Result<Found, SinkError> {
+    let meta = file
+        .metadata()
+        .map_err(|e| io_error(&format!("cannot stat {}", path.display()), &e))?;
+    Ok(Found {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        len: meta.len(),
+    })
 }
 
 /// The current length of the open file.

@@ -510,6 +510,16 @@ impl BatchFile for Faulty {
     fn truncate(&mut self, len: u64) -> std::io::Result<()> {
         self.file.set_len(len)
     }
+    fn len(&self) -> std::io::Result<u64> {
+        BatchFile::len(&self.file)
+    }
+    fn still_at(&self, path: &Path) -> Result<(), String> {
+        self.file.still_at(path)
+    }
+}
+
+fn no_hook() -> impl FnMut(&Path) {
+    |_: &Path| {}
 }
 
 #[test]
@@ -525,7 +535,7 @@ fn a_failed_write_or_sync_cuts_the_batch_back_out() {
         allow: 11,
         fail_sync: false,
     };
-    assert!(commit(&mut partial, 11, buf, true, &path).is_err());
+    assert!(commit(&mut partial, 11, buf, true, &path, &mut no_hook()).is_err());
     assert_eq!(fs::read(&path).unwrap(), b"{\"kept\":1}\n");
 
     let mut unsynced = Faulty {
@@ -533,13 +543,13 @@ fn a_failed_write_or_sync_cuts_the_batch_back_out() {
         allow: usize::MAX,
         fail_sync: true,
     };
-    assert!(commit(&mut unsynced, 11, buf, true, &path).is_err());
+    assert!(commit(&mut unsynced, 11, buf, true, &path, &mut no_hook()).is_err());
     assert_eq!(fs::read(&path).unwrap(), b"{\"kept\":1}\n");
 
     // Without fsync the sync is not attempted.
-    assert!(commit(&mut unsynced, 11, buf, false, &path).is_ok());
+    assert!(commit(&mut unsynced, 11, buf, false, &path, &mut no_hook()).is_ok());
     let mut whole = open();
-    assert!(commit(&mut whole, 27, buf, true, &path).is_ok());
+    assert!(commit(&mut whole, 27, buf, true, &path, &mut no_hook()).is_ok());
     let mut expected = b"{\"kept\":1}\n".to_vec();
     expected.extend_from_slice(buf);
     expected.extend_from_slice(buf);
@@ -721,6 +731,7 @@ async fn open_continues_the_newest_file_of_the_prefix_until_it_is_full() {
     assert!(content.starts_with("{\"new\":1}\n{\"idempotency_key\":\"ORDERS:1\""));
 
     // Once the newest file is at the limit, a restart starts a new one.
+    drop(sink);
     cfg.rotate_bytes = 10;
     let mut sink = FileSink::new(cfg);
     sink.open().await.unwrap();
@@ -820,6 +831,7 @@ async fn rotation_by_interval_follows_the_injected_clock() {
 
     // After a restart, the age of the continued file counts from its name.
     clock.advance(Duration::from_millis(600));
+    drop(sink);
     let mut sink = clock.sink(cfg);
     sink.open().await.unwrap();
     sink.write_batch(&batch(9..=9)).await.unwrap();
@@ -977,4 +989,188 @@ async fn health_reports_a_replaced_file_and_recovers_by_reopening() {
     sink.health().await.unwrap();
     sink.write_batch(&batch(1..=1)).await.unwrap();
     assert_eq!(sequences(&records(dir)), [1]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Two writers: the directory lock, bytes this writer did not write, files swapped mid-write
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_failed_batch_is_not_cut_when_someone_else_appended_meanwhile() {
+    /// Appends the batch, then another writer appends a line, then the sync fails.
+    struct Shared {
+        file: fs::File,
+        other: fs::File,
+    }
+    impl BatchFile for Shared {
+        fn append_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+            use std::io::Write;
+            self.file.write_all(buf)?;
+            self.other.write_all(b"{\"other\":\"writer's line\"}\n")
+        }
+        fn sync_data(&mut self) -> std::io::Result<()> {
+            Err(std::io::Error::other("EIO"))
+        }
+        fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+            self.file.set_len(len)
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            BatchFile::len(&self.file)
+        }
+        fn still_at(&self, path: &Path) -> Result<(), String> {
+            self.file.still_at(path)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.jsonl");
+    fs::write(&path, b"{\"kept\":1}\n").unwrap();
+    let open = || fs::OpenOptions::new().append(true).open(&path).unwrap();
+    let mut shared = Shared {
+        file: open(),
+        other: open(),
+    };
+    let buf = b"{\"a\":1}\n";
+    assert!(commit(&mut shared, 11, buf, true, &path, &mut no_hook()).is_err());
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(
+        text.ends_with("{\"other\":\"writer's line\"}\n"),
+        "the other writer's line is not cut: {text:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_sink_on_the_same_directory_and_prefix_is_refused_with_the_holder_pid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("events");
+    let mut first = FileSink::new(config(&dir));
+    first.open().await.unwrap();
+    first.write_batch(&batch(1..=2)).await.unwrap();
+
+    let mut second = FileSink::new(config(&dir));
+    match second.open().await {
+        Err(SinkError::Transient { message }) => {
+            assert!(message.contains(&*dir.to_string_lossy()), "{message}");
+            assert!(
+                message.contains(&format!("pid {}", std::process::id())),
+                "{message}"
+            );
+        }
+        other => panic!("expected a transient refusal, got {other:?}"),
+    }
+    // The refused sink wrote nothing and cut nothing.
+    assert!(is_transient(&second.write_batch(&batch(9..=9)).await));
+    assert_eq!(sequences(&records(&dir)), [1, 2]);
+
+    // Another prefix in the same directory is another lock.
+    let mut cfg = config(&dir);
+    cfg.prefix = "audit".into();
+    let mut audit = FileSink::new(cfg);
+    audit.open().await.unwrap();
+
+    // Once the holder is gone, the second one opens and continues the file.
+    drop(first);
+    second.open().await.unwrap();
+    second.write_batch(&batch(3..=3)).await.unwrap();
+    assert_eq!(sequences(&records(&dir)), [1, 2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bytes_appended_by_someone_else_are_never_cut_and_the_next_batch_goes_to_a_new_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let events = tmp.path().join("events");
+    let dir = events.as_path();
+    let mut sink = FileSink::new(config(dir));
+    sink.open().await.unwrap();
+    sink.write_batch(&batch(1..=2)).await.unwrap();
+    let first = files(dir).pop().unwrap();
+    let foreign = b"{\"idempotency_key\":\"another writer, mid-write";
+    let append = |bytes: &[u8]| {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(&first).unwrap();
+        f.write_all(bytes).unwrap();
+    };
+    append(foreign);
+
+    // While running: the size is not what this writer left, so it does not append there.
+    sink.write_batch(&batch(3..=4)).await.unwrap();
+    assert!(fs::read(&first).unwrap().ends_with(foreign));
+    assert_eq!(files(dir).len(), 2);
+    assert_eq!(sequences(&records_of(&files(dir)[1])), [3, 4]);
+
+    // At a reopen after a failure: the torn tail is not this writer's, so it is not cut.
+    let second = files(dir).pop().unwrap();
+    let away = tmp.path().join("away");
+    let moved = away.join(second.file_name().unwrap());
+    fs::rename(dir, &away).unwrap();
+    assert!(is_transient(&sink.write_batch(&batch(5..=5)).await));
+    {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(&moved).unwrap();
+        f.write_all(foreign).unwrap();
+    }
+    fs::rename(&away, dir).unwrap();
+    sink.write_batch(&batch(5..=5)).await.unwrap();
+    assert!(fs::read(&second).unwrap().ends_with(foreign));
+    let names = files(dir);
+    assert_eq!(names.len(), 3);
+    assert_eq!(sequences(&records_of(&names[2])), [5]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_unlinked_between_sync_and_commit_fails_the_batch_which_goes_to_a_fresh_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let mut sink = FileSink::new(config(&dir));
+    sink.open().await.unwrap();
+    sink.write_batch(&batch(1..=2)).await.unwrap();
+    let unlinked = Arc::new(AtomicU64::new(0));
+    let count = unlinked.clone();
+    sink.set_after_sync(Box::new(move |path: &Path| {
+        if count.fetch_add(1, Ordering::SeqCst) == 0 {
+            fs::remove_file(path).unwrap();
+        }
+    }));
+
+    let failed = sink.write_batch(&batch(3..=4)).await;
+    match &failed {
+        Err(SinkError::Transient { message }) => assert!(message.contains("deleted"), "{message}"),
+        other => panic!("the batch must not be committed, got {other:?}"),
+    }
+    assert!(files(&dir).is_empty());
+    sink.write_batch(&batch(3..=4)).await.unwrap();
+    assert_eq!(unlinked.load(Ordering::SeqCst), 2);
+    assert_eq!(files(&dir).len(), 1);
+    assert_eq!(sequences(&records(&dir)), [3, 4]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_replaced_between_sync_and_commit_fails_the_batch_and_the_stand_in_is_left_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let mut sink = FileSink::new(config(&dir));
+    sink.open().await.unwrap();
+    sink.write_batch(&batch(1..=2)).await.unwrap();
+    let stand_in = b"{\"stand\":\"in\"}\n";
+    let done = Arc::new(AtomicU64::new(0));
+    let once = done.clone();
+    let moved = tmp.path().join("moved.jsonl.bak");
+    let moved_to = moved.clone();
+    sink.set_after_sync(Box::new(move |path: &Path| {
+        if once.fetch_add(1, Ordering::SeqCst) == 0 {
+            fs::rename(path, &moved_to).unwrap();
+            fs::write(path, stand_in).unwrap();
+        }
+    }));
+
+    match sink.write_batch(&batch(3..=4)).await {
+        Err(SinkError::Transient { message }) => assert!(message.contains("replaced"), "{message}"),
+        other => panic!("the batch must not be committed, got {other:?}"),
+    }
+    // The failed batch is cut back out of the moved file.
+    assert_eq!(sequences(&records_of(&moved)), [1, 2]);
+    sink.write_batch(&batch(3..=4)).await.unwrap();
+    let names = files(&dir);
+    assert_eq!(names.len(), 2);
+    assert_eq!(fs::read(&names[0]).unwrap(), stand_in);
+    assert_eq!(sequences(&records_of(&names[1])), [3, 4]);
 }
