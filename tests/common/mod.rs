@@ -53,14 +53,27 @@ pub struct NatsServer {
     pub port: u16,
     store: tempfile::TempDir,
     child: Option<Child>,
+    /// Extra server configuration (nats-server config file syntax), passed with `-c`.
+    config: Option<String>,
 }
 
 impl NatsServer {
     pub fn start() -> NatsServer {
+        NatsServer::start_configured(None)
+    }
+
+    /// A server started with `config` (nats-server config file syntax, for example
+    /// `max_payload: 8192`) besides the usual flags.
+    pub fn start_with_config(config: &str) -> NatsServer {
+        NatsServer::start_configured(Some(config.to_string()))
+    }
+
+    fn start_configured(config: Option<String>) -> NatsServer {
         let mut s = NatsServer {
             port: free_port(),
             store: tempfile::tempdir().expect("temp store dir"),
             child: None,
+            config,
         };
         s.spawn();
         s
@@ -72,7 +85,13 @@ impl NatsServer {
 
     fn spawn(&mut self) {
         let log = std::fs::File::create(self.store.path().join("server.log")).expect("server log");
-        let child = Command::new(nats_server_binary())
+        let mut command = Command::new(nats_server_binary());
+        if let Some(config) = &self.config {
+            let path = self.store.path().join("server.conf");
+            std::fs::write(&path, config).expect("server config");
+            command.arg("-c").arg(path);
+        }
+        let child = command
             .args([
                 "-a",
                 "127.0.0.1",
