@@ -454,12 +454,12 @@ fn split_halves_without_a_culprit_or_with_a_bogus_one() {
     assert_eq!(split(0..3, Some(7)), vec![0..1, 1..3]);
 }
 
-/// Fails every part holding `culprit` with an error nobody recognised, and records on
-/// tokio's (paused) clock when each write happened, with its sequences.
-fn unclassified_for(
-    culprit: u64,
-    writes: Arc<std::sync::Mutex<Vec<(Duration, Vec<u64>)>>>,
-) -> Script {
+/// When each write happened on tokio's (paused) clock, with its sequences.
+type Writes = Arc<std::sync::Mutex<Vec<(Duration, Vec<u64>)>>>;
+
+/// Fails every part holding `culprit` with an error nobody recognised, and records each
+/// write in `writes`.
+fn unclassified_for(culprit: u64, writes: Writes) -> Script {
     let started = tokio::time::Instant::now();
     script(move |seqs, _| {
         if let Ok(mut w) = writes.lock() {
