@@ -31,6 +31,7 @@ pub struct Metrics {
     lanes_active: IntGaugeVec,
     dlq_published: IntCounterVec,
     dlq_failures: IntCounterVec,
+    dlq_payload_omitted: IntCounterVec,
     terminated: IntCounterVec,
     poison_isolated: IntCounterVec,
     max_deliveries: IntCounterVec,
@@ -163,6 +164,12 @@ impl Metrics {
                 "Dead-letter publishes that failed; the original stays unacked and is redelivered.",
                 &["sink"],
             ),
+            dlq_payload_omitted: counter(
+                r,
+                "jetsink_dead_letter_payload_omitted_total",
+                "Dead-letter copies published without their payload because the copy would exceed the server's max_payload or the stream's size limit (header Jetsink-Payload-Omitted).",
+                &["sink"],
+            ),
             terminated: counter(
                 r,
                 "jetsink_messages_terminated_total",
@@ -239,7 +246,7 @@ impl Metrics {
             errors: counter(
                 r,
                 "jetsink_sink_errors_total",
-                "Destination errors by class: transient, permanent, misconfigured.",
+                "Destination errors by class: transient, permanent, unclassified, misconfigured.",
                 &["sink", "class"],
             ),
             commit_lag: histogram(
@@ -292,6 +299,7 @@ impl Metrics {
             write_seconds: self.write_seconds.with_label_values(&[name]),
             errors_transient: class("transient"),
             errors_permanent: class("permanent"),
+            errors_unclassified: class("unclassified"),
             errors_misconfigured: class("misconfigured"),
             commit_lag: self.commit_lag.with_label_values(&[name]),
             inflight: self.inflight.with_label_values(&[name]),
@@ -306,6 +314,7 @@ impl Metrics {
             lanes_active: self.lanes_active.with_label_values(&[name]),
             dlq_published: self.dlq_published.clone(),
             dlq_failures: self.dlq_failures.with_label_values(&[name]),
+            dlq_payload_omitted: self.dlq_payload_omitted.with_label_values(&[name]),
             terminated: self.terminated.with_label_values(&[name]),
             poison_isolated: self.poison_isolated.with_label_values(&[name]),
             max_deliveries: self.max_deliveries.with_label_values(&[name]),
@@ -359,6 +368,8 @@ pub struct SinkMetrics {
     pub errors_transient: IntCounter,
     /// Permanent destination errors.
     pub errors_permanent: IntCounter,
+    /// Destination errors nobody recognised (held, but only for `max_held_ms`).
+    pub errors_unclassified: IntCounter,
     /// Configuration errors found by the destination.
     pub errors_misconfigured: IntCounter,
     /// Publish → commit latency.
@@ -386,6 +397,8 @@ pub struct SinkMetrics {
     dlq_published: IntCounterVec,
     /// Failed dead-letter publishes.
     pub dlq_failures: IntCounter,
+    /// Dead-letter copies published without their payload, too large to publish whole.
+    pub dlq_payload_omitted: IntCounter,
     /// Originals TERMed after dead-lettering.
     pub terminated: IntCounter,
     /// Messages isolated as poison.
@@ -424,6 +437,7 @@ impl SinkMetrics {
         match err {
             crate::sinks::SinkError::Transient { .. } => self.errors_transient.inc(),
             crate::sinks::SinkError::Permanent { .. } => self.errors_permanent.inc(),
+            crate::sinks::SinkError::Unclassified { .. } => self.errors_unclassified.inc(),
             crate::sinks::SinkError::Misconfigured { .. } => self.errors_misconfigured.inc(),
         }
     }

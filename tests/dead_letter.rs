@@ -167,7 +167,7 @@ async fn one_poison_among_500_commits_499_and_dead_letters_one_with_every_header
     assert_eq!(h("Jetsink-Original-Sequence"), "138");
     assert_eq!(h("Jetsink-Delivered"), "1");
     assert!(!h("Jetsink-Failed-At").is_empty());
-    assert_eq!(h("Nats-Msg-Id"), "POISON:138");
+    assert_eq!(h("Nats-Msg-Id"), "main:POISON:138");
     // Nothing is redelivered: the consumer never delivered a message twice.
     let info = js
         .get_stream("POISON")

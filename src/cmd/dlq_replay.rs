@@ -24,6 +24,7 @@ use async_nats::HeaderMap;
 use crate::config::dead_letter::DeadLetterConfig;
 use crate::config::{Config, LogFormat};
 use crate::dlq::copy;
+use crate::dlq::copy::PAYLOAD_OMITTED;
 use crate::exit;
 use crate::metrics::Metrics;
 
@@ -39,10 +40,6 @@ pub struct Options {
     /// Also replay copies stored without their payload (`Jetsink-Payload-Omitted`).
     pub force: bool,
 }
-
-/// Header a dead-letter copy carries when its payload was left out (`include_payload:
-/// false`, or a copy too large to publish with it); its value says why.
-pub const PAYLOAD_OMITTED: &str = "Jetsink-Payload-Omitted";
 
 /// Outcome text of a copy that was replayed (or would be, in a dry run).
 const REPLAYED: &str = "replayed";

@@ -101,15 +101,16 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         sink_health.destination_ok();
         tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
         let stages = Stages::for_sink(spec);
+        let sink_metrics = metrics.sink(&spec.name);
         let dead_letters = match &spec.dead_letter {
             Some(cfg) if cfg.enabled => {
-                let dl = DeadLetters::new(&spec.name, cfg.clone(), js.clone());
+                let dl = DeadLetters::new(&spec.name, cfg.clone(), js.clone())
+                    .with_omitted_counter(sink_metrics.dlq_payload_omitted.clone());
                 dl.ensure_stream().await.map_err(AppError::Unavailable)?;
                 Some(dl)
             }
             _ => None,
         };
-        let sink_metrics = metrics.sink(&spec.name);
         for b in &bound {
             advisories.push(tokio::spawn(advisory::listen(
                 client.clone(),

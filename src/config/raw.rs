@@ -311,6 +311,16 @@ pub struct RetryConfig {
     /// [0, delay/2]).
     #[serde(default)]
     pub jitter: Jitter,
+    /// How long a batch is held while the destination fails with an error nobody
+    /// recognised (an unknown SQLSTATE or MySQL error number: class `unclassified`), in
+    /// milliseconds, 1000 to 604800000. After it the batch is split, and a message that
+    /// still fails alone is dead-lettered as `unclassified`, so one such message cannot
+    /// stall the sink forever. Known outages (connection lost, server down, deadlock, lock
+    /// timeout) are held without any bound. Default 600000 (10 minutes): longer than a
+    /// database failover or restart, short enough that one bad message stalls its sink
+    /// for minutes, not hours.
+    #[serde(default = "default_max_held_ms")]
+    pub max_held_ms: u64,
 }
 
 impl Default for RetryConfig {
@@ -320,6 +330,7 @@ impl Default for RetryConfig {
             max_backoff_ms: default_max_backoff_ms(),
             multiplier: default_multiplier(),
             jitter: Jitter::default(),
+            max_held_ms: default_max_held_ms(),
         }
     }
 }
@@ -450,6 +461,9 @@ fn default_initial_backoff_ms() -> u64 {
 }
 fn default_max_backoff_ms() -> u64 {
     30_000
+}
+fn default_max_held_ms() -> u64 {
+    600_000
 }
 fn default_multiplier() -> f64 {
     2.0

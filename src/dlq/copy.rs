@@ -5,8 +5,13 @@
 //! to triage it. Server directives among the original headers (`Nats-Msg-Id`,
 //! `Nats-Expected-*`, `Nats-Rollup`, `Nats-TTL`, ...) are not copied: they would act on the
 //! dead-letter publish itself. The original `Nats-Msg-Id` is kept as
-//! `Jetsink-Original-Msg-Id`, and the copy's own `Nats-Msg-Id` is `<stream>:<sequence>` so
-//! the dead-letter stream drops a second copy of the same original. An original header
+//! `Jetsink-Original-Msg-Id`, and the copy's own `Nats-Msg-Id` is
+//! `<sink>:<stream>:<sequence>`, so the dead-letter stream drops a second copy of the same
+//! original from the same sink, while two sinks dead-lettering the same original into one
+//! stream each keep their copy. A copy without the original payload — `include_payload:
+//! false`, or a copy too large to publish ([`without_payload`]) — says so with
+//! `Jetsink-Payload-Omitted: <original payload bytes>`, so a replay can refuse it. An
+//! original header
 //! with the name of a context header is dropped, so a publisher cannot forge the context;
 //! every other header, `Jetsink-Priority` and `Nats-Sinks-Priority` included, is kept, so a
 //! replayed message keeps its metadata.
@@ -39,8 +44,10 @@ pub const FAILED_AT: &str = "Jetsink-Failed-At";
 /// Header: why it was dead-lettered (`metadata`, `lane`, `destination`, `last_delivery`,
 /// `max_deliveries`).
 pub const REASON: &str = "Jetsink-Reason";
+/// Header: the copy carries no payload; the value is the original payload's size in bytes.
+pub const PAYLOAD_OMITTED: &str = "Jetsink-Payload-Omitted";
 /// Every context header jetsink adds (not `Nats-Msg-Id`).
-pub const CONTEXT: [&str; 11] = [
+pub const CONTEXT: [&str; 12] = [
     ERROR_CLASS,
     ERROR,
     SINK,
@@ -51,6 +58,7 @@ pub const CONTEXT: [&str; 11] = [
     DELIVERED,
     FAILED_AT,
     REASON,
+    PAYLOAD_OMITTED,
     "Jetsink-Replayed",
 ];
 
@@ -78,10 +86,40 @@ pub struct Copy {
     pub subject: String,
     /// Headers, `Nats-Msg-Id` included.
     pub headers: HeaderMap,
-    /// Payload (empty when `include_payload` is false).
+    /// Payload (empty when `include_payload` is false or it was omitted for size).
     pub payload: Bytes,
-    /// `<stream>:<sequence>` of the original.
+    /// `<sink>:<stream>:<sequence>` of the original: the copy's `Nats-Msg-Id`.
     pub msg_id: String,
+}
+
+/// The copy's `Nats-Msg-Id`: one per sink and original, so a repeated copy from one sink
+/// is dropped by the duplicate window and copies from two sinks are both kept.
+pub fn msg_id(sink: &str, envelope: &Envelope) -> String {
+    format!("{sink}:{}:{}", envelope.stream, envelope.stream_sequence)
+}
+
+/// The size the server counts against `max_payload` for a publish of this copy: the
+/// serialized header block plus the payload.
+pub fn wire_size(c: &Copy) -> usize {
+    let mut headers = "NATS/1.0\r\n".len() + "\r\n".len();
+    for (name, values) in c.headers.iter() {
+        for v in values {
+            headers +=
+                AsRef::<str>::as_ref(name).len() + ": ".len() + v.as_str().len() + "\r\n".len();
+        }
+    }
+    headers + c.payload.len()
+}
+
+/// The copy without its payload, marked with [`PAYLOAD_OMITTED`] and the original size:
+/// what is published when the whole copy would exceed the server's `max_payload` or the
+/// dead-letter stream's message size limit, so the message is dead-lettered instead of
+/// handed back forever.
+pub fn without_payload(mut c: Copy, original_len: usize) -> Copy {
+    c.headers
+        .insert(PAYLOAD_OMITTED, original_len.to_string().as_str());
+    c.payload = Bytes::new();
+    c
 }
 
 /// Makes an error text safe for a header: control characters (a header cannot hold CR or
@@ -119,7 +157,7 @@ pub fn build(
             }
         }
     }
-    let msg_id = format!("{}:{}", envelope.stream, envelope.stream_sequence);
+    let msg_id = msg_id(sink, envelope);
     headers.insert(ERROR_CLASS, class);
     headers.insert(ERROR, bounded_error(error, cfg.max_error_length).as_str());
     headers.insert(SINK, sink);
@@ -136,6 +174,9 @@ pub fn build(
     headers.insert(FAILED_AT, rfc3339(failed_at).as_str());
     headers.insert(REASON, reason);
     headers.insert("Nats-Msg-Id", msg_id.as_str());
+    if !cfg.include_payload {
+        headers.insert(PAYLOAD_OMITTED, envelope.payload.len().to_string().as_str());
+    }
     Copy {
         subject: cfg.subject_for(sink, &envelope.subject),
         headers,
@@ -211,7 +252,8 @@ mod tests {
             Some("2023-11-14T22:15:00.000000000Z")
         );
         assert_eq!(get(REASON).as_deref(), Some("destination"));
-        assert_eq!(get("Nats-Msg-Id").as_deref(), Some("ORDERS:42"));
+        assert_eq!(get("Nats-Msg-Id").as_deref(), Some("db:ORDERS:42"));
+        assert_eq!(get(PAYLOAD_OMITTED), None, "the payload is there");
         assert_eq!(
             get("Nats-Expected-Stream"),
             None,
@@ -243,6 +285,70 @@ mod tests {
         assert!(c.payload.is_empty());
         assert!(c.headers.get("X-Trace").is_none());
         assert!(c.headers.get(ERROR).is_some());
+        assert_eq!(
+            c.headers.get(PAYLOAD_OMITTED).map(|v| v.as_str()),
+            Some("12"),
+            "a copy without payload says so, with the original size"
+        );
+    }
+
+    #[test]
+    fn two_sinks_copying_one_original_get_different_msg_ids() {
+        let cfg = DeadLetterConfig::default();
+        let at = OffsetDateTime::UNIX_EPOCH;
+        let a = build(&cfg, "a", &envelope(), "permanent", "x", "destination", at);
+        let b = build(&cfg, "b", &envelope(), "permanent", "x", "destination", at);
+        assert_ne!(a.msg_id, b.msg_id);
+        assert_eq!(
+            a.headers.get("Nats-Msg-Id").map(|v| v.as_str()),
+            Some(a.msg_id.as_str())
+        );
+    }
+
+    #[test]
+    fn wire_size_counts_headers_and_payload_like_the_server() {
+        let cfg = DeadLetterConfig::default();
+        let c = build(
+            &cfg,
+            "db",
+            &envelope(),
+            "permanent",
+            "x",
+            "destination",
+            OffsetDateTime::UNIX_EPOCH,
+        );
+        let mut block = String::from("NATS/1.0\r\n");
+        for (name, values) in c.headers.iter() {
+            for v in values {
+                block.push_str(&format!("{}: {}\r\n", name, v.as_str()));
+            }
+        }
+        block.push_str("\r\n");
+        assert_eq!(wire_size(&c), block.len() + 12);
+        let bare = without_payload(c, 12);
+        assert!(bare.payload.is_empty());
+        assert_eq!(
+            bare.headers.get(PAYLOAD_OMITTED).map(|v| v.as_str()),
+            Some("12")
+        );
+        assert!(wire_size(&bare) < block.len() + 12 + 40);
+    }
+
+    #[test]
+    fn a_forged_payload_omitted_header_is_not_copied() {
+        let mut e = envelope();
+        e.headers
+            .push((PAYLOAD_OMITTED.to_string(), vec!["1".to_string()]));
+        let c = build(
+            &DeadLetterConfig::default(),
+            "db",
+            &e,
+            "permanent",
+            "x",
+            "destination",
+            OffsetDateTime::UNIX_EPOCH,
+        );
+        assert_eq!(c.headers.get(PAYLOAD_OMITTED), None);
     }
 
     #[test]

@@ -124,11 +124,25 @@ impl<A: Acknowledger> Disposal<A> {
 
     /// A message refused for good (by metadata, lane rules or the destination).
     pub(super) async fn refused(&self, e: &Envelope, reply: &Subject, reason: Reason, why: &str) {
+        self.refused_as(e, reply, reason, "permanent", why).await;
+    }
+
+    /// [`Disposal::refused`] with the error class its dead-letter copy carries:
+    /// `permanent`, or `unclassified` for a message whose unrecognised error outlasted
+    /// `delivery.retry.max_held_ms`.
+    pub(super) async fn refused_as(
+        &self,
+        e: &Envelope,
+        reply: &Subject,
+        reason: Reason,
+        class: &str,
+        why: &str,
+    ) {
         if reason == Reason::Destination {
             self.metrics.poison_isolated.inc();
         }
         if self.dead_letters.is_some() && e.delivered >= self.policy.attempts {
-            self.dead_letter(e, reply, "permanent", reason, why).await;
+            self.dead_letter(e, reply, class, reason, why).await;
         } else {
             self.hand_back(e, reply, reason.as_str(), why).await;
         }

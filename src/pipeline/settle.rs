@@ -1,7 +1,11 @@
 //! Settling a batch: write → commit → ACK; a permanent refusal splits the batch until the
 //! culprits stand alone and disposes of them; a transient failure holds the batch and
 //! retries it with backoff, kept alive with `+WPI`, until it commits or shutdown abandons
-//! it.
+//! it. An unclassified failure is held the same way, but only for
+//! `delivery.retry.max_held_ms`: then the part is split like a permanent refusal, its
+//! parts are refused at their first unclassified failure (the whole part already failed
+//! that way for the bound), and a message that still fails alone is disposed of as
+//! `unclassified`.
 //!
 //! [`Settler`] is generic over the [`Acknowledger`] and holds the destination as the
 //! existing [`Sink`] trait object, so its unit tests run it with a fake destination and a
@@ -24,7 +28,7 @@ use super::acks::{AckQueue, Acknowledger, KeepAlive};
 use super::batch::{Batch, Refused, RefusedBy};
 use super::disposal::Disposal;
 use super::puller::Ahead;
-use super::retry::backoff;
+use super::retry::{backoff, HeldBound, Suspects};
 use crate::config::RetryConfig;
 use crate::dlq::Reason;
 use crate::envelope::Envelope;
@@ -105,9 +109,21 @@ enum Written {
     Refused {
         index: Option<usize>,
         message: String,
+        /// `permanent`, or `unclassified` when the bound on holding it passed.
+        class: &'static str,
+        /// The part failed unclassified for the whole bound: its parts are refused at
+        /// their first unclassified failure.
+        held_out: bool,
     },
     Abandoned,
 }
+
+/// A range still to write, and whether it is part of one that failed unclassified for the
+/// whole bound (then an unclassified failure refuses it at once).
+type Part = (Range<usize>, bool);
+
+/// How many messages refused as unclassified a settler remembers.
+const SUSPECTS: usize = 1024;
 
 /// The writing and acknowledging side of one sink.
 pub(super) struct Settler<A: Acknowledger> {
@@ -126,6 +142,9 @@ pub(super) struct Settler<A: Acknowledger> {
     rng: StdRng,
     /// The last write committed; only then is the next batch pulled ahead.
     healthy: bool,
+    /// Messages recently refused as unclassified: a part holding one is not held for the
+    /// whole bound again when it comes back.
+    suspects: Suspects,
 }
 
 /// What a [`Settler`] is built from besides its destination and acknowledger.
@@ -157,6 +176,7 @@ impl<A: Acknowledger> Settler<A> {
             keep_every: parts.ack_wait / 2,
             rng: StdRng::from_os_rng(),
             healthy: true,
+            suspects: Suspects::new(SUSPECTS),
         }
     }
 
@@ -176,12 +196,12 @@ impl<A: Acknowledger> Settler<A> {
         // Shared with the keep-alive's task for as long as a part is written.
         let replies = Arc::new(replies);
         // Ranges still to write, in order; pushed in reverse so they pop in order.
-        let mut todo: Vec<Range<usize>> = Vec::with_capacity(8);
-        todo.push(0..envelopes.len());
+        let mut todo: Vec<Part> = Vec::with_capacity(8);
+        todo.push((0..envelopes.len(), false));
         let mut isolated = false;
-        while let Some(range) = todo.pop() {
+        while let Some((range, suspect)) = todo.pop() {
             let written = self
-                .write(&envelopes, &replies, range.clone(), ahead, stop)
+                .write(&envelopes, &replies, (range.clone(), suspect), ahead, stop)
                 .await;
             match written {
                 Written::Committed => {
@@ -190,7 +210,8 @@ impl<A: Acknowledger> Settler<A> {
                 }
                 Written::Abandoned => {
                     // Hand back this range and everything not yet written.
-                    for r in std::iter::once(range).chain(todo.drain(..)) {
+                    let rest = todo.drain(..).map(|(r, _)| r);
+                    for r in std::iter::once(range).chain(rest) {
                         self.disposal
                             .abandoned(&envelopes[r.clone()], &replies[r])
                             .await;
@@ -199,17 +220,32 @@ impl<A: Acknowledger> Settler<A> {
                     tracing::info!(sink = %self.name, "batch abandoned at shutdown; left for redelivery");
                     return;
                 }
-                Written::Refused { index, message } => {
+                Written::Refused {
+                    index,
+                    message,
+                    class,
+                    held_out,
+                } => {
                     isolated = true;
+                    let suspect = suspect || held_out;
                     if range.len() == 1 {
                         let i = range.start;
+                        if class == UNCLASSIFIED {
+                            self.suspects.remember(&envelopes[i]);
+                        }
                         self.disposal
-                            .refused(&envelopes[i], &replies[i], Reason::Destination, &message)
+                            .refused_as(
+                                &envelopes[i],
+                                &replies[i],
+                                Reason::Destination,
+                                class,
+                                &message,
+                            )
                             .await;
                         continue;
                     }
                     for part in split(range, index).into_iter().rev() {
-                        todo.push(part);
+                        todo.push((part, suspect));
                     }
                 }
             }
@@ -240,14 +276,16 @@ impl<A: Acknowledger> Settler<A> {
         &mut self,
         envelopes: &[Envelope],
         replies: &Arc<Vec<Subject>>,
-        range: Range<usize>,
+        (range, suspect): Part,
         ahead: &mut Ahead,
         stop: &mut Stop,
     ) -> Written {
         let unsettled = range.start..envelopes.len();
         self.keep.arm(replies, unsettled, ahead.waiting()).await;
+        let part = &envelopes[range.clone()];
+        let remembered = self.suspects.any_in(part);
         let written = self
-            .attempts(&envelopes[range.clone()], range, ahead, stop)
+            .attempts(part, (range, suspect), remembered, ahead, stop)
             .await;
         self.keep.disarm().await;
         written
@@ -257,11 +295,13 @@ impl<A: Acknowledger> Settler<A> {
     async fn attempts(
         &mut self,
         part: &[Envelope],
-        range: Range<usize>,
+        (range, suspect): Part,
+        remembered: bool,
         ahead: &mut Ahead,
         stop: &mut Stop,
     ) -> Written {
         let mut attempt: u32 = 0;
+        let mut bound = HeldBound::new(Duration::from_millis(self.retry.max_held_ms));
         loop {
             let started = Instant::now();
             let result = ahead.alongside(self.sink.write_batch(part)).await;
@@ -285,9 +325,29 @@ impl<A: Acknowledger> Settler<A> {
                     // Map a part-relative index back to the batch.
                     let index = index.filter(|i| *i < part.len()).map(|i| range.start + i);
                     tracing::warn!(sink = %self.name, messages = part.len(), error = %message, "destination refused part of a batch; isolating");
-                    return Written::Refused { index, message };
+                    return Written::Refused {
+                        index,
+                        message,
+                        class: "permanent",
+                        held_out: false,
+                    };
                 }
-                SinkError::Transient { message } | SinkError::Misconfigured { message } => {
+                // A part of one held for the whole bound, or holding a message refused that
+                // way before, is refused at once; any other part when the bound passes.
+                SinkError::Unclassified { message }
+                    if suspect || remembered || bound.failed_at(Instant::now()) =>
+                {
+                    tracing::warn!(sink = %self.name, messages = part.len(), error = %message, max_held_ms = self.retry.max_held_ms, "destination keeps failing with an error nobody recognised; isolating");
+                    return Written::Refused {
+                        index: None,
+                        message,
+                        class: UNCLASSIFIED,
+                        held_out: suspect || !remembered,
+                    };
+                }
+                SinkError::Transient { message }
+                | SinkError::Unclassified { message }
+                | SinkError::Misconfigured { message } => {
                     self.metrics.batches_retried.inc();
                     self.health.destination_failed(&message);
                     self.healthy = false;
@@ -359,6 +419,10 @@ impl<A: Acknowledger> Settler<A> {
         }
     }
 }
+
+/// The error class of a message refused because its unclassified failure outlasted
+/// `delivery.retry.max_held_ms`.
+const UNCLASSIFIED: &str = "unclassified";
 
 /// Splits a refused range: around the offending index when the destination named one,
 /// otherwise in halves.

@@ -30,6 +30,8 @@ fn far() -> tokio::time::Instant {
 const ACK_WAIT: Duration = Duration::from_secs(10);
 /// The delay of a NAK that hands a refused message back.
 const HAND_BACK: Duration = Duration::from_secs(30);
+/// `delivery.retry.max_held_ms` of the tests: ten minutes.
+const MAX_HELD: Duration = Duration::from_secs(600);
 
 struct Rig {
     log: Log,
@@ -73,6 +75,7 @@ fn rig_waiting(
             max_backoff_ms: 30_000,
             multiplier: 2.0,
             jitter: Jitter::None,
+            max_held_ms: MAX_HELD.as_millis() as u64,
         },
         ack_wait,
     };
@@ -490,4 +493,140 @@ async fn the_wind_down_never_ends_later_than_shortly_after_the_shutdown_deadline
         stop.finish_by(Duration::from_secs(1)),
         start + Duration::from_secs(1)
     );
+}
+
+/// When each write happened on tokio's (paused) clock, with its sequences.
+type Writes = Arc<std::sync::Mutex<Vec<(Duration, Vec<u64>)>>>;
+
+/// Fails every part holding `culprit` with an error nobody recognised, and records each
+/// write in `writes`.
+fn unclassified_for(culprit: u64, writes: Writes) -> Script {
+    let started = tokio::time::Instant::now();
+    script(move |seqs, _| {
+        if let Ok(mut w) = writes.lock() {
+            w.push((started.elapsed(), seqs.to_vec()));
+        }
+        if seqs.contains(&culprit) {
+            Err(SinkError::Unclassified {
+                message: "postgres SQLSTATE 99999 (error)".into(),
+            })
+        } else {
+            Ok(())
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unclassified_failure_is_held_for_max_held_then_split_and_the_culprit_dead_lettered_as_unclassified(
+) {
+    let log = Log::default();
+    let writes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = FakeSink::new(log.clone(), unclassified_for(3, writes.clone()));
+    let mut r = rig(&log, sink, true, false);
+    r.settle(1..=4, &mut Ahead::new("t")).await;
+    let writes = writes.lock().map(|w| w.clone()).unwrap_or_default();
+    // The whole batch is retried with backoff while the bound runs...
+    let whole: Vec<Duration> = writes
+        .iter()
+        .filter(|(_, s)| s.len() == 4)
+        .map(|(t, _)| *t)
+        .collect();
+    assert!(whole.len() > 1, "{writes:?}");
+    assert!(
+        whole.iter().rev().skip(1).all(|t| *t < MAX_HELD),
+        "{writes:?}"
+    );
+    // ... and split only once it has failed that way for the whole bound.
+    let first_split = writes
+        .iter()
+        .position(|(_, s)| s.len() < 4)
+        .unwrap_or_else(|| panic!("never split: {writes:?}"));
+    assert!(writes[first_split].0 >= MAX_HELD, "{writes:?}");
+    // Its parts are not held again: each unclassified failure of a part splits it at once.
+    let parts: Vec<Vec<u64>> = writes[first_split..]
+        .iter()
+        .map(|(_, s)| s.clone())
+        .collect();
+    assert_eq!(parts, vec![vec![1, 2], vec![3, 4], vec![3], vec![4]]);
+    assert!(writes[first_split..]
+        .iter()
+        .all(|(t, _)| *t == writes[first_split].0));
+    let mut acked = r.acked();
+    acked.sort_unstable();
+    assert_eq!(acked, vec![1, 2, 4]);
+    assert_eq!(
+        log.dead_letter_classes(),
+        vec![(3, "unclassified".to_string())]
+    );
+    assert_eq!(
+        r.sent(Kind::Ack),
+        vec![vec![3]],
+        "ACKed after its copy was stored"
+    );
+    assert_eq!(
+        r.metrics.errors_unclassified.get() as usize,
+        writes.len() - 2
+    );
+    assert_eq!(r.metrics.batches_isolated.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_known_transient_failure_is_held_without_bound_and_dead_letters_nothing() {
+    let log = Log::default();
+    // Down for two hours of the paused clock: twelve times the bound.
+    let started = tokio::time::Instant::now();
+    let sink = FakeSink::new(
+        log.clone(),
+        script(move |_, _| {
+            if started.elapsed() < Duration::from_secs(7_200) {
+                Err(SinkError::Transient {
+                    message: "connection refused".into(),
+                })
+            } else {
+                Ok(())
+            }
+        }),
+    );
+    let mut r = rig(&log, sink, true, false);
+    r.settle(1..=4, &mut Ahead::new("t")).await;
+    let events = log.events();
+    assert!(
+        events
+            .iter()
+            .all(|e| !matches!(e, Event::Write { seqs, .. } if seqs.len() != 4)),
+        "never split: {events:?}"
+    );
+    assert!(log.dead_letter_classes().is_empty());
+    assert_eq!(r.acked(), vec![1, 2, 3, 4]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_dead_letter_queue_an_unclassified_culprit_is_handed_back_and_split_at_once_when_it_returns(
+) {
+    let log = Log::default();
+    let writes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = FakeSink::new(log.clone(), unclassified_for(3, writes.clone()));
+    let mut r = rig(&log, sink, false, false);
+    r.settle(1..=4, &mut Ahead::new("t")).await;
+    assert_eq!(r.sent(Kind::Nak(Some(HAND_BACK))), vec![vec![3]]);
+    assert!(r.sent(Kind::Ack).is_empty());
+    // It comes back in a new batch: split at its first failure, not held again.
+    let back = tokio::time::Instant::now();
+    r.settler
+        .settle(
+            super::testing::batch_of(&[(3, 2), (5, 1), (6, 1)]),
+            &mut Ahead::new("t"),
+            &mut r.stop,
+        )
+        .await;
+    r.settler.finish(&mut Ahead::new("t"), far()).await;
+    assert_eq!(
+        back.elapsed(),
+        Duration::ZERO,
+        "not held for the bound again"
+    );
+    assert_eq!(r.sent(Kind::Nak(Some(HAND_BACK))), vec![vec![3], vec![3]]);
+    let mut acked = r.acked();
+    acked.sort_unstable();
+    assert_eq!(acked, vec![1, 2, 4, 5, 6]);
 }

@@ -99,6 +99,8 @@ pub(super) struct Recorded {
     events: Mutex<Vec<Event>>,
     /// Signalled on every event, for a fake that blocks its thread until one comes.
     changed: Condvar,
+    /// The error class of each dead-letter copy, by stream sequence, in order.
+    classes: Mutex<Vec<(u64, String)>>,
 }
 
 impl Log {
@@ -120,6 +122,15 @@ impl Log {
     /// Everything so far.
     pub(super) fn events(&self) -> Vec<Event> {
         self.lock().clone()
+    }
+
+    /// The error class of each dead-letter copy stored, with its stream sequence.
+    pub(super) fn dead_letter_classes(&self) -> Vec<(u64, String)> {
+        self.0
+            .classes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Blocks the thread until an event satisfies `seen`, or `limit` passes (so a broken
@@ -223,10 +234,16 @@ impl DeadLetterOut for FakeDeadLetters {
     async fn publish(
         &self,
         e: &Envelope,
-        _class: &str,
+        class: &str,
         _why: &str,
         reason: Reason,
     ) -> Result<(), PublishFailed> {
+        self.0
+             .0
+            .classes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((e.stream_sequence, class.to_string()));
         self.0.push(Event::DeadLetter {
             seq: e.stream_sequence,
             reason,

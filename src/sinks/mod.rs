@@ -54,6 +54,17 @@ pub enum SinkError {
         /// What was refused, without payload contents or secrets.
         message: String,
     },
+    /// The destination failed with an error nobody recognised (an unknown SQLSTATE or
+    /// server error number): it may be an outage or this batch's content. The runner holds
+    /// and retries it like a transient error, but only for `delivery.retry.max_held_ms`,
+    /// because an unbounded hold lets one bad message stall the sink forever; after that
+    /// it splits the batch and dead-letters a message that still fails alone. Known
+    /// outages stay [`SinkError::Transient`], which is never bounded.
+    #[error("unclassified: {message}")]
+    Unclassified {
+        /// What failed (the error code; never the server's text, which may quote data).
+        message: String,
+    },
     /// The destination is set up in a way retrying cannot fix (a table with an
     /// incompatible schema, a path that is not a directory). Fails start-up with exit 78.
     #[error("misconfigured: {message}")]
@@ -71,6 +82,13 @@ impl SinkError {
         }
     }
 
+    /// An unclassified error with a message.
+    pub fn unclassified(message: impl Into<String>) -> SinkError {
+        SinkError::Unclassified {
+            message: message.into(),
+        }
+    }
+
     /// Prefixes the message with where the error happened (a table, a file, a server),
     /// keeping its class and index: the runner decides on the class, the operator reads
     /// the place.
@@ -81,6 +99,9 @@ impl SinkError {
             },
             SinkError::Permanent { index, message } => SinkError::Permanent {
                 index,
+                message: format!("{context}: {message}"),
+            },
+            SinkError::Unclassified { message } => SinkError::Unclassified {
                 message: format!("{context}: {message}"),
             },
             SinkError::Misconfigured { message } => SinkError::Misconfigured {
@@ -94,6 +115,7 @@ impl SinkError {
         match self {
             SinkError::Transient { .. } => "transient",
             SinkError::Permanent { .. } => "permanent",
+            SinkError::Unclassified { .. } => "unclassified",
             SinkError::Misconfigured { .. } => "misconfigured",
         }
     }
@@ -151,5 +173,8 @@ mod tests {
         );
         let e = SinkError::transient("gone").with_context("file f");
         assert_eq!(e, SinkError::transient("file f: gone"));
+        let e = SinkError::unclassified("error 9999").with_context("table t");
+        assert_eq!(e, SinkError::unclassified("table t: error 9999"));
+        assert_eq!(e.class(), "unclassified");
     }
 }

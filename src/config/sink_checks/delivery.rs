@@ -87,10 +87,45 @@ pub(crate) fn check(d: &DeliveryConfig, ack_wait_ms: u64, p: &SinkPaths, issues:
             ),
         );
     }
+    issues.range(
+        format!("{}.retry.max_held_ms", p.delivery),
+        r.max_held_ms,
+        1_000,
+        604_800_000,
+    );
     if !(1.0..=10.0).contains(&r.multiplier) {
         issues.push(
             format!("{}.retry.multiplier", p.delivery),
             format!("must be between 1.0 and 10.0, got {}", r.multiplier),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(max_held_ms: u64) -> Vec<String> {
+        let mut d = DeliveryConfig::default();
+        d.retry.max_held_ms = max_held_ms;
+        let mut issues = Issues::default();
+        check(&d, 30_000, &SinkPaths::multi("sinks.orders"), &mut issues);
+        issues.0.iter().map(|i| i.to_string()).collect()
+    }
+
+    #[test]
+    fn max_held_ms_defaults_to_ten_minutes_and_is_range_checked_with_its_path() {
+        assert_eq!(DeliveryConfig::default().retry.max_held_ms, 600_000);
+        assert!(problems(600_000).is_empty());
+        for bad in [0, 999, 604_800_001] {
+            let got = problems(bad);
+            assert_eq!(
+                got,
+                vec![format!(
+                    "sinks.orders.delivery.retry.max_held_ms: must be between 1000 and \
+                     604800000, got {bad}"
+                )]
+            );
+        }
     }
 }

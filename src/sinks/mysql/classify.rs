@@ -2,8 +2,12 @@
 //!
 //! The same rule as the other destinations: only errors about a message's *content* — a
 //! value out of range or of the wrong type, too long, NULL where it may not be, a CHECK or
-//! foreign-key constraint — are permanent. Deadlocks (1213), lock wait timeouts (1205),
-//! lost connections, a read-only or full server, and anything unrecognised are transient.
+//! foreign-key constraint, a row or key over the engine's size limits — are permanent.
+//! Deadlocks (1213), lock wait timeouts (1205), lost connections, a read-only or full
+//! server (the list in `known_transient`) are transient and held without bound. An error
+//! number in none of these lists is unclassified: held like a transient error, but only
+//! for `delivery.retry.max_held_ms`, so one message the server refuses for a reason
+//! jetsink does not know cannot stall the sink forever.
 //! Schema and privilege errors (unknown table or column, access denied) are configuration
 //! errors at the first open and transient afterwards (someone renamed a table or revoked a
 //! grant and will put it back).
@@ -23,6 +27,8 @@ pub enum Class {
     Transient,
     /// A message's content is refused: isolate it.
     Permanent,
+    /// Not recognised: retried, but only for a bounded time.
+    Unclassified,
     /// The table, its privileges, the database or the login are wrong: a configuration
     /// error at the first open, transient afterwards.
     Schema,
@@ -53,6 +59,13 @@ pub fn class_of(code: u16) -> Class {
         | 3819 // CHECK constraint (MySQL)
         | 4025 // CONSTRAINT failed (MariaDB CHECK, JSON validity)
         | 1153 // packet too large: this content is too big for the server
+        | 1071 // specified key was too long (a key column value over the index limit)
+        | 1118 // row size too large
+        | 1169 // unique constraint (older engines)
+        | 1216 | 1217 // foreign key (older servers)
+        | 1300 // invalid character string for the column's character set
+        | 1557 | 1761 | 1762 // duplicate key in a table a foreign key cascades to
+        | 3141 | 3144 | 3146 | 3150 | 3151 | 3152 // JSON: bad text, charset, type, depth, null key
         => Class::Permanent,
         1044 // access denied to database
         | 1045 // access denied for user
@@ -73,7 +86,8 @@ pub fn class_of(code: u16) -> Class {
         | 1251 // authentication protocol not supported
         | 1698 // access denied (socket authentication)
         => Class::Schema,
-        _ => Class::Transient,
+        c if known_transient(c) => Class::Transient,
+        _ => Class::Unclassified,
     }
 }
 
@@ -94,6 +108,9 @@ pub fn error_name(code: u16) -> &'static str {
         3819 => "ER_CHECK_CONSTRAINT_VIOLATED",
         4025 => "ER_CONSTRAINT_FAILED",
         1153 => "ER_NET_PACKET_TOO_LARGE",
+        1071 => "ER_TOO_LONG_KEY",
+        1118 => "ER_TOO_BIG_ROWSIZE",
+        1300 => "ER_INVALID_CHARACTER_STRING",
         1213 => "ER_LOCK_DEADLOCK",
         1205 => "ER_LOCK_WAIT_TIMEOUT",
         1146 => "ER_NO_SUCH_TABLE",
@@ -112,8 +129,9 @@ fn message_is_value_free(code: u16) -> bool {
     matches!(code, 1048 | 1263 | 1264 | 1406 | 1451 | 1452 | 3819 | 4025)
 }
 
-/// Whether `code` is a known condition of the server or connection, whose message is
-/// about the server and may be logged. Unknown errors are logged by number only.
+/// Whether `code` is a known condition of the server or connection (an outage, a lock, a
+/// full or read-only server), held without bound; its message is about the server and may
+/// be logged. Unknown errors are logged by number only.
 fn known_transient(code: u16) -> bool {
     matches!(
         code,
@@ -121,6 +139,14 @@ fn known_transient(code: u16) -> bool {
             ..=1161
                 | 1180
                 | 1181
+                | 1043 // bad handshake
+                | 1047 // unknown command (a proxy between)
+                | 1099 | 1100 | 1223 // tables locked (a backup holding a read lock)
+                | 1135 // cannot create a thread
+                | 1152 | 1184 // connection aborted
+                | 1203 | 1226 // user resource limits
+                | 1461 | 1637 // too many prepared statements / transactions
+                | 2002 | 2003 | 2006 | 2013 // client: cannot connect, gone away, lost
                 | 1205
                 | 1213
                 | 1290
@@ -208,12 +234,13 @@ pub fn classify(err: &mysql_async::Error, phase: Phase, rows: Option<Rows>) -> S
         (Class::Permanent, Phase::Open) => {
             SinkError::transient(format!("mysql error {code} ({name}) while opening"))
         }
-        (Class::Transient, _) if known_transient(code) => {
+        (Class::Transient, _) => {
             SinkError::transient(format!("mysql error {code} ({name}): {}", server.message))
         }
-        (Class::Transient, _) => {
-            SinkError::transient(format!("mysql error {code} (SQLSTATE {})", server.state))
-        }
+        (Class::Unclassified, _) => SinkError::unclassified(format!(
+            "mysql error {code} (SQLSTATE {}), a condition jetsink does not recognise",
+            server.state
+        )),
     }
 }
 

@@ -30,7 +30,12 @@ fn error_number_classes() {
         (1021, Class::Transient),
         (1114, Class::Transient),
         (2013, Class::Transient),
-        (1105, Class::Transient),
+        (1223, Class::Transient),
+        (1105, Class::Unclassified),
+        (1999, Class::Unclassified),
+        (1118, Class::Permanent),
+        (1071, Class::Permanent),
+        (1300, Class::Permanent),
         (1264, Class::Permanent),
         (1366, Class::Permanent),
         (1406, Class::Permanent),
@@ -130,7 +135,7 @@ fn permanent_errors_name_the_batch_index_and_never_quote_values() {
 }
 
 #[test]
-fn schema_errors_depend_on_the_phase_and_unknown_ones_are_transient() {
+fn schema_errors_depend_on_the_phase_and_unknown_ones_are_unclassified() {
     let missing = server(1146, "Table 'test.t' doesn't exist");
     assert!(matches!(
         classify(&missing, Phase::Open, None),
@@ -146,8 +151,19 @@ fn schema_errors_depend_on_the_phase_and_unknown_ones_are_transient() {
         SinkError::Transient { .. }
     ));
     match classify(&server(1999, "value 'SECRET'"), Phase::Write, None) {
-        SinkError::Transient { message } => assert!(!message.contains("SECRET"), "{message}"),
+        SinkError::Unclassified { message } => {
+            assert!(!message.contains("SECRET"), "{message}");
+            assert!(message.contains("1999"), "{message}");
+        }
         other => panic!("{other:?}"),
+    }
+    // A row too large and a key too long are the message's content.
+    let rows = Some(Rows { offset: 4, len: 1 });
+    for code in [1118, 1071] {
+        assert!(matches!(
+            classify(&server(code, "too large"), Phase::Write, rows),
+            SinkError::Permanent { index: Some(4), .. }
+        ));
     }
     let io = mysql_async::Error::Io(mysql_async::IoError::Io(std::io::Error::other("reset")));
     assert!(matches!(

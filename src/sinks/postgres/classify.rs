@@ -6,10 +6,16 @@
 //! the mapping is a pure function of the SQLSTATE, tested as a table.
 //!
 //! The rule follows the SQLite destination: only errors about the *content* of a message
-//! (data exceptions `22…`, integrity constraints `23…`, a trigger's `RAISE`) are permanent.
-//! Schema and privilege errors (`42…`, `3D…`, `28…`) are configuration errors at the first
-//! open and transient afterwards, when they mean someone renamed a table or revoked a grant
-//! and will put it back. Everything else, and anything unrecognised, is transient.
+//! (data exceptions `22…`, integrity constraints `23…`, a trigger's `RAISE`, and the
+//! program limits `54…` a value can exceed — an index row over the btree limit, a JSON
+//! document nested too deep) are permanent. A limit that a whole batch exceeds but each
+//! message does not (too many parameters) is cured by the split a permanent error causes,
+//! so it dead-letters nothing. Schema and privilege errors (`42…`, `3D…`, `28…`) are
+//! configuration errors at the first open and transient afterwards, when they mean someone
+//! renamed a table or revoked a grant and will put it back. Known conditions of the server
+//! or the connection (`08…`, `25…`, `40…`, `53…`, `55…`, `57…`, `58…`, `72…`, `F0…`, and
+//! every client-side error) are transient and held without bound. Anything else is
+//! unclassified: held like a transient error, but only for `delivery.retry.max_held_ms`.
 //!
 //! Messages never carry the server's text for content errors, because PostgreSQL quotes the
 //! offending value there (`invalid input syntax for type integer: "..."`) and the row in
@@ -25,6 +31,8 @@ pub enum Class {
     Transient,
     /// A message's content is refused: isolate it.
     Permanent,
+    /// Not recognised: retried, but only for a bounded time.
+    Unclassified,
     /// The table, its privileges, the database or the login are wrong: a configuration
     /// error at the first open, transient (held until fixed) afterwards.
     Schema,
@@ -40,9 +48,13 @@ pub fn class_of(code: &str) -> Class {
         // `ON CONFLICT DO UPDATE` touching one row twice; a view's WITH CHECK OPTION; a
         // trigger's RAISE EXCEPTION or ASSERT: all about the rows written.
         (_, "21000" | "44000" | "P0001" | "P0004") => Class::Permanent,
-        ("22" | "23", _) => Class::Permanent,
+        ("22" | "23" | "54", _) => Class::Permanent,
         ("42" | "3D" | "3F" | "28" | "0A" | "0L" | "0P" | "2B", _) => Class::Schema,
-        _ => Class::Transient,
+        // Connection, transaction state (a read-only standby after a failover), rollback,
+        // resources, lock not available, operator intervention and shutdowns, system I/O,
+        // snapshot too old, configuration file.
+        ("08" | "25" | "40" | "53" | "55" | "57" | "58" | "72" | "F0", _) => Class::Transient,
+        _ => Class::Unclassified,
     }
 }
 
@@ -64,6 +76,10 @@ pub fn condition_name(code: &str) -> &'static str {
         "22023" => "invalid_parameter_value",
         "22032" => "invalid_json_text",
         "21000" => "cardinality_violation",
+        "54000" => "program_limit_exceeded",
+        "54001" => "statement_too_complex",
+        "54011" => "too_many_columns",
+        "54023" => "too_many_arguments",
         "40001" => "serialization_failure",
         "40P01" => "deadlock_detected",
         "57014" => "query_canceled",
@@ -147,6 +163,10 @@ pub fn classify(err: &tokio_postgres::Error, phase: Phase, index: Option<usize>)
         (Class::Transient, _) => SinkError::transient(format!(
             "postgres SQLSTATE {code} ({name}): {}",
             db.message()
+        )),
+        // An unknown condition may quote a value: the code alone is named.
+        (Class::Unclassified, _) => SinkError::unclassified(format!(
+            "postgres SQLSTATE {code} ({name}), a condition jetsink does not recognise"
         )),
     }
 }

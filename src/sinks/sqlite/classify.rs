@@ -7,9 +7,13 @@
 //! apart from the I/O and tested table by table.
 //!
 //! The rule: only errors about the *content* of one message (a value SQLite will not store
-//! or a constraint it breaks) are permanent. Everything else — locks, I/O, a full disk, a
-//! read-only or even a corrupt file, and any error we do not recognise — is transient,
-//! because it can be fixed outside the process and dropping the batch would lose data.
+//! or a constraint it breaks) are permanent. Locks, I/O, a full disk, a read-only or even a
+//! corrupt file, permissions, and SQLite's generic `SQLITE_ERROR` (which is also how it
+//! reports a table dropped or renamed underneath) are transient, because they can be fixed
+//! outside the process and dropping the batch would lose data. What SQLite itself calls a
+//! malfunction or misuse (`SQLITE_INTERNAL`, `SQLITE_MISUSE`, `SQLITE_RANGE`,
+//! `SQLITE_NOTFOUND`) and rusqlite's own errors are unclassified: retried, but only for
+//! `delivery.retry.max_held_ms`, since no amount of waiting is known to cure them.
 //! Messages carry SQLite's own error text, which names constraints and columns but never
 //! the bound values, so no payload reaches a log.
 
@@ -27,7 +31,7 @@ pub fn classify(err: &rusqlite::Error, index: Option<usize>) -> SinkError {
         rusqlite::Error::ToSqlConversionFailure(_) => {
             return permanent(index, "a value cannot be stored by SQLite", err)
         }
-        _ => return SinkError::transient(format!("sqlite error: {err}")),
+        _ => return SinkError::unclassified(format!("sqlite error: {err}")),
     };
     match code {
         ErrorCode::TooBig => permanent(index, "a value exceeds SQLite's size limit", err),
@@ -50,6 +54,10 @@ pub fn classify(err: &rusqlite::Error, index: Option<usize>) -> SinkError {
             "sqlite database file is corrupt or not a database; nothing is dropped, \
              repair or restore it: {err}"
         )),
+        ErrorCode::InternalMalfunction
+        | ErrorCode::ApiMisuse
+        | ErrorCode::ParameterOutOfRange
+        | ErrorCode::NotFound => SinkError::unclassified(format!("sqlite error: {err}")),
         _ => SinkError::transient(format!("sqlite error: {err}")),
     }
 }

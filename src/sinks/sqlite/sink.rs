@@ -72,12 +72,16 @@ impl SqliteSink {
             })
     }
 
-    /// Drops the connection after a transient failure, or when a failure left a
+    /// Drops the connection after a transient or unclassified failure, or when a failure left a
     /// transaction open, so the next call starts from a clean reopen.
     fn after(&mut self, result: Result<(), SinkError>) -> Result<(), SinkError> {
         if let Err(e) = &result {
             let in_tx = self.conn.as_ref().is_some_and(|c| !c.is_autocommit());
-            if matches!(e, SinkError::Transient { .. }) || in_tx {
+            if matches!(
+                e,
+                SinkError::Transient { .. } | SinkError::Unclassified { .. }
+            ) || in_tx
+            {
                 self.conn = None;
             }
         }

@@ -219,14 +219,23 @@ fn classifier_handles_errors_without_an_index_or_a_sqlite_code() {
         classify(&too_large, Some(7)),
         SinkError::Permanent { index: Some(7), .. }
     ));
+    for outage in [
+        rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_IOERR), None),
+        rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_ERROR), None),
+        rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_PERM), None),
+    ] {
+        assert_eq!(classify(&outage, Some(0)).class(), "transient", "{outage:?}");
+    }
     for unknown in [
         rusqlite::Error::QueryReturnedNoRows,
         rusqlite::Error::InvalidParameterCount(1, 2),
-        rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_IOERR), None),
+        rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_INTERNAL), None),
+        rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_MISUSE), None),
+        rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_RANGE), None),
     ] {
         assert_eq!(
             classify(&unknown, Some(0)).class(),
-            "transient",
+            "unclassified",
             "{unknown:?}"
         );
     }
