@@ -5,6 +5,7 @@
 pub mod binding;
 pub mod connect;
 pub mod fetch;
+pub mod header_block;
 pub mod reply;
 
 pub use binding::{bind, BindError, Bound};
