@@ -216,8 +216,10 @@ pub async fn execute(args: Args) -> u8 {
         );
         return exit::CONFIG;
     };
-    let client = match crate::nats::connect(&cfg.nats, &Metrics::new()).await {
-        Ok(c) => c,
+    let metrics = Metrics::new();
+    let links = crate::nats::Links::new(&metrics);
+    let client = match crate::nats::connect(&cfg.nats, "dlq-replay", &links, &metrics).await {
+        Ok(c) => c.client,
         Err(e) => {
             eprintln!("error: {e}");
             return exit::UNAVAILABLE;

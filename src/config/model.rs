@@ -150,6 +150,13 @@ impl Config {
 }
 
 impl SinkSpec {
+    /// The connection this sink uses: its `connection_group`, or its own name. Sinks with
+    /// the same label share one NATS connection; the label is the `connection` label of
+    /// the connection metrics.
+    pub fn connection_label(&self) -> &str {
+        self.source.connection_group.as_deref().unwrap_or(&self.name)
+    }
+
     /// The durable consumers this sink binds, each with the priority lane it feeds in
     /// per-lane consumer mode: one consumer, one per random subject bucket, or one per
     /// lane subject (named `<consumer>-lane-<lane>-<i>`).

@@ -257,6 +257,7 @@ fn single_sink(
         deliver_policy: Default::default(),
         create_stream: nats.create_stream.clone(),
         buckets: None,
+        connection_group: None,
     };
     let raw = RawSink {
         source,
@@ -276,8 +277,19 @@ fn check_sink(name: String, base: &str, raw: RawSink, issues: &mut Issues) -> Op
 }
 
 /// Two sinks must not share a durable consumer or a destination: they would steal each
-/// other's messages or interleave writes to one file.
+/// other's messages or interleave writes to one file. A connection group must not carry
+/// the name of a sink outside it: both would be the same `connection` metric label.
 fn check_conflicts(specs: &[SinkSpec], issues: &mut Issues) {
+    for s in specs {
+        if let Some(g) = &s.source.connection_group {
+            if specs.iter().any(|o| &o.name == g && o.connection_label() != g.as_str()) {
+                issues.push(
+                    format!("sinks.{}.source.connection_group", s.name),
+                    format!("{g:?} is the name of another sink, which has its own connection; choose another group name"),
+                );
+            }
+        }
+    }
     let mut consumers: BTreeMap<(String, String), &str> = BTreeMap::new();
     let mut targets: BTreeMap<String, &str> = BTreeMap::new();
     for s in specs {

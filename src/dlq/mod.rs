@@ -5,6 +5,7 @@
 
 pub mod advisory;
 pub mod copy;
+pub mod malformed;
 
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ pub enum Reason {
     LastDelivery,
     /// The server gave up on it (MAX_DELIVERIES advisory).
     MaxDeliveries,
+    /// Its header block cannot be read by the NATS client.
+    Malformed,
 }
 
 impl Reason {
@@ -39,6 +42,7 @@ impl Reason {
             Reason::Destination => "destination",
             Reason::LastDelivery => "last_delivery",
             Reason::MaxDeliveries => "max_deliveries",
+            Reason::Malformed => "malformed",
         }
     }
 }

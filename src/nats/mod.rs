@@ -6,8 +6,9 @@ pub mod binding;
 pub mod connect;
 pub mod fetch;
 pub mod header_block;
+pub mod raw_read;
 pub mod reply;
 
 pub use binding::{bind, BindError, Bound};
-pub use connect::{connect, ConnectError};
+pub use connect::{connect, ConnectError, Connection, Drops, Links};
 pub use fetch::{fetch_any, fetch_batch, FetchLimits};

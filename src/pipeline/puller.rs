@@ -237,6 +237,11 @@ impl Puller {
         &self.spec
     }
 
+    /// The bound consumers (they change when the puller binds again).
+    pub(super) fn consumers(&self) -> &[PullConsumer] {
+        &self.consumers
+    }
+
     /// The batch timeout: a pull in flight returns within it.
     pub(super) fn wait(&self) -> Duration {
         self.limits.wait

@@ -370,6 +370,7 @@ async fn pipeline_pass(
             deliver_policy: Default::default(),
             create_stream: None,
             buckets: None,
+            connection_group: None,
         },
         delivery: delivery_of(opts),
         metadata: match &opts.target {
@@ -411,6 +412,8 @@ async fn pipeline_pass(
         Binding {
             js: js.clone(),
             consumers: vec![bound.consumer],
+            // The bench's own connection: its drops are not tracked.
+            drops: Default::default(),
         },
         Box::new(sink),
         stages,
