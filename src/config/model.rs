@@ -154,7 +154,10 @@ impl SinkSpec {
     /// the same label share one NATS connection; the label is the `connection` label of
     /// the connection metrics.
     pub fn connection_label(&self) -> &str {
-        self.source.connection_group.as_deref().unwrap_or(&self.name)
+        self.source
+            .connection_group
+            .as_deref()
+            .unwrap_or(&self.name)
     }
 
     /// The durable consumers this sink binds, each with the priority lane it feeds in

@@ -282,7 +282,10 @@ fn check_sink(name: String, base: &str, raw: RawSink, issues: &mut Issues) -> Op
 fn check_conflicts(specs: &[SinkSpec], issues: &mut Issues) {
     for s in specs {
         if let Some(g) = &s.source.connection_group {
-            if specs.iter().any(|o| &o.name == g && o.connection_label() != g.as_str()) {
+            if specs
+                .iter()
+                .any(|o| &o.name == g && o.connection_label() != g.as_str())
+            {
                 issues.push(
                     format!("sinks.{}.source.connection_group", s.name),
                     format!("{g:?} is the name of another sink, which has its own connection; choose another group name"),

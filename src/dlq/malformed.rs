@@ -55,10 +55,7 @@ pub fn build(
 ) -> Copy {
     let mut headers = HeaderMap::new();
     if cfg.include_headers {
-        headers.insert(
-            ORIGINAL_HEADERS_BASE64,
-            STANDARD.encode(m.headers).as_str(),
-        );
+        headers.insert(ORIGINAL_HEADERS_BASE64, STANDARD.encode(m.headers).as_str());
     }
     let msg_id = format!("{}:{}", m.stream, m.sequence);
     headers.insert(ERROR_CLASS, CLASS);
@@ -133,7 +130,13 @@ mod tests {
         };
         let block = b"NATS/1.0\r\nBad Name: x\r\nY: \xff\r\n\r\n";
         let at = OffsetDateTime::from_unix_timestamp(1_700_000_100).unwrap();
-        let c = build(&cfg, "db", &unreadable(block), "header line 2: bad name", at);
+        let c = build(
+            &cfg,
+            "db",
+            &unreadable(block),
+            "header line 2: bad name",
+            at,
+        );
         assert_eq!(c.subject, "dlq.db.orders.new");
         assert_eq!(&c.payload[..], b"{\"n\":1}");
         let get = |n: &str| c.headers.get(n).map(|v| v.as_str().to_string());

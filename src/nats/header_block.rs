@@ -177,10 +177,7 @@ mod tests {
             (b"HTTP/1.1\r\n\r\n", Malformed::NoVersionLine),
             (b"NATS/1.0 abc\r\n\r\n", Malformed::BadStatus),
             (b"NATS/1.0 099\r\n\r\n", Malformed::BadStatus),
-            (
-                b"NATS/1.0 503\r\n\r\n",
-                Malformed::Status { code: 503 },
-            ),
+            (b"NATS/1.0 503\r\n\r\n", Malformed::Status { code: 503 }),
             (
                 b"NATS/1.0\r\nA: b\r\nno colon here\r\n\r\n",
                 Malformed::NoColon { line: 3 },
@@ -225,14 +222,14 @@ mod tests {
                 max: MAX_HEADER_LINES
             })
         );
-        let ok: Vec<u8> = block.split(|b| *b == b'\n').take(MAX_HEADER_LINES + 1).fold(
-            Vec::new(),
-            |mut acc, l| {
+        let ok: Vec<u8> = block
+            .split(|b| *b == b'\n')
+            .take(MAX_HEADER_LINES + 1)
+            .fold(Vec::new(), |mut acc, l| {
                 acc.extend_from_slice(l);
                 acc.push(b'\n');
                 acc
-            },
-        );
+            });
         assert_eq!(check(&ok), Ok(()));
     }
 

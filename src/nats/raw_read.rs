@@ -52,9 +52,7 @@ impl Outstanding {
     /// message, so a message that keeps failing sits just above it.
     pub fn candidates(&self, limit: u64) -> std::ops::RangeInclusive<u64> {
         let first = self.floor.saturating_add(1);
-        let last = self
-            .delivered
-            .min(self.floor.saturating_add(limit.max(1)));
+        let last = self.delivered.min(self.floor.saturating_add(limit.max(1)));
         first..=last
     }
 }
@@ -234,7 +232,10 @@ mod tests {
         );
         let m = parse_answer("ORDERS", 7, body.as_bytes()).unwrap().unwrap();
         assert_eq!(m.subject, "orders.new");
-        assert_eq!(m.headers.as_deref(), Some(&b"NATS/1.0\r\nBad Name: x\r\n\r\n"[..]));
+        assert_eq!(
+            m.headers.as_deref(),
+            Some(&b"NATS/1.0\r\nBad Name: x\r\n\r\n"[..])
+        );
         assert_eq!(&m.payload[..], b"hi");
     }
 
@@ -250,9 +251,13 @@ mod tests {
     fn a_deleted_message_is_none_and_other_errors_are_named() {
         let gone = br#"{"error":{"code":404,"err_code":10037,"description":"no message found"}}"#;
         assert!(parse_answer("S", 3, gone).unwrap().is_none());
-        let other = br#"{"error":{"code":503,"description":"JetStream system temporarily unavailable"}}"#;
+        let other =
+            br#"{"error":{"code":503,"description":"JetStream system temporarily unavailable"}}"#;
         let e = parse_answer("S", 3, other).unwrap_err().to_string();
-        assert!(e.contains("stream S sequence 3") && e.contains("503"), "{e}");
+        assert!(
+            e.contains("stream S sequence 3") && e.contains("503"),
+            "{e}"
+        );
         let wrong = br#"{"message":{"subject":"a","seq":4}}"#;
         assert!(parse_answer("S", 3, wrong).is_err());
         let bad = br#"{"message":{"subject":"a","seq":3,"data":"**"}}"#;

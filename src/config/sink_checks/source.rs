@@ -73,7 +73,8 @@ pub(crate) fn check(s: &SourceConfig, d: &DeliveryConfig, p: &SinkPaths, issues:
     if let Some(g) = &s.connection_group {
         let ok = !g.is_empty()
             && g.len() <= 64
-            && g.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            && g.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !ok {
             issues.push(
                 format!("{}.connection_group", p.source),
