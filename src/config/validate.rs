@@ -284,7 +284,7 @@ fn check_conflicts(specs: &[SinkSpec], issues: &mut Issues) {
         if let Some(g) = &s.source.connection_group {
             if specs
                 .iter()
-                .any(|o| &o.name == g && o.connection_label() != g.as_str())
+                .any(|o| &o.name == g && o.source.connection_group.as_ref() != Some(g))
             {
                 issues.push(
                     format!("sinks.{}.source.connection_group", s.name),
@@ -507,6 +507,50 @@ mod tests {
             errs.iter().any(|e| e.contains("already reads stream S")),
             "{errs:?}"
         );
+    }
+
+    #[test]
+    fn sinks_get_their_own_connection_unless_grouped() {
+        let cfg = Config::from_json_str(
+            r#"{"nats": {}, "sinks": {
+                "a": {"source": {"stream": "S", "consumer": "a", "connection_group": "shared"}, "destination": {"type": "file", "directory": "d1"}},
+                "b": {"source": {"stream": "S", "consumer": "b", "connection_group": "shared"}, "destination": {"type": "file", "directory": "d2"}},
+                "c": {"source": {"stream": "S", "consumer": "c"}, "destination": {"type": "file", "directory": "d3"}}}}"#,
+        )
+        .unwrap();
+        let labels: Vec<&str> = cfg.sinks.iter().map(|s| s.connection_label()).collect();
+        assert_eq!(labels, vec!["shared", "shared", "c"]);
+    }
+
+    #[test]
+    fn a_connection_group_is_a_label_and_not_another_sinks_name() {
+        let errs = errors(&MINIMAL.replace(
+            r#""consumer": "jetsink""#,
+            r#""consumer": "jetsink", "connection_group": "two words""#,
+        ));
+        assert!(
+            errs[0].starts_with(
+                "sinks.orders.source.connection_group: connection group names must be 1-64"
+            ),
+            "{errs:?}"
+        );
+        let errs = errors(
+            r#"{"nats": {}, "sinks": {
+                "a": {"source": {"stream": "S", "consumer": "a", "connection_group": "b"}, "destination": {"type": "file", "directory": "d1"}},
+                "b": {"source": {"stream": "S", "consumer": "b"}, "destination": {"type": "file", "directory": "d2"}}}}"#,
+        );
+        assert!(
+            errs.iter().any(|e| e
+                .starts_with("sinks.a.source.connection_group: \"b\" is the name of another sink")),
+            "{errs:?}"
+        );
+        // A sink may name its own group after itself, and others may join it.
+        assert!(Config::from_json_str(
+            r#"{"nats": {}, "sinks": {
+                "a": {"source": {"stream": "S", "consumer": "a", "connection_group": "b"}, "destination": {"type": "file", "directory": "d1"}},
+                "b": {"source": {"stream": "S", "consumer": "b", "connection_group": "b"}, "destination": {"type": "file", "directory": "d2"}}}}"#,
+        )
+        .is_ok());
     }
 
     #[test]
