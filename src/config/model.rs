@@ -10,7 +10,7 @@ use super::metadata;
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, SourceConfig};
 
-/// The NATS connection settings every sink shares.
+/// The NATS connection settings every connection uses (one per sink or connection group).
 #[derive(Debug, Clone)]
 pub struct NatsConfig {
     /// Server URLs to try, in order.

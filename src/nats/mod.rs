@@ -1,6 +1,7 @@
 //! Everything that talks to NATS before the runner takes over: connecting, binding a
-//! sink's stream and durable consumer, pulling one bounded batch, and reading the delivery
-//! metadata of what was pulled.
+//! sink's stream and durable consumer, pulling one bounded batch, reading the delivery
+//! metadata of what was pulled, and reading stored messages raw when the client cannot
+//! (with the rule that says which header blocks it cannot read).
 
 pub mod binding;
 pub mod connect;
