@@ -15,7 +15,7 @@
 //! been cut short by the connection rather than by time.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,20 +53,32 @@ fn secret_from_env(key: &'static str, var: &str) -> Result<String, ConnectError>
     })
 }
 
-/// How many times one connection has dropped since it opened. A sink compares the count
-/// before and after a pull: a change means the pull may have lost messages with the
-/// connection (a plain timeout leaves it unchanged).
-#[derive(Debug, Clone, Default)]
-pub struct Drops(Arc<AtomicU64>);
+/// How many times one connection has dropped since it opened. A pull watches it to end
+/// at once when its connection drops mid-pull (instead of waiting out its local timeout),
+/// and a sink compares the count before and after: a change means a pull may have lost
+/// messages with the connection, which a plain timeout never does.
+#[derive(Debug, Clone)]
+pub struct Drops(Arc<tokio::sync::watch::Sender<u64>>);
+
+impl Default for Drops {
+    fn default() -> Self {
+        Drops(Arc::new(tokio::sync::watch::Sender::new(0)))
+    }
+}
 
 impl Drops {
     /// Drops so far.
     pub fn count(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
+        *self.0.borrow()
+    }
+
+    /// A receiver that sees the next drop (`changed()` resolves when one happens).
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.subscribe()
     }
 
     fn record(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        self.0.send_modify(|n| *n += 1);
     }
 }
 

@@ -7,7 +7,8 @@
 //! come back after every AckWait forever, dragging its batch-mates with it.
 //!
 //! So after every drop of the sink's connection (seen through its drop count, which a
-//! pull that merely timed out leaves unchanged), once the connection is back, the isolator
+//! pull that merely timed out leaves unchanged; a pull ends as soon as its connection
+//! drops, keeping what it received), once the connection is back, the isolator
 //! reads each consumer's outstanding range — stream sequences above the ack floor up to
 //! the last delivered one, at most [`Isolator::scan_limit`] of them, lowest first since an
 //! unreadable message pins the ack floor just below itself — and reads each stored message
@@ -52,6 +53,10 @@ use crate::nats::Drops;
 /// Most stream sequences read after one drop when the consumer's MaxAckPending is
 /// unlimited (or larger): the scan runs only after a drop, but must stay bounded.
 const MAX_SCAN: u64 = 10_000;
+
+/// Longest wait for the connection to come back before a scan; the reconnect delay starts
+/// at 100 ms, so a reachable server is back well within it.
+const RECONNECT_WAIT: Duration = Duration::from_secs(5);
 
 /// Bound on the flush after an acknowledgement.
 const FLUSH_LIMIT: Duration = Duration::from_secs(5);
@@ -128,13 +133,13 @@ impl Isolator {
         }
     }
 
-    /// After a pull: if the connection dropped since the last scan and is back, scans
-    /// every consumer and settles what the client cannot read. A scan that cannot finish
-    /// (the connection is still down, a request failed) is tried again after the next
-    /// pull.
+    /// After a pull: if the connection dropped since the last scan, waits (up to
+    /// [`RECONNECT_WAIT`]) for it to be back, scans every consumer and settles what the
+    /// client cannot read. A scan that cannot finish (the connection is still down, a
+    /// request failed) is tried again after the next pull.
     pub(super) async fn after_pull(&mut self, consumers: &[PullConsumer]) {
         let drops = self.drops.count();
-        if drops == self.seen || self.client.connection_state() != State::Connected {
+        if drops == self.seen || !self.reconnected().await {
             return;
         }
         for c in consumers {
@@ -144,6 +149,18 @@ impl Isolator {
             }
         }
         self.seen = drops;
+    }
+
+    /// Whether the connection is up, waiting a bounded time for the reconnect.
+    async fn reconnected(&self) -> bool {
+        let deadline = tokio::time::Instant::now() + RECONNECT_WAIT;
+        while self.client.connection_state() != State::Connected {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
     }
 
     async fn scan(&mut self, consumer: &PullConsumer) -> Result<(), RawReadError> {

@@ -27,7 +27,7 @@ use super::retry::backoff;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
 use crate::metrics::SinkMetrics;
-use crate::nats::{bind, fetch_any, fetch_batch, FetchLimits};
+use crate::nats::{bind, fetch_any, fetch_batch, Drops, FetchLimits};
 
 /// Consecutive failed pulls after which the runner re-binds its consumer (it may have been
 /// lost with a memory-storage server restart).
@@ -174,6 +174,8 @@ pub(super) struct Puller {
     consumers: Vec<PullConsumer>,
     prepare: Arc<Prepare>,
     limits: FetchLimits,
+    /// The drop count of the connection, which ends a pull its connection dropped under.
+    drops: Drops,
     order: Order,
     /// Consecutive failed pulls.
     failed: u32,
@@ -189,6 +191,7 @@ impl Puller {
         spec: SinkSpec,
         js: jetstream::Context,
         consumers: Vec<PullConsumer>,
+        drops: Drops,
         prepare: Prepare,
         metrics: SinkMetrics,
         health: SinkHealth,
@@ -224,6 +227,7 @@ impl Puller {
             consumers,
             prepare: Arc::new(prepare),
             limits,
+            drops,
             order,
             failed: 0,
             rng: StdRng::from_os_rng(),
@@ -258,11 +262,12 @@ impl Puller {
     fn spawn(&mut self, into: Waiting) -> PendingPull {
         let prepare = self.prepare.clone();
         let limits = self.limits;
+        let drops = self.drops.clone();
         let order = match &mut self.order {
             Order::Single => {
                 let consumer = self.consumers[0].clone();
                 return tokio::spawn(async move {
-                    let messages = fetch_batch(&consumer, limits).await?;
+                    let messages = fetch_batch(&consumer, limits, &drops).await?;
                     into.put(prepare.prepare(messages));
                     Ok(())
                 });
@@ -283,7 +288,7 @@ impl Puller {
         };
         let consumers = self.consumers.clone();
         tokio::spawn(async move {
-            let messages = fetch_any(&consumers, &order, limits).await?;
+            let messages = fetch_any(&consumers, &order, limits, &drops).await?;
             into.put(prepare.prepare(messages));
             Ok(())
         })

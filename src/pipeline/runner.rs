@@ -120,7 +120,7 @@ impl Runner {
         let isolator = Isolator::new(
             &spec.name,
             js.client(),
-            drops,
+            drops.clone(),
             dead_letters.clone(),
             spec.source.max_ack_pending,
             metrics.clone(),
@@ -164,6 +164,7 @@ impl Runner {
                 spec,
                 js,
                 consumers,
+                drops,
                 prepare,
                 metrics.clone(),
                 health.clone(),
@@ -185,7 +186,7 @@ impl Runner {
                 .next(&mut self.ahead, self.stop.receiver())
                 .await;
             // A pull cut short by a connection drop may hide a message the client cannot
-            // read; it is found and settled before the loop goes on.
+            // read; it is found and settled at once, before the server redelivers it.
             self.isolator.after_pull(self.puller.consumers()).await;
             let prepared = match pulled {
                 Pulled::Batch(p) => p,

@@ -276,7 +276,7 @@ async fn ceiling_pass(
     let feeder = feed(opts, js, subject);
     let started = Instant::now();
     while done < opts.messages {
-        let batch = fetch_batch(&consumer, lim)
+        let batch = fetch_batch(&consumer, lim, &Default::default())
             .await
             .map_err(|e| BenchError::Nats(format!("ceiling pull: {e}")))?;
         let now = OffsetDateTime::now_utc();
