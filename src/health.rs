@@ -2,7 +2,8 @@
 //!
 //! Each runner updates its own entry: a heartbeat every loop turn (liveness: the loop is
 //! not stuck) and whether its consumer is bound and its destination is usable
-//! (readiness). The NATS connection state is read from the client itself.
+//! (readiness). The state of each NATS connection is read from its client, and readiness
+//! needs every one of them up.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -64,12 +65,13 @@ impl Health {
         }
     }
 
-    /// Readiness: NATS connected and every sink bound with a usable destination.
-    pub fn readiness(&self, nats_connected: bool) -> Report {
-        let mut problems = Vec::new();
-        if !nats_connected {
-            problems.push("nats: not connected".to_string());
-        }
+    /// Readiness: every NATS connection up (`down` names those that are not) and every
+    /// sink bound with a usable destination.
+    pub fn readiness(&self, down: &[&str]) -> Report {
+        let mut problems: Vec<String> = down
+            .iter()
+            .map(|c| format!("nats connection {c}: not connected"))
+            .collect();
         if let Ok(map) = self.sinks.lock() {
             for (name, s) in map.iter() {
                 if !s.consumer_bound {
@@ -149,13 +151,14 @@ mod tests {
     fn ready_only_when_connected_bound_and_open() {
         let h = Health::default();
         let s = h.sink("a");
-        assert!(!h.readiness(true).ok);
+        assert!(!h.readiness(&[]).ok);
         s.set_bound(true);
         s.destination_ok();
-        assert!(h.readiness(true).ok);
-        assert!(!h.readiness(false).ok);
+        assert!(h.readiness(&[]).ok);
+        let r = h.readiness(&["orders"]);
+        assert_eq!(r.problems, vec!["nats connection orders: not connected"]);
         s.destination_failed("disk full");
-        let r = h.readiness(true);
+        let r = h.readiness(&[]);
         assert_eq!(
             r.problems,
             vec!["sink a: destination unavailable: disk full"]

@@ -1,7 +1,8 @@
 //! Every metric jetsink exports, in one registry, with one function per event.
 //!
 //! Names follow Prometheus conventions with the `jetsink_` prefix. The only labels are the
-//! configured sink name and small fixed enums (`outcome`, `class`); never a subject,
+//! configured sink name, the configured connection name (a `connection_group` or a sink
+//! name) and small fixed enums (`outcome`, `class`); never a subject,
 //! message id or payload, so cardinality stays bounded whatever the traffic.
 
 use prometheus::{
@@ -40,6 +41,9 @@ pub struct Metrics {
     randomizer_redelivered: IntCounterVec,
     randomizer_window: IntGaugeVec,
     nats_connected: IntGauge,
+    nats_connection_up: IntGaugeVec,
+    nats_reconnects: IntCounterVec,
+    malformed: IntCounterVec,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -98,6 +102,19 @@ impl Metrics {
             r,
             Box::new(nats_connected.clone()),
             "jetsink_nats_connected",
+        );
+        let nats_connection_up = IntGaugeVec::new(
+            Opts::new(
+                "jetsink_nats_connection_up",
+                "1 while this NATS connection is up, 0 while it is reconnecting or closed, per connection (its group name, or the sink's name).",
+            ),
+            &["connection"],
+        )
+        .unwrap_or_else(|e| panic!("connection gauge: {e}"));
+        register(
+            r,
+            Box::new(nats_connection_up.clone()),
+            "jetsink_nats_connection_up",
         );
         let build = IntGaugeVec::new(
             Opts::new(
@@ -281,6 +298,19 @@ impl Metrics {
                 &["sink"],
             ),
             nats_connected,
+            nats_connection_up,
+            nats_reconnects: counter(
+                r,
+                "jetsink_nats_reconnects_total",
+                "Times a NATS connection was re-established after it dropped, per connection (its group name, or the sink's name).",
+                &["connection"],
+            ),
+            malformed: counter(
+                r,
+                "jetsink_malformed_messages_total",
+                "Messages whose header block the NATS client cannot read, found by reading them raw and dead-lettered or terminated.",
+                &["sink"],
+            ),
             registry,
         }
     }
@@ -322,6 +352,7 @@ impl Metrics {
             randomizer_delayed: self.randomizer_delayed.with_label_values(&[name]),
             randomizer_redelivered: self.randomizer_redelivered.with_label_values(&[name]),
             randomizer_window: self.randomizer_window.with_label_values(&[name]),
+            malformed: self.malformed.with_label_values(&[name]),
             name: name.to_string(),
         }
     }
@@ -329,6 +360,14 @@ impl Metrics {
     /// The registry, for gauge families kept beside the module that feeds them.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The handles of one NATS connection, `label` being its group or sink name.
+    pub fn connection(&self, label: &str) -> ConnectionMetrics {
+        ConnectionMetrics {
+            up: self.nats_connection_up.with_label_values(&[label]),
+            reconnects: self.nats_reconnects.with_label_values(&[label]),
+        }
     }
 
     /// Records the NATS connection state.
@@ -413,7 +452,18 @@ pub struct SinkMetrics {
     pub randomizer_redelivered: IntCounter,
     /// Current randomizer window.
     pub randomizer_window: IntGauge,
+    /// Messages found with a header block the client cannot read.
+    pub malformed: IntCounter,
     name: String,
+}
+
+/// One NATS connection's metric handles.
+#[derive(Clone)]
+pub struct ConnectionMetrics {
+    /// 1 while up.
+    pub up: IntGauge,
+    /// Reconnects after a drop.
+    pub reconnects: IntCounter,
 }
 
 impl SinkMetrics {

@@ -1,5 +1,5 @@
 //! The HTTP endpoint: `/metrics` for Prometheus, `/healthz` (the loops are alive) and
-//! `/readyz` (NATS connected, every consumer bound, every destination usable).
+//! `/readyz` (every NATS connection up, every consumer bound, every destination usable).
 //!
 //! It shares nothing with the data path but the metrics registry and the health state, so
 //! a slow scrape can never delay an ACK.
@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::health::{Health, Report};
 use crate::metrics::Metrics;
+use crate::nats::Connection;
 
 /// What the handlers read.
 #[derive(Clone)]
@@ -26,8 +27,8 @@ pub struct ServerState {
     pub metrics: Metrics,
     /// Liveness and readiness of the sinks.
     pub health: Health,
-    /// The shared NATS client, for its connection state.
-    pub client: async_nats::Client,
+    /// Every NATS connection, for its state.
+    pub connections: Vec<Connection>,
 }
 
 /// Binds the listener now, so a taken port fails start-up rather than later.
@@ -82,6 +83,11 @@ async fn healthz(AxumState(s): AxumState<ServerState>) -> Response {
 }
 
 async fn readyz(AxumState(s): AxumState<ServerState>) -> Response {
-    let connected = s.client.connection_state() == State::Connected;
-    answer(s.health.readiness(connected))
+    let down: Vec<&str> = s
+        .connections
+        .iter()
+        .filter(|c| c.client.connection_state() != State::Connected)
+        .map(|c| c.label.as_str())
+        .collect();
+    answer(s.health.readiness(&down))
 }

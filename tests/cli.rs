@@ -370,7 +370,8 @@ async fn server_kill_then_unready(d: &mut Daemon, mut server: NatsServer, listen
         "not ready without NATS",
         || async {
             let (code, body) = http_get(listen, "/readyz").await;
-            code == 503 && body.contains("nats: not connected")
+            // Each sink has its own connection, named after it.
+            code == 503 && body.contains("nats connection main: not connected")
         },
     )
     .await;

@@ -93,11 +93,18 @@ pub fn replay_msg_id(copy_headers: &HeaderMap) -> Option<String> {
     Some(format!("{stream}:{sequence}"))
 }
 
-/// Why a copy stored without its payload is not replayed, or `None` when it has its
-/// payload or the operator forced the replay.
+/// Why a copy is not replayed as it is — stored without its payload, or a message whose
+/// header block the client could not read — or `None` when it can be, or the operator
+/// forced the replay.
 pub fn refusal(copy_headers: &HeaderMap, dlq_sequence: u64, force: bool) -> Option<String> {
     if force {
         return None;
+    }
+    if copy_headers.get(copy::ORIGINAL_HEADERS_BASE64).is_some() {
+        return Some(format!(
+            "refused (dlq seq {dlq_sequence} is a message the client could not read: its original header block, kept base64 in {}, cannot be republished; pass --force to replay its payload without those headers)",
+            copy::ORIGINAL_HEADERS_BASE64
+        ));
     }
     let why = copy_headers.get(PAYLOAD_OMITTED)?;
     Some(format!(
@@ -349,8 +356,10 @@ pub async fn execute(args: Args) -> u8 {
         );
         return exit::CONFIG;
     };
-    let client = match crate::nats::connect(&cfg.nats, &Metrics::new()).await {
-        Ok(c) => c,
+    let metrics = Metrics::new();
+    let links = crate::nats::Links::new(&metrics);
+    let client = match crate::nats::connect(&cfg.nats, "dlq-replay", &links, &metrics).await {
+        Ok(c) => c.client,
         Err(e) => {
             eprintln!("error: {e}");
             return exit::UNAVAILABLE;
@@ -388,7 +397,7 @@ pub async fn execute(args: Args) -> u8 {
                 exit::OK
             } else {
                 eprintln!(
-                    "error: {} copy(ies) stored without their payload were not replayed (dlq seq {}); pass --force to replay them with an empty payload",
+                    "error: {} copy(ies) that cannot be replayed as stored (no payload, or a header block the client could not read) were not replayed (dlq seq {}); pass --force to replay them anyway",
                     refused.len(),
                     refused.join(", ")
                 );
@@ -466,6 +475,24 @@ mod tests {
         h.insert(copy::ORIGINAL_SEQUENCE, "not a number");
         assert_eq!(replay_msg_id(&h), None);
         assert_eq!(replay_msg_id(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn a_copy_of_an_unreadable_message_is_refused_unless_forced_and_its_raw_headers_stay_behind() {
+        let mut h = copy_of("ORDERS", 42, None);
+        h.insert(
+            copy::ORIGINAL_HEADERS_BASE64,
+            "TkFUUy8xLjANCkJhZCBOYW1lOiB4DQoNCg==",
+        );
+        let why = refusal(&h, 9, false).expect("refused");
+        assert!(
+            why.contains("dlq seq 9") && why.contains("--force"),
+            "{why}"
+        );
+        assert_eq!(refusal(&h, 9, true), None);
+        assert!(replay_headers(&h)
+            .get(copy::ORIGINAL_HEADERS_BASE64)
+            .is_none());
     }
 
     #[test]

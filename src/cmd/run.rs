@@ -5,7 +5,7 @@
 //! clear error and an exit code that says whether the config (78) or a dependency (69) is
 //! at fault, before any message is fetched.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use crate::config::SinkSpec;
 use crate::dlq::{advisory, DeadLetters, Reason};
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::nats::{bind, connect, Bound, Needs};
+use crate::nats::{bind, connect, Bound, Connection, Links, Needs};
 use crate::pipeline::{Binding, Observers, Runner, Stages};
 use crate::server::{self, ServerState};
 use crate::sinks::{self, SinkError};
@@ -54,21 +54,7 @@ impl AppError {
 pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), AppError> {
     let shutdown = stop.subscribe();
     let metrics = Metrics::new();
-    let client = connect(&config.nats, &metrics).await.map_err(|e| match e {
-        crate::nats::ConnectError::Credentials { .. } => AppError::Config(e.to_string()),
-        crate::nats::ConnectError::Unreachable { .. } => AppError::Unavailable(e.to_string()),
-    })?;
-    let info = client.server_info();
-    tracing::info!(server = %info.server_name, version = %info.version, jetstream = info.jetstream, "connected to NATS");
-    if !info.jetstream {
-        return Err(AppError::Unavailable(format!(
-            "NATS server {} ({}) has JetStream disabled; start it with -js",
-            info.server_name, info.version
-        )));
-    }
-    let js = async_nats::jetstream::ContextBuilder::new()
-        .timeout(Duration::from_millis(config.nats.request_timeout_ms))
-        .build(client.clone());
+    let connections = open_connections(&config, &metrics).await?;
     let health = Health::default();
 
     let listener = if config.http.enabled {
@@ -93,6 +79,8 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
     let mut order: Vec<&SinkSpec> = config.sinks.iter().collect();
     order.sort_by_key(|s| s.source.create_stream.is_none());
     for spec in order {
+        let conn = connection_of(&connections, spec)?;
+        let js = jetstream_on(&conn.client, &config);
         let bound = bind_all(&js, spec).await?;
         check_randomizer(spec, &bound)?;
         let sink_health = health.sink(&spec.name);
@@ -113,7 +101,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         };
         for b in &bound {
             advisories.push(tokio::spawn(advisory::listen(
-                client.clone(),
+                conn.client.clone(),
                 b.stream.clone(),
                 b.consumer.cached_info().name.clone(),
                 dead_letters.clone(),
@@ -144,6 +132,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
             Binding {
                 js: js.clone(),
                 consumers: bound.into_iter().map(|b| b.consumer).collect(),
+                drops: conn.drops.clone(),
             },
             sink,
             stages,
@@ -160,7 +149,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         let state = ServerState {
             metrics: metrics.clone(),
             health: health.clone(),
-            client: client.clone(),
+            connections: connections.values().cloned().collect(),
         };
         tokio::spawn(server::serve(l, state, shutdown.clone()))
     });
@@ -170,15 +159,19 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         &stop,
     )
     .await;
-    match tokio::time::timeout(Duration::from_secs(5), client.flush()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "final flush failed; unsent ACKs lead to idempotent redelivery")
+    let flushes = connections.values().map(|c| async move {
+        match tokio::time::timeout(Duration::from_secs(5), c.client.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(connection = %c.label, error = %e, "final flush failed; unsent ACKs lead to idempotent redelivery")
+            }
+            Err(_) => tracing::warn!(
+                connection = %c.label,
+                "final flush timed out (NATS unreachable); unsent ACKs lead to idempotent redelivery"
+            ),
         }
-        Err(_) => tracing::warn!(
-            "final flush timed out (NATS unreachable); unsent ACKs lead to idempotent redelivery"
-        ),
-    }
+    });
+    futures::future::join_all(flushes).await;
     if let Some(h) = http {
         let _ = h.await;
     }
@@ -189,6 +182,60 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Opens one connection per sink, or per `source.connection_group`, all at once, each
+/// within `nats.connect_timeout_ms`, and refuses a server without JetStream.
+async fn open_connections(
+    config: &Config,
+    metrics: &Metrics,
+) -> Result<BTreeMap<String, Connection>, AppError> {
+    let links = Links::new(metrics);
+    let labels: BTreeSet<&str> = config.sinks.iter().map(|s| s.connection_label()).collect();
+    let opened = futures::future::join_all(
+        labels
+            .iter()
+            .map(|label| connect(&config.nats, label, &links, metrics)),
+    )
+    .await;
+    let mut connections = BTreeMap::new();
+    for result in opened {
+        let conn = result.map_err(|e| match e {
+            crate::nats::ConnectError::Credentials { .. } => AppError::Config(e.to_string()),
+            crate::nats::ConnectError::Unreachable { .. } => AppError::Unavailable(e.to_string()),
+        })?;
+        let info = conn.client.server_info();
+        tracing::info!(connection = %conn.label, server = %info.server_name, version = %info.version, jetstream = info.jetstream, "connected to NATS");
+        if !info.jetstream {
+            return Err(AppError::Unavailable(format!(
+                "NATS server {} ({}) has JetStream disabled; start it with -js",
+                info.server_name, info.version
+            )));
+        }
+        connections.insert(conn.label.clone(), conn);
+    }
+    Ok(connections)
+}
+
+/// The connection a sink uses.
+fn connection_of<'a>(
+    connections: &'a BTreeMap<String, Connection>,
+    spec: &SinkSpec,
+) -> Result<&'a Connection, AppError> {
+    connections.get(spec.connection_label()).ok_or_else(|| {
+        AppError::Other(format!(
+            "sink {}: no NATS connection {} was opened",
+            spec.name,
+            spec.connection_label()
+        ))
+    })
+}
+
+/// The JetStream context of one connection, with the configured request timeout.
+fn jetstream_on(client: &async_nats::Client, config: &Config) -> async_nats::jetstream::Context {
+    async_nats::jetstream::ContextBuilder::new()
+        .timeout(Duration::from_millis(config.nats.request_timeout_ms))
+        .build(client.clone())
 }
 
 /// Binds the sink's consumer, or one consumer per random subject bucket.

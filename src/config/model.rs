@@ -10,7 +10,7 @@ use super::metadata;
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, SourceConfig};
 
-/// The NATS connection settings every sink shares.
+/// The NATS connection settings every connection uses (one per sink or connection group).
 #[derive(Debug, Clone)]
 pub struct NatsConfig {
     /// Server URLs to try, in order.
@@ -158,6 +158,16 @@ impl Config {
 }
 
 impl SinkSpec {
+    /// The connection this sink uses: its `connection_group`, or its own name. Sinks with
+    /// the same label share one NATS connection; the label is the `connection` label of
+    /// the connection metrics.
+    pub fn connection_label(&self) -> &str {
+        self.source
+            .connection_group
+            .as_deref()
+            .unwrap_or(&self.name)
+    }
+
     /// The durable consumers this sink binds, each with the priority lane it feeds in
     /// per-lane consumer mode: one consumer, one per random subject bucket, or one per
     /// lane subject (named `<consumer>-lane-<lane>-<i>`).

@@ -176,6 +176,13 @@ pub struct SourceConfig {
     /// (`<prefix>.0` … `<prefix>.<count-1>`), pulled in a random interleaving.
     #[serde(default)]
     pub buckets: Option<BucketsConfig>,
+    /// NATS connection group: sinks with the same group share one connection; a sink
+    /// without one gets its own. A connection is a fault domain (a message the client
+    /// cannot read drops the connection it arrives on), so sharing trades isolation for
+    /// fewer connections. 1-64 letters, digits, `_` or `-`; it is the `connection` label
+    /// of the connection metrics, so it must not be another sink's name.
+    #[serde(default)]
+    pub connection_group: Option<String>,
 }
 
 impl SourceConfig {

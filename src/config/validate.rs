@@ -266,6 +266,7 @@ fn single_sink(
         deliver_policy: Default::default(),
         create_stream: nats.create_stream.clone(),
         buckets: None,
+        connection_group: None,
     };
     let raw = RawSink {
         source,
@@ -285,8 +286,22 @@ fn check_sink(name: String, base: &str, raw: RawSink, issues: &mut Issues) -> Op
 }
 
 /// Two sinks must not share a durable consumer or a destination: they would steal each
-/// other's messages or interleave writes to one file.
+/// other's messages or interleave writes to one file. A connection group must not carry
+/// the name of a sink outside it: both would be the same `connection` metric label.
 fn check_conflicts(specs: &[SinkSpec], issues: &mut Issues) {
+    for s in specs {
+        if let Some(g) = &s.source.connection_group {
+            if specs
+                .iter()
+                .any(|o| &o.name == g && o.source.connection_group.as_ref() != Some(g))
+            {
+                issues.push(
+                    format!("sinks.{}.source.connection_group", s.name),
+                    format!("{g:?} is the name of another sink, which has its own connection; choose another group name"),
+                );
+            }
+        }
+    }
     let mut consumers: BTreeMap<(String, String), &str> = BTreeMap::new();
     let mut targets: BTreeMap<String, &str> = BTreeMap::new();
     for s in specs {
@@ -537,6 +552,50 @@ mod tests {
             errs.iter().any(|e| e.contains("already reads stream S")),
             "{errs:?}"
         );
+    }
+
+    #[test]
+    fn sinks_get_their_own_connection_unless_grouped() {
+        let cfg = Config::from_json_str(
+            r#"{"nats": {}, "sinks": {
+                "a": {"source": {"stream": "S", "consumer": "a", "connection_group": "shared"}, "destination": {"type": "file", "directory": "d1"}},
+                "b": {"source": {"stream": "S", "consumer": "b", "connection_group": "shared"}, "destination": {"type": "file", "directory": "d2"}},
+                "c": {"source": {"stream": "S", "consumer": "c"}, "destination": {"type": "file", "directory": "d3"}}}}"#,
+        )
+        .unwrap();
+        let labels: Vec<&str> = cfg.sinks.iter().map(|s| s.connection_label()).collect();
+        assert_eq!(labels, vec!["shared", "shared", "c"]);
+    }
+
+    #[test]
+    fn a_connection_group_is_a_label_and_not_another_sinks_name() {
+        let errs = errors(&MINIMAL.replace(
+            r#""consumer": "jetsink""#,
+            r#""consumer": "jetsink", "connection_group": "two words""#,
+        ));
+        assert!(
+            errs[0].starts_with(
+                "sinks.orders.source.connection_group: connection group names must be 1-64"
+            ),
+            "{errs:?}"
+        );
+        let errs = errors(
+            r#"{"nats": {}, "sinks": {
+                "a": {"source": {"stream": "S", "consumer": "a", "connection_group": "b"}, "destination": {"type": "file", "directory": "d1"}},
+                "b": {"source": {"stream": "S", "consumer": "b"}, "destination": {"type": "file", "directory": "d2"}}}}"#,
+        );
+        assert!(
+            errs.iter().any(|e| e
+                .starts_with("sinks.a.source.connection_group: \"b\" is the name of another sink")),
+            "{errs:?}"
+        );
+        // A sink may name its own group after itself, and others may join it.
+        assert!(Config::from_json_str(
+            r#"{"nats": {}, "sinks": {
+                "a": {"source": {"stream": "S", "consumer": "a", "connection_group": "b"}, "destination": {"type": "file", "directory": "d1"}},
+                "b": {"source": {"stream": "S", "consumer": "b", "connection_group": "b"}, "destination": {"type": "file", "directory": "d2"}}}}"#,
+        )
+        .is_ok());
     }
 
     #[test]

@@ -46,8 +46,10 @@ pub const FAILED_AT: &str = "Jetsink-Failed-At";
 pub const REASON: &str = "Jetsink-Reason";
 /// Header: the copy carries no payload; the value is the original payload's size in bytes.
 pub const PAYLOAD_OMITTED: &str = "Jetsink-Payload-Omitted";
+/// Header of a copy of a message the client could not read: its raw header block, base64.
+pub const ORIGINAL_HEADERS_BASE64: &str = "Jetsink-Original-Headers-Base64";
 /// Every context header jetsink adds (not `Nats-Msg-Id`).
-pub const CONTEXT: [&str; 12] = [
+pub const CONTEXT: [&str; 13] = [
     ERROR_CLASS,
     ERROR,
     SINK,
@@ -59,6 +61,7 @@ pub const CONTEXT: [&str; 12] = [
     FAILED_AT,
     REASON,
     PAYLOAD_OMITTED,
+    ORIGINAL_HEADERS_BASE64,
     "Jetsink-Replayed",
 ];
 

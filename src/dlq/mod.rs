@@ -5,6 +5,7 @@
 
 pub mod advisory;
 pub mod copy;
+pub mod malformed;
 
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ pub enum Reason {
     LastDelivery,
     /// The server gave up on it (MAX_DELIVERIES advisory).
     MaxDeliveries,
+    /// Its header block cannot be read by the NATS client.
+    Malformed,
 }
 
 impl Reason {
@@ -41,6 +44,7 @@ impl Reason {
             Reason::Destination => "destination",
             Reason::LastDelivery => "last_delivery",
             Reason::MaxDeliveries => "max_deliveries",
+            Reason::Malformed => "malformed",
         }
     }
 }

@@ -1,12 +1,26 @@
-//! Opens the one NATS connection every sink shares.
+//! Opens the NATS connections: one per sink, or one per `source.connection_group`.
+//!
+//! A connection is a fault domain. The client drops a connection whenever it cannot read
+//! what the server sent (a message whose header block it cannot parse is enough), and every
+//! pull and every ACK on that connection fails with it; giving each sink its own keeps one
+//! sink's bad input from touching the others. Operators who want fewer connections group
+//! sinks explicitly and accept that they share that fate.
 //!
 //! The first connect must succeed within `connect_timeout_ms` or start-up fails with exit
-//! 69; after that the client reconnects by itself, with a capped delay, and the
-//! `jetsink_nats_connected` gauge and the log follow the connection state.
+//! 69; after that the client reconnects by itself, with a capped, jittered delay (so
+//! several connections, or several jetsink instances, do not reconnect in lockstep).
+//! `jetsink_nats_connection_up{connection}` and `jetsink_nats_reconnects_total{connection}`
+//! follow each connection; `jetsink_nats_connected` is 1 only while every one is up. Each
+//! connection also counts its drops ([`Drops`]), which tells a sink that a pull may have
+//! been cut short by the connection rather than by time.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions, Event};
+use rand::Rng;
 
 use crate::config::NatsConfig;
 use crate::metrics::Metrics;
@@ -39,8 +53,92 @@ fn secret_from_env(key: &'static str, var: &str) -> Result<String, ConnectError>
     })
 }
 
-/// Connects with the configured identity, timeouts and reconnect policy.
-pub async fn connect(cfg: &NatsConfig, metrics: &Metrics) -> Result<Client, ConnectError> {
+/// How many times one connection has dropped since it opened. A pull watches it to end
+/// at once when its connection drops mid-pull (instead of waiting out its local timeout),
+/// and a sink compares the count before and after: a change means a pull may have lost
+/// messages with the connection, which a plain timeout never does.
+#[derive(Debug, Clone)]
+pub struct Drops(Arc<tokio::sync::watch::Sender<u64>>);
+
+impl Default for Drops {
+    fn default() -> Self {
+        Drops(Arc::new(tokio::sync::watch::Sender::new(0)))
+    }
+}
+
+impl Drops {
+    /// Drops so far.
+    pub fn count(&self) -> u64 {
+        *self.0.borrow()
+    }
+
+    /// A receiver that sees the next drop (`changed()` resolves when one happens).
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+
+    fn record(&self) {
+        self.0.send_modify(|n| *n += 1);
+    }
+}
+
+/// One open connection, the sinks that use it name it by its label.
+#[derive(Clone)]
+pub struct Connection {
+    /// The `connection` label: the connection group, or the sink's name.
+    pub label: String,
+    /// The client.
+    pub client: Client,
+    /// Its drop count.
+    pub drops: Drops,
+}
+
+/// The up/down state of every connection, folded into the process-wide
+/// `jetsink_nats_connected` (1 only while all are up), which the deployed alerts use.
+#[derive(Clone)]
+pub struct Links {
+    up: Arc<Mutex<BTreeMap<String, bool>>>,
+    metrics: Metrics,
+}
+
+impl Links {
+    /// No connection yet.
+    pub fn new(metrics: &Metrics) -> Links {
+        Links {
+            up: Arc::default(),
+            metrics: metrics.clone(),
+        }
+    }
+
+    fn set(&self, label: &str, up: bool) {
+        // A poisoned lock still holds a usable map of booleans.
+        let mut map = self.up.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(label.to_string(), up);
+        let all = map.values().all(|u| *u);
+        self.metrics.set_nats_connected(all);
+    }
+}
+
+/// The delay before reconnect attempt `attempts`: 50 ms doubling per attempt, capped at
+/// `max`, then drawn uniformly from its upper half, so connections that dropped together
+/// spread their attempts instead of hitting the server in lockstep.
+pub fn reconnect_delay<R: Rng + ?Sized>(attempts: usize, max: Duration, rng: &mut R) -> Duration {
+    let exp = 2u64
+        .saturating_pow(attempts.min(16) as u32)
+        .saturating_mul(50);
+    let ceiling = Duration::from_millis(exp).min(max);
+    let ms = ceiling.as_millis() as u64;
+    Duration::from_millis(rng.random_range(ms / 2..=ms))
+}
+
+/// Connects with the configured identity, timeouts and reconnect policy; `label` names
+/// the connection in metrics, logs and the server's connection list.
+pub async fn connect(
+    cfg: &NatsConfig,
+    label: &str,
+    links: &Links,
+    metrics: &Metrics,
+) -> Result<Connection, ConnectError> {
     let mut opts = match &cfg.creds_file {
         Some(path) => ConnectOptions::with_credentials_file(path.clone())
             .await
@@ -57,39 +155,60 @@ pub async fn connect(cfg: &NatsConfig, metrics: &Metrics) -> Result<Client, Conn
         opts = opts.token(secret_from_env("token_env", var)?);
     }
     let max_delay = Duration::from_millis(cfg.reconnect_delay_max_ms);
-    let m = metrics.clone();
+    let drops = Drops::default();
+    let gauges = metrics.connection(label);
+    let (events_drops, events_links, events_gauges, name) = (
+        drops.clone(),
+        links.clone(),
+        gauges.clone(),
+        label.to_string(),
+    );
+    // Whether the connection was lost since it was last up: the next `Connected` is a
+    // reconnect (the first one, at start-up, is not).
+    let lost = Arc::new(AtomicBool::new(false));
     opts = opts
-        .name(&cfg.name)
+        .name(format!("{}/{label}", cfg.name))
         .connection_timeout(Duration::from_millis(cfg.connect_timeout_ms))
         .request_timeout(Some(Duration::from_millis(cfg.request_timeout_ms)))
         .max_reconnects(cfg.max_reconnects)
         .reconnect_delay_callback(move |attempts| {
-            let exp = 2u64
-                .saturating_pow(attempts.min(16) as u32)
-                .saturating_mul(50);
-            Duration::from_millis(exp).min(max_delay)
+            reconnect_delay(attempts, max_delay, &mut rand::rng())
         })
         .event_callback(move |event| {
-            let m = m.clone();
+            let (drops, links, name, gauges, lost) = (
+                events_drops.clone(),
+                events_links.clone(),
+                name.clone(),
+                events_gauges.clone(),
+                lost.clone(),
+            );
             async move {
                 match event {
                     Event::Connected => {
-                        m.set_nats_connected(true);
-                        tracing::info!("NATS connection (re)established");
+                        gauges.up.set(1);
+                        links.set(&name, true);
+                        if lost.swap(false, Ordering::AcqRel) {
+                            gauges.reconnects.inc();
+                        }
+                        tracing::info!(connection = %name, "NATS connection (re)established");
                     }
                     Event::Disconnected => {
-                        m.set_nats_connected(false);
-                        tracing::warn!("NATS connection lost; reconnecting");
+                        drops.record();
+                        lost.store(true, Ordering::Release);
+                        gauges.up.set(0);
+                        links.set(&name, false);
+                        tracing::warn!(connection = %name, "NATS connection lost; reconnecting");
                     }
                     Event::Closed => {
                         // Also emitted when jetsink itself drops the client at shutdown.
-                        m.set_nats_connected(false);
-                        tracing::warn!("NATS connection closed");
+                        gauges.up.set(0);
+                        links.set(&name, false);
+                        tracing::warn!(connection = %name, "NATS connection closed");
                     }
                     Event::SlowConsumer(sid) => {
-                        tracing::warn!(sid, "NATS slow consumer: a subscription dropped messages")
+                        tracing::warn!(connection = %name, sid, "NATS slow consumer: a subscription dropped messages")
                     }
-                    other => tracing::info!(event = %other, "NATS event"),
+                    other => tracing::info!(connection = %name, event = %other, "NATS event"),
                 }
             }
         });
@@ -100,6 +219,53 @@ pub async fn connect(cfg: &NatsConfig, metrics: &Metrics) -> Result<Client, Conn
                 servers: cfg.servers.join(","),
                 source,
             })?;
-    metrics.set_nats_connected(true);
-    Ok(client)
+    gauges.up.set(1);
+    links.set(label, true);
+    Ok(Connection {
+        label: label.to_string(),
+        client,
+        drops,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    #[test]
+    fn the_delay_doubles_up_to_the_cap_and_keeps_its_upper_half() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let max = Duration::from_millis(2_000);
+        for attempts in 0..40 {
+            let ceiling = Duration::from_millis(50 * 2u64.pow(attempts.min(16) as u32)).min(max);
+            for _ in 0..50 {
+                let d = reconnect_delay(attempts, max, &mut rng);
+                assert!(d <= ceiling && d >= ceiling / 2, "{attempts}: {d:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn connections_that_drop_together_do_not_retry_in_lockstep() {
+        let mut rng = StdRng::seed_from_u64(11);
+        let max = Duration::from_secs(5);
+        let delays: std::collections::BTreeSet<Duration> =
+            (0..20).map(|_| reconnect_delay(6, max, &mut rng)).collect();
+        assert!(delays.len() > 10, "{delays:?}");
+    }
+
+    #[test]
+    fn the_process_is_connected_only_while_every_connection_is_up() {
+        let m = Metrics::new();
+        let links = Links::new(&m);
+        links.set("a", true);
+        links.set("b", true);
+        assert!(m.render().contains("jetsink_nats_connected 1"));
+        links.set("b", false);
+        assert!(m.render().contains("jetsink_nats_connected 0"));
+        links.set("b", true);
+        assert!(m.render().contains("jetsink_nats_connected 1"));
+    }
 }

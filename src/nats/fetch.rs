@@ -20,6 +20,11 @@
 //! the early 409 for an error and drops the messages behind it, so an R3 consumer with a
 //! backlog never got a batch (each pull failed, its messages came back only after AckWait).
 //! Here that 409 is read as "the full count is on its way".
+//!
+//! A pull also ends the moment its connection drops (the client drops it when it cannot
+//! read a delivered message's headers, for one): what it received before is returned, and
+//! the error says the connection dropped, which is how a caller tells a pull cut short
+//! from one that timed out.
 
 use std::time::Duration;
 
@@ -28,7 +33,10 @@ use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{Context, Message};
 use async_nats::{StatusCode, Subject};
 use futures::StreamExt;
+use tokio::sync::watch;
 use tokio::time::Instant;
+
+use super::connect::Drops;
 
 /// Bounds of one batch.
 #[derive(Debug, Clone, Copy)]
@@ -57,8 +65,9 @@ pub async fn fetch_batch(
     js: &Context,
     consumer: &PullConsumer,
     limits: FetchLimits,
+    drops: &Drops,
 ) -> Result<Vec<Message>, async_nats::Error> {
-    let (ready, err) = no_wait(js, consumer, limits.max_messages, limits.max_bytes).await?;
+    let (ready, err) = no_wait(js, consumer, limits.max_messages, limits.max_bytes, drops).await?;
     if !ready.is_empty() {
         return Ok(ready);
     }
@@ -67,13 +76,14 @@ pub async fn fetch_batch(
             return Err(e);
         }
     }
+    let dropped = drops.watch();
     let batch = consumer
         .batch()
         .max_messages(1)
         .expires(limits.wait)
         .messages()
         .await?;
-    let (mut first, err) = drain(batch, limits.wait + GRACE, limits.max_messages).await;
+    let (mut first, err) = drain(batch, limits.wait + GRACE, limits.max_messages, dropped).await;
     if first.is_empty() {
         return match err {
             Some(e) => Err(e),
@@ -88,6 +98,7 @@ pub async fn fetch_batch(
             consumer,
             limits.max_messages - 1,
             limits.max_bytes - used,
+            drops,
         )
         .await
         {
@@ -102,7 +113,9 @@ async fn no_wait(
     consumer: &PullConsumer,
     max_messages: usize,
     max_bytes: usize,
+    drops: &Drops,
 ) -> Result<(Vec<Message>, Option<async_nats::Error>), async_nats::Error> {
+    let mut dropped = drops.watch();
     let client = js.client();
     let inbox = Subject::from(client.new_inbox());
     let mut replies = client.subscribe(inbox.clone()).await?;
@@ -116,7 +129,15 @@ async fn no_wait(
     let deadline = Instant::now() + NO_WAIT_LIMIT;
     let mut out = Vec::new();
     loop {
-        let reply = match tokio::time::timeout_at(deadline, replies.next()).await {
+        let next = tokio::select! {
+            // Messages already received come out before the drop is noticed.
+            biased;
+            next = tokio::time::timeout_at(deadline, replies.next()) => next,
+            _ = connection_dropped(&mut dropped) => {
+                return Ok((out, Some(DROPPED_MID_PULL.into())));
+            }
+        };
+        let reply = match next {
             Ok(Some(reply)) => reply,
             Ok(None) => return Ok((out, None)),
             Err(_) => {
@@ -179,12 +200,15 @@ fn pull_reply(status: Option<StatusCode>, description: Option<&str>) -> PullRepl
     }
 }
 
-/// Collects a pull's messages until it ends, fails or times out locally. `expected` sizes
-/// the vector once, at the first message, instead of growing it message by message.
+/// Collects a pull's messages until it ends, fails, times out locally or its connection
+/// drops (`dropped` was taken before the pull was sent, so a drop during it is seen).
+/// `expected` sizes the vector once, at the first message, instead of growing it message
+/// by message.
 async fn drain<S>(
     mut batch: S,
     limit: Duration,
     expected: usize,
+    mut dropped: watch::Receiver<u64>,
 ) -> (Vec<Message>, Option<async_nats::Error>)
 where
     S: futures::Stream<Item = Result<Message, async_nats::Error>> + Unpin,
@@ -192,7 +216,15 @@ where
     let deadline = Instant::now() + limit;
     let mut out = Vec::new();
     loop {
-        match tokio::time::timeout_at(deadline, batch.next()).await {
+        let next = tokio::select! {
+            // Messages already received come out before the drop is noticed.
+            biased;
+            next = tokio::time::timeout_at(deadline, batch.next()) => next,
+            _ = connection_dropped(&mut dropped) => {
+                return (out, Some(DROPPED_MID_PULL.into()));
+            }
+        };
+        match next {
             Ok(Some(Ok(m))) => {
                 // Sized at the first message, so the many empty pulls of an idle sink
                 // (or of empty buckets) allocate nothing.
@@ -208,6 +240,16 @@ where
                 return (out, Some(e));
             }
         }
+    }
+}
+
+/// The error of a pull its connection dropped under.
+pub const DROPPED_MID_PULL: &str = "the NATS connection dropped during the pull";
+
+/// Resolves when the connection drops; never if its drop count can no longer change.
+async fn connection_dropped(dropped: &mut watch::Receiver<u64>) {
+    if dropped.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -229,12 +271,13 @@ pub async fn fetch_any(
     consumers: &[PullConsumer],
     order: &[usize],
     limits: FetchLimits,
+    drops: &Drops,
 ) -> Result<Vec<Message>, async_nats::Error> {
     let mut last_err = None;
     for &i in order {
         let Some(c) = consumers.get(i) else { continue };
         let started = Instant::now();
-        let res = no_wait(js, c, limits.max_messages, limits.max_bytes).await;
+        let res = no_wait(js, c, limits.max_messages, limits.max_bytes, drops).await;
         tracing::debug!(bucket = i, elapsed_ms = started.elapsed().as_millis() as u64, ok = res.is_ok(), messages = res.as_ref().map(|r| r.0.len()).unwrap_or(0), err = ?res.as_ref().ok().and_then(|r| r.1.as_ref().map(|e| e.to_string())), "bucket pull");
         match res {
             Ok((m, _)) if !m.is_empty() => return Ok(m),
@@ -251,7 +294,7 @@ pub async fn fetch_any(
     let wait = (limits.wait / consumers.len().max(1) as u32)
         .max(IDLE_ROUND_MIN)
         .min(limits.wait);
-    match fetch_batch(js, first, FetchLimits { wait, ..limits }).await {
+    match fetch_batch(js, first, FetchLimits { wait, ..limits }, drops).await {
         Ok(m) => Ok(m),
         Err(e) => Err(last_err.unwrap_or(e)),
     }

@@ -1,13 +1,16 @@
 //! Everything that talks to NATS before the runner takes over: connecting, binding a
-//! sink's stream and durable consumer, pulling one bounded batch, and reading the delivery
-//! metadata of what was pulled.
+//! sink's stream and durable consumer, pulling one bounded batch, reading the delivery
+//! metadata of what was pulled, and reading stored messages raw when the client cannot
+//! (with the rule that says which header blocks it cannot read).
 
 pub mod backlog;
 pub mod binding;
 pub mod connect;
 pub mod fetch;
+pub mod header_block;
+pub mod raw_read;
 pub mod reply;
 
 pub use binding::{bind, BindError, Bound, Needs};
-pub use connect::{connect, ConnectError};
+pub use connect::{connect, ConnectError, Connection, Drops, Links};
 pub use fetch::{fetch_any, fetch_batch, FetchLimits};

@@ -9,6 +9,7 @@ mod acks;
 mod batch;
 mod delay;
 mod disposal;
+mod isolate;
 pub mod lanes;
 mod puller;
 pub mod randomizer;

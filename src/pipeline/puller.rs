@@ -28,7 +28,7 @@ use super::retry::backoff;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
 use crate::metrics::SinkMetrics;
-use crate::nats::{bind, fetch_any, fetch_batch, FetchLimits, Needs};
+use crate::nats::{bind, fetch_any, fetch_batch, Drops, FetchLimits, Needs};
 
 /// Consecutive failed pulls after which the runner re-binds its consumer (it may have been
 /// lost with a memory-storage server restart).
@@ -183,6 +183,8 @@ pub(super) struct Puller {
     consumers: Vec<PullConsumer>,
     prepare: Arc<Prepare>,
     limits: FetchLimits,
+    /// The drop count of the connection, which ends a pull its connection dropped under.
+    drops: Drops,
     order: Order,
     /// Consecutive failed pulls.
     failed: u32,
@@ -198,6 +200,7 @@ impl Puller {
         spec: SinkSpec,
         js: jetstream::Context,
         consumers: Vec<PullConsumer>,
+        drops: Drops,
         prepare: Prepare,
         metrics: SinkMetrics,
         health: SinkHealth,
@@ -233,6 +236,7 @@ impl Puller {
             consumers,
             prepare: Arc::new(prepare),
             limits,
+            drops,
             order,
             failed: 0,
             rng: StdRng::from_os_rng(),
@@ -244,6 +248,11 @@ impl Puller {
     /// The sink's config.
     pub(super) fn spec(&self) -> &SinkSpec {
         &self.spec
+    }
+
+    /// The bound consumers (they change when the puller binds again).
+    pub(super) fn consumers(&self) -> &[PullConsumer] {
+        &self.consumers
     }
 
     /// The batch timeout: a pull in flight returns within it.
@@ -262,12 +271,13 @@ impl Puller {
     fn spawn(&mut self, into: Waiting) -> PendingPull {
         let prepare = self.prepare.clone();
         let limits = self.limits;
+        let drops = self.drops.clone();
         let order = match &mut self.order {
             Order::Single => {
                 let consumer = self.consumers[0].clone();
                 let js = self.js.clone();
                 return tokio::spawn(async move {
-                    let messages = fetch_batch(&js, &consumer, limits).await?;
+                    let messages = fetch_batch(&js, &consumer, limits, &drops).await?;
                     into.put(prepare.prepare(messages));
                     Ok(())
                 });
@@ -289,7 +299,7 @@ impl Puller {
         let consumers = self.consumers.clone();
         let js = self.js.clone();
         tokio::spawn(async move {
-            let messages = fetch_any(&js, &consumers, &order, limits).await?;
+            let messages = fetch_any(&js, &consumers, &order, limits, &drops).await?;
             into.put(prepare.prepare(messages));
             Ok(())
         })

@@ -44,12 +44,14 @@ use super::acks::{Acknowledger, Acks};
 use super::batch::{Batch, Prepared, Stages};
 use super::delay::DelayStage;
 use super::disposal::{DeadLetterOut, Disposal, Policy};
+use super::isolate::Isolator;
 use super::puller::{Ahead, Pulled, Puller};
 use super::settle::{Settler, SettlerParts, Stop};
 use crate::config::SinkSpec;
 use crate::dlq::DeadLetters;
 use crate::health::SinkHealth;
 use crate::metrics::SinkMetrics;
+use crate::nats::Drops;
 use crate::sinks::Sink;
 
 /// Everything one sink's loop needs.
@@ -60,6 +62,8 @@ pub struct Runner {
     /// The randomizer, when enabled.
     delay: Option<Delay>,
     settler: Settler<Acks>,
+    /// Finds and settles, after a connection drop, what the client cannot read.
+    isolator: Isolator,
     stop: Stop,
     metrics: SinkMetrics,
     health: SinkHealth,
@@ -73,13 +77,16 @@ struct Delay {
     rng: StdRng,
 }
 
-/// The JetStream side of a runner: the context (for ACKs and re-binding) and the bound
-/// durable consumer.
+/// The JetStream side of a runner: the context (for ACKs and re-binding), the bound
+/// durable consumer, and the drop count of the connection under them.
 pub struct Binding {
-    /// JetStream context on the shared connection.
+    /// JetStream context on the sink's connection.
     pub js: jetstream::Context,
     /// The durable pull consumer, or one per random subject bucket.
     pub consumers: Vec<PullConsumer>,
+    /// How often that connection dropped: a drop sends the sink looking for a message the
+    /// client cannot read.
+    pub drops: Drops,
 }
 
 /// Where a runner reports what it does.
@@ -102,10 +109,22 @@ impl Runner {
         shutdown: watch::Receiver<bool>,
     ) -> Runner {
         let Observers { metrics, health } = observers;
-        let Binding { js, consumers } = binding;
+        let Binding {
+            js,
+            consumers,
+            drops,
+        } = binding;
         let ack_wait = Duration::from_millis(spec.source.ack_wait_ms);
         let acks = Acks::new(&spec.name, js.client(), metrics.clone());
         let policy = Policy::for_sink(&spec, dead_letters.as_ref());
+        let isolator = Isolator::new(
+            &spec.name,
+            js.client(),
+            drops.clone(),
+            dead_letters.clone(),
+            spec.source.max_ack_pending,
+            metrics.clone(),
+        );
         let dead_letters =
             dead_letters.map(|d| std::sync::Arc::new(d) as std::sync::Arc<dyn DeadLetterOut>);
         let disposal = Disposal::new(
@@ -136,6 +155,7 @@ impl Runner {
             ahead: Ahead::new(&spec.name),
             delay,
             settler: Settler::new(sink, acks, parts),
+            isolator,
             stop: Stop::new(
                 shutdown,
                 Duration::from_millis(spec.delivery.shutdown_timeout_ms),
@@ -144,6 +164,7 @@ impl Runner {
                 spec,
                 js,
                 consumers,
+                drops,
                 prepare,
                 metrics.clone(),
                 health.clone(),
@@ -165,11 +186,14 @@ impl Runner {
         tracing::info!(sink = %name, stream = %spec.source.stream, consumer = %spec.source.consumer, "sink running");
         while !self.stop.stopping() {
             self.health.beat();
-            let prepared = match self
+            let pulled = self
                 .puller
                 .next(&mut self.ahead, self.stop.receiver())
-                .await
-            {
+                .await;
+            // A pull cut short by a connection drop may hide a message the client cannot
+            // read; it is found and settled at once, before the server redelivers it.
+            self.isolator.after_pull(self.puller.consumers()).await;
+            let prepared = match pulled {
                 Pulled::Batch(p) => p,
                 Pulled::Failed => continue,
                 Pulled::Stopped => break,

@@ -276,7 +276,7 @@ async fn ceiling_pass(
     let feeder = feed(opts, js, subject);
     let started = Instant::now();
     while done < opts.messages {
-        let batch = fetch_batch(js, &consumer, lim)
+        let batch = fetch_batch(js, &consumer, lim, &Default::default())
             .await
             .map_err(|e| BenchError::Nats(format!("ceiling pull: {e}")))?;
         let now = OffsetDateTime::now_utc();
@@ -370,6 +370,7 @@ async fn pipeline_pass(
             deliver_policy: Default::default(),
             create_stream: None,
             buckets: None,
+            connection_group: None,
         },
         delivery: delivery_of(opts),
         metadata: match &opts.target {
@@ -411,6 +412,8 @@ async fn pipeline_pass(
         Binding {
             js: js.clone(),
             consumers: vec![bound.consumer],
+            // The bench's own connection: its drops are not tracked.
+            drops: Default::default(),
         },
         Box::new(sink),
         stages,

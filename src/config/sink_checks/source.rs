@@ -70,6 +70,18 @@ pub(crate) fn check(s: &SourceConfig, d: &DeliveryConfig, p: &SinkPaths, issues:
             issues.range(format!("{}.backoff_ms[{i}]", p.source), *b, 1, 43_200_000);
         }
     }
+    if let Some(g) = &s.connection_group {
+        let ok = !g.is_empty()
+            && g.len() <= 64
+            && g.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !ok {
+            issues.push(
+                format!("{}.connection_group", p.source),
+                format!("connection group names must be 1-64 letters, digits, `_` or `-` (they become metric labels), got {g:?}"),
+            );
+        }
+    }
     if let Some(b) = &s.buckets {
         let path = format!("{}.buckets", p.source);
         issues.0.extend(randomizer::validate_buckets(b, &path));

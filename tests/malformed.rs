@@ -1,0 +1,238 @@
+//! A message whose header block the NATS client cannot read, published raw over a plain
+//! TCP socket (well-behaved clients refuse to send one) between 200 good messages, against
+//! a process running two sinks on two streams.
+//!
+//! The client drops the connection a delivery of such a message arrives on. Each sink has
+//! its own connection, so the other sink sees no failed pull and no reconnect; the
+//! affected sink reads its outstanding messages raw after the drop, dead-letters the
+//! unreadable one with class `malformed_message` and its header block preserved, and
+//! writes every good message, none of them dead-lettered.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use base64::Engine;
+use common::*;
+use serde_json::json;
+
+/// Publishes one message with a raw header block, the way a misbehaving client would.
+fn raw_hpub(server: &NatsServer, subject: &str, headers: &[u8], payload: &[u8]) {
+    let stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("INFO");
+    assert!(line.starts_with("INFO"), "{line}");
+    let mut w = stream;
+    w.write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\n")
+        .expect("CONNECT");
+    let mut frame = format!(
+        "HPUB {subject} {} {}\r\n",
+        headers.len(),
+        headers.len() + payload.len()
+    )
+    .into_bytes();
+    frame.extend_from_slice(headers);
+    frame.extend_from_slice(payload);
+    frame.extend_from_slice(b"\r\nPING\r\n");
+    w.write_all(&frame).expect("HPUB");
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("PONG");
+        assert!(
+            !line.starts_with("-ERR"),
+            "server refused the publish: {line}"
+        );
+        if line.starts_with("PONG") {
+            return;
+        }
+    }
+}
+
+async fn publish_good(js: &jetstream::Context, subject: &str, from: usize, to: usize) {
+    for i in from..to {
+        js.publish(subject.to_string(), format!("{{\"i\":{i}}}").into())
+            .await
+            .expect("publish")
+            .await
+            .expect("puback");
+    }
+}
+
+fn two_sinks(server: &NatsServer, listen: &str) -> serde_json::Value {
+    let source = |stream: &str, subject: &str| {
+        json!({
+            "stream": stream,
+            "subjects": subject,
+            "consumer": "jetsink",
+            // Short, so the batch-mates lost with the connection come back soon; the
+            // test waits on what landed, never on this time.
+            "ack_wait_ms": 3000,
+            "max_deliver": 3,
+            "create_stream": {"subjects": [subject]}
+        })
+    };
+    let delivery = json!({"batch_size": 500, "batch_timeout_ms": 200,
+                          "retry": {"initial_backoff_ms": 50, "max_backoff_ms": 500}});
+    json!({
+        "nats": {"servers": [server.url()], "connect_timeout_ms": 2000},
+        "http": {"listen": listen},
+        "logging": {"level": "info"},
+        "sinks": {
+            "poisoned": {
+                "source": source("POISONED", "bad.>"),
+                "delivery": delivery,
+                "destination": {"type": "file", "directory": "out-poisoned"},
+                "dead_letter": {"subject": "dlq.{sink}.{subject}", "create_stream": {"name": "DLQ"}}
+            },
+            "clean": {
+                "source": source("CLEAN", "good.>"),
+                "delivery": delivery,
+                "destination": {"type": "file", "directory": "out-clean"}
+            }
+        }
+    })
+}
+
+/// Every dead-letter copy: (its headers, its payload).
+async fn dlq_copies(js: &jetstream::Context) -> Vec<(async_nats::HeaderMap, Vec<u8>)> {
+    let Ok(stream) = js.get_stream("DLQ").await else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut seq = 1;
+    while let Ok(m) = stream
+        .raw_message_builder()
+        .sequence(seq)
+        .next_by_subject("dlq.>".to_string())
+        .send()
+        .await
+    {
+        seq = m.sequence + 1;
+        out.push((m.headers, m.payload.to_vec()));
+    }
+    out
+}
+
+async fn metric(listen: &str, series: &str) -> f64 {
+    metric_value(listen, series).await.unwrap_or(-1.0)
+}
+
+async fn a_poison_disturbs_only_its_own_sink(poison_headers: &[u8]) {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let js = server.js().await;
+    create_stream(&js, "POISONED", "bad.>").await;
+    create_stream(&js, "CLEAN", "good.>").await;
+    publish_good(&js, "bad.x", 0, 100).await;
+    raw_hpub(&server, "bad.x", poison_headers, b"{\"poison\":true}");
+    publish_good(&js, "bad.x", 100, 200).await;
+    publish_good(&js, "good.x", 0, 200).await;
+
+    let cfg = write_config(dir.path(), &two_sinks(&server, &listen));
+    let daemon = Daemon::start(&cfg, dir.path());
+    let poisoned_out = dir.path().join("out-poisoned");
+    let clean_out = dir.path().join("out-clean");
+    eventually(
+        Duration::from_secs(90),
+        "200 good messages written by each sink, the poison dead-lettered",
+        || async {
+            distinct_keys(&jsonl_lines(&poisoned_out)).len() == 200
+                && distinct_keys(&jsonl_lines(&clean_out)).len() == 200
+                && dlq_copies(&js).await.len() == 1
+        },
+    )
+    .await;
+    eventually(Duration::from_secs(30), "every message settled", || async {
+        consumer_state(&js, "POISONED", "jetsink").await == (0, 0)
+            && consumer_state(&js, "CLEAN", "jetsink").await == (0, 0)
+    })
+    .await;
+
+    let keys = distinct_keys(&jsonl_lines(&poisoned_out));
+    assert!(
+        !keys.contains("POISONED:101"),
+        "the poison is never written"
+    );
+    assert!(keys.contains("POISONED:100") && keys.contains("POISONED:102"));
+
+    let copies = dlq_copies(&js).await;
+    assert_eq!(copies.len(), 1, "only the poison is dead-lettered");
+    let (headers, payload) = &copies[0];
+    let get = |n: &str| headers.get(n).map(|v| v.as_str().to_string());
+    assert_eq!(
+        get("Jetsink-Error-Class").as_deref(),
+        Some("malformed_message")
+    );
+    assert_eq!(get("Jetsink-Original-Sequence").as_deref(), Some("101"));
+    assert_eq!(get("Jetsink-Sink").as_deref(), Some("poisoned"));
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(get("Jetsink-Original-Headers-Base64").expect("raw header block"))
+        .expect("base64");
+    assert_eq!(
+        raw, poison_headers,
+        "the raw header block is recoverable byte for byte"
+    );
+    assert_eq!(payload, b"{\"poison\":true}");
+
+    assert_eq!(
+        metric(
+            &listen,
+            "jetsink_malformed_messages_total{sink=\"poisoned\"}"
+        )
+        .await,
+        1.0
+    );
+    assert!(
+        metric(
+            &listen,
+            "jetsink_nats_reconnects_total{connection=\"poisoned\"}"
+        )
+        .await
+            >= 1.0,
+        "the poison did drop its sink's connection"
+    );
+    assert_eq!(
+        metric(
+            &listen,
+            "jetsink_dlq_published_total{reason=\"max_deliveries\",sink=\"poisoned\"}"
+        )
+        .await
+        .max(0.0),
+        0.0,
+        "no good message exhausted its deliveries"
+    );
+    assert_eq!(
+        metric(&listen, "jetsink_fetch_errors_total{sink=\"clean\"}").await,
+        0.0,
+        "the other sink saw no failed pull"
+    );
+    assert_eq!(
+        metric(
+            &listen,
+            "jetsink_nats_reconnects_total{connection=\"clean\"}"
+        )
+        .await,
+        0.0,
+        "the other sink's connection never dropped"
+    );
+    assert_eq!(metric(&listen, "jetsink_nats_connected").await, 1.0);
+    drop(daemon);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_header_name_with_a_space_is_dead_lettered_and_disturbs_no_other_sink() {
+    a_poison_disturbs_only_its_own_sink(b"NATS/1.0\r\nBad Name: x\r\n\r\n").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_header_block_that_is_not_utf8_is_dead_lettered_and_disturbs_no_other_sink() {
+    a_poison_disturbs_only_its_own_sink(b"NATS/1.0\r\nX-Bin: \xff\xfe\xfd\r\n\r\n").await;
+}
