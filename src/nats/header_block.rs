@@ -25,8 +25,8 @@
 //! is one pass over the block, linear in its length.
 
 /// Most header lines a block may hold before it counts as malformed: the same cap the
-/// envelope puts on header values, far above what any
-/// real publisher sends, low enough that reading one block stays cheap.
+/// envelope puts on header values, far above what any real publisher sends, low enough
+/// that reading one block stays cheap.
 pub const MAX_HEADER_LINES: usize = crate::envelope::MAX_HEADER_VALUES;
 
 /// Why a header block cannot be read by the client; the text goes into the dead-letter
