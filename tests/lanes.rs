@@ -494,8 +494,8 @@ async fn an_invalid_priority_fails_only_its_message_which_stays_unacked_comes_ba
         .collect();
     assert_eq!(seqs, vec![1, 3, 5], "the refused messages are not written");
 
-    // Each refused message is NAKed with a delay of retry.max_backoff_ms (1 s here), so
-    // it is redelivered and refused again: twice each proves it came back.
+    // Each refused message is NAKed with the consumer's redelivery delay (its AckWait,
+    // 5 s here), so it is redelivered and refused again: twice each proves it came back.
     let sink = "{sink=\"main\"}";
     eventually(
         Duration::from_secs(30),
@@ -548,6 +548,43 @@ async fn an_invalid_priority_fails_only_its_message_which_stays_unacked_comes_ba
         daemon.wait_exit(Duration::from_millis(10)).is_none(),
         "the daemon keeps running:\n{log}"
     );
+    daemon.stop_cleanly();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_message_without_a_dead_letter_queue_comes_back_on_the_consumers_backoff_schedule(
+) {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "SCHED", "sched.>").await;
+    publish(&js, "sched.x", &[("Jetsink-Priority", "not-a-lane")]).await;
+    let mut lanes = worked_example_lanes();
+    lanes["unknown_priority_action"] = json!("reject");
+    let mut cfg = config(
+        &server,
+        "SCHED",
+        "sched.>",
+        json!({"type": "sqlite", "path": "data/s.db", "table": "events"}),
+        json!({"batch_size": 10, "priority_lanes": lanes}),
+    );
+    cfg["sinks"]["main"]["source"]["backoff_ms"] = json!([300, 600000]);
+    cfg["sinks"]["main"]["source"]["max_deliver"] = json!(5);
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    // Refused on delivery 1: back after the first backoff step; on delivery 2: after the
+    // second — the delays the server itself would have used, not jetsink's retry backoff.
+    eventually(Duration::from_secs(30), "two refusals logged", || {
+        let log = daemon.log_text();
+        async move {
+            log.contains("left unacked for redelivery in 300ms")
+                && log.contains("left unacked for redelivery in 600s")
+        }
+    })
+    .await;
+    let log = daemon.log_text();
+    let first = log.find("redelivery in 300ms").unwrap();
+    let second = log.find("redelivery in 600s").unwrap();
+    assert!(first < second, "{log}");
     daemon.stop_cleanly();
 }
 

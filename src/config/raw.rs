@@ -328,6 +328,13 @@ pub struct RetryConfig {
     /// for minutes, not hours.
     #[serde(default = "default_max_held_ms")]
     pub max_held_ms: u64,
+    /// Delay, in milliseconds (0 to 3600000), before a message refused without a
+    /// dead-letter copy (metadata, lane or destination refusal) is delivered again.
+    /// Default unset: when the consumer would redeliver it had it stayed unacknowledged —
+    /// its `backoff_ms` step for that delivery, else `ack_wait_ms` — as the lane document
+    /// specifies.
+    #[serde(default)]
+    pub refused_delay_ms: Option<u64>,
 }
 
 impl Default for RetryConfig {
@@ -338,6 +345,7 @@ impl Default for RetryConfig {
             multiplier: default_multiplier(),
             jitter: Jitter::default(),
             max_held_ms: default_max_held_ms(),
+            refused_delay_ms: None,
         }
     }
 }

@@ -47,11 +47,45 @@ impl DeadLetterOut for DeadLetters {
     }
 }
 
+/// When a message handed back (NAKed) comes again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Redelivery {
+    /// When the consumer would redeliver it had it stayed unacknowledged: its backoff step
+    /// for this delivery, else its AckWait — the lane document's "remains unacked and
+    /// eligible for redelivery according to JetStream policy". The default.
+    Consumer {
+        /// `source.backoff_ms`.
+        backoff: Vec<Duration>,
+        /// `source.ack_wait_ms`.
+        ack_wait: Duration,
+    },
+    /// A fixed delay, `delivery.retry.refused_delay_ms` (opt-in).
+    Fixed(Duration),
+}
+
+impl Redelivery {
+    /// The delay for a message refused on its `delivered`-th delivery. The server uses the
+    /// backoff step of the delivery that was made (the last step for any later one).
+    pub(super) fn after(&self, delivered: u64) -> Duration {
+        match self {
+            Redelivery::Fixed(d) => *d,
+            Redelivery::Consumer { backoff, ack_wait } => {
+                let step = usize::try_from(delivered.saturating_sub(1)).unwrap_or(usize::MAX);
+                backoff
+                    .get(step)
+                    .or(backoff.last())
+                    .copied()
+                    .unwrap_or(*ack_wait)
+            }
+        }
+    }
+}
+
 /// The numbers that decide a refused message's fate.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Policy {
-    /// Delay of the NAK that hands a message back.
-    pub(super) delay: Duration,
+    /// When a message handed back comes again.
+    pub(super) redelivery: Redelivery,
     /// Deliveries a refused message gets before it is dead-lettered.
     pub(super) attempts: u64,
     /// The consumer's MaxDeliver (-1 = unlimited).
@@ -70,8 +104,20 @@ impl Policy {
             ),
             None => (u64::MAX, false),
         };
+        let redelivery = match spec.delivery.retry.refused_delay_ms {
+            Some(ms) => Redelivery::Fixed(Duration::from_millis(ms)),
+            None => Redelivery::Consumer {
+                backoff: spec
+                    .source
+                    .backoff_ms
+                    .iter()
+                    .map(|ms| Duration::from_millis(*ms))
+                    .collect(),
+                ack_wait: Duration::from_millis(spec.source.ack_wait_ms),
+            },
+        };
         Policy {
-            delay: Duration::from_millis(spec.delivery.retry.max_backoff_ms),
+            redelivery,
             attempts,
             max_deliver: spec.source.max_deliver,
             term,
@@ -209,8 +255,9 @@ impl<A: Acknowledger> Disposal<A> {
                     error = %err,
                     "dead-letter publish failed; the message stays unacked and will be redelivered"
                 );
+                let delay = self.policy.redelivery.after(e.delivered);
                 self.acks
-                    .send(vec![reply.clone()], AckKind::Nak(Some(self.policy.delay)))
+                    .send(vec![reply.clone()], AckKind::Nak(Some(delay)))
                     .await;
             }
         }
@@ -220,6 +267,7 @@ impl<A: Acknowledger> Disposal<A> {
     async fn hand_back(&self, e: &Envelope, reply: &Subject, stage: &str, why: &str) {
         self.metrics.rejected.inc();
         let last = self.last_delivery(e);
+        let delay = self.policy.redelivery.after(e.delivered);
         tracing::error!(
             sink = %self.sink,
             subject = %e.subject,
@@ -229,8 +277,8 @@ impl<A: Acknowledger> Disposal<A> {
             stage,
             error = %why,
             last_delivery = last,
-            "message refused; left unacked for redelivery in {}s{}",
-            self.policy.delay.as_secs(),
+            "message refused; left unacked for redelivery in {}{}",
+            format_delay(delay),
             if last {
                 " (this was its last allowed delivery: without a dead-letter queue the server stops redelivering it)"
             } else {
@@ -238,8 +286,17 @@ impl<A: Acknowledger> Disposal<A> {
             }
         );
         self.acks
-            .send(vec![reply.clone()], AckKind::Nak(Some(self.policy.delay)))
+            .send(vec![reply.clone()], AckKind::Nak(Some(delay)))
             .await;
+    }
+}
+
+/// `2s`, or `250ms` for a delay under a second.
+fn format_delay(d: Duration) -> String {
+    if d.as_millis().is_multiple_of(1_000) {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
     }
 }
 
@@ -254,5 +311,28 @@ mod tests {
         assert_eq!(dead_letter_from(10, 3), 3);
         assert_eq!(dead_letter_from(2, 3), 2);
         assert_eq!(dead_letter_from(0, 3), 1);
+    }
+
+    #[test]
+    fn a_handed_back_message_comes_again_when_the_consumer_would_redeliver_it() {
+        let secs = Duration::from_secs;
+        let acks_only = Redelivery::Consumer {
+            backoff: vec![],
+            ack_wait: secs(30),
+        };
+        assert_eq!(acks_only.after(1), secs(30));
+        assert_eq!(acks_only.after(7), secs(30));
+        let stepped = Redelivery::Consumer {
+            backoff: vec![secs(1), secs(5), secs(60)],
+            ack_wait: secs(30),
+        };
+        assert_eq!(stepped.after(1), secs(1));
+        assert_eq!(stepped.after(2), secs(5));
+        assert_eq!(stepped.after(3), secs(60));
+        assert_eq!(stepped.after(50), secs(60), "the last step repeats");
+        assert_eq!(stepped.after(0), secs(1));
+        assert_eq!(Redelivery::Fixed(secs(2)).after(9), secs(2));
+        assert_eq!(format_delay(secs(2)), "2s");
+        assert_eq!(format_delay(Duration::from_millis(250)), "250ms");
     }
 }

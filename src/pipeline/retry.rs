@@ -108,6 +108,7 @@ mod tests {
             multiplier: 2.0,
             jitter,
             max_held_ms: 600_000,
+            refused_delay_ms: None,
         }
     }
 

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::batch::Prepared;
-use super::disposal::{DeadLetterOut, Disposal, Policy};
+use super::disposal::{DeadLetterOut, Disposal, Policy, Redelivery};
 use super::puller::{Ahead, Waiting};
 use super::settle::{split, Settler, SettlerParts, Stop};
 use super::testing::{batch, Event, FakeDeadLetters, FakeSink, Kind, Log, RecordingAcks, Script};
@@ -58,7 +58,7 @@ fn rig_waiting(
     let acks = RecordingAcks(log.clone());
     let metrics = Metrics::new().sink("t");
     let policy = Policy {
-        delay: HAND_BACK,
+        redelivery: Redelivery::Fixed(HAND_BACK),
         attempts: if dead_letters { 1 } else { u64::MAX },
         max_deliver: -1,
         term,
@@ -76,6 +76,7 @@ fn rig_waiting(
             multiplier: 2.0,
             jitter: Jitter::None,
             max_held_ms: MAX_HELD.as_millis() as u64,
+            refused_delay_ms: None,
         },
         ack_wait,
     };

@@ -93,6 +93,14 @@ pub(crate) fn check(d: &DeliveryConfig, ack_wait_ms: u64, p: &SinkPaths, issues:
         1_000,
         604_800_000,
     );
+    if let Some(ms) = r.refused_delay_ms {
+        issues.range(
+            format!("{}.retry.refused_delay_ms", p.delivery),
+            ms,
+            0,
+            3_600_000,
+        );
+    }
     if !(1.0..=10.0).contains(&r.multiplier) {
         issues.push(
             format!("{}.retry.multiplier", p.delivery),
