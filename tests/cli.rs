@@ -315,6 +315,44 @@ fn publish_refuses_a_subject_together_with_buckets_as_a_usage_error() {
     );
 }
 
+#[test]
+fn publish_to_a_server_without_jetstream_names_jetstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // A plain core NATS server: no -js.
+    let mut plain = std::process::Command::new(nats_server_binary())
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start nats-server");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nats-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = format!("nats://127.0.0.1:{port}");
+    let (code, out, err) = jetsink(
+        &[
+            "publish",
+            "--server",
+            &url,
+            "--subject",
+            "a.b",
+            "--count",
+            "1",
+        ],
+        dir.path(),
+    );
+    let _ = plain.kill();
+    let _ = plain.wait();
+    assert_eq!(code, 69, "{out}{err}");
+    assert!(err.contains("JetStream disabled"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_and_health_endpoints_answer() {
     let server = NatsServer::start();

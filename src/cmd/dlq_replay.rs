@@ -310,8 +310,8 @@ pub struct Args {
     /// List what would be replayed; change nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Only messages with this Jetsink-Error-Class (e.g. permanent).
-    #[arg(long)]
+    /// Only messages with this Jetsink-Error-Class.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(copy::ERROR_CLASSES))]
     filter_error_class: Option<String>,
     /// Also replay copies stored without their payload (header Jetsink-Payload-Omitted);
     /// they are republished with an empty payload.
@@ -550,5 +550,32 @@ mod tests {
             let out = replay_headers(&h);
             proptest::prop_assert_eq!(out.get("Nats-Msg-Id").map(|v| v.as_str().to_string()), a);
         }
+    }
+
+    #[test]
+    fn the_error_class_filter_accepts_only_classes_copies_carry() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let parse = |class: &str| {
+            Cli::try_parse_from([
+                "replay",
+                "--config",
+                "c.json",
+                "--sink",
+                "s",
+                "--filter-error-class",
+                class,
+            ])
+        };
+        for class in copy::ERROR_CLASSES {
+            assert!(parse(class).is_ok(), "{class}");
+        }
+        let err = parse("permanet").err().expect("a typo is refused");
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
+        assert!(err.to_string().contains("malformed_message"), "{err}");
     }
 }

@@ -178,6 +178,14 @@ pub async fn execute(args: Args) -> u8 {
             return crate::exit::UNAVAILABLE;
         }
     };
+    let info = client.server_info();
+    if !info.jetstream {
+        eprintln!(
+            "error: NATS server {} ({}) at {server} has JetStream disabled; start it with -js",
+            info.server_name, info.version
+        );
+        return crate::exit::UNAVAILABLE;
+    }
     let js = jetstream::new(client.clone());
     let plan = PublishPlan {
         subject: args.subject.unwrap_or_default(),

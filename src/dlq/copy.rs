@@ -46,6 +46,18 @@ pub const FAILED_AT: &str = "Jetsink-Failed-At";
 pub const REASON: &str = "Jetsink-Reason";
 /// Header: the copy carries no payload; the value is the original payload's size in bytes.
 pub const PAYLOAD_OMITTED: &str = "Jetsink-Payload-Omitted";
+/// Every `Jetsink-Error-Class` a copy can carry: a destination's or a stage's refusal
+/// (`permanent`), an error nobody recognised that outlasted `max_held_ms`
+/// (`unclassified`), a message given up at shutdown on its last delivery (`transient`),
+/// one the server gave up on (`max_deliveries`), one the client could not read
+/// (`malformed_message`).
+pub const ERROR_CLASSES: [&str; 5] = [
+    "permanent",
+    "unclassified",
+    "transient",
+    "max_deliveries",
+    "malformed_message",
+];
 /// Header of a copy of a message the client could not read: its raw header block, base64.
 pub const ORIGINAL_HEADERS_BASE64: &str = "Jetsink-Original-Headers-Base64";
 /// Every context header jetsink adds (not `Nats-Msg-Id`).

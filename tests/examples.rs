@@ -1,0 +1,109 @@
+//! The shipped example configs run side by side: every one against the same server, all at
+//! once, in one working directory — streams, consumers, listen ports and files do not
+//! collide — and each stops with exit 0. (The PostgreSQL and MySQL examples need their
+//! own database user and are checked by `validate` and the schema instead.)
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const SIDE_BY_SIDE: [&str; 9] = [
+    "quickstart.json",
+    "file.json",
+    "sqlite.json",
+    "multi-sink.json",
+    "dead-letter.json",
+    "priority-lanes.json",
+    "randomizer.json",
+    "buckets.json",
+    "single-sink.json",
+];
+
+const ALL: [&str; 11] = [
+    "quickstart.json",
+    "file.json",
+    "sqlite.json",
+    "multi-sink.json",
+    "dead-letter.json",
+    "priority-lanes.json",
+    "randomizer.json",
+    "buckets.json",
+    "single-sink.json",
+    "postgres.json",
+    "mysql.json",
+];
+
+fn example(name: &str) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("config")
+        .join(name);
+    let text = std::fs::read_to_string(&path).expect("example config");
+    serde_json::from_str(&text).expect("example parses")
+}
+
+/// Where an example's HTTP endpoint listens (the default when it sets none).
+fn listen_of(cfg: &Value) -> String {
+    cfg["http"]["listen"]
+        .as_str()
+        .unwrap_or("127.0.0.1:9464")
+        .to_string()
+}
+
+#[test]
+fn every_example_listens_on_its_own_port() {
+    let listens: Vec<String> = ALL.iter().map(|n| listen_of(&example(n))).collect();
+    let ports: BTreeSet<&str> = listens
+        .iter()
+        .map(|l| l.rsplit(':').next().unwrap_or(""))
+        .collect();
+    assert_eq!(ports.len(), ALL.len(), "shared ports: {listens:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_file_and_sqlite_example_runs_side_by_side_against_one_server() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemons = Vec::new();
+    for name in SIDE_BY_SIDE {
+        let mut cfg = example(name);
+        // Point it at the private server, and at a free port: the ports as shipped are
+        // checked to be distinct above, and a developer's own daemon may hold them.
+        if cfg["nats"]["url"].is_string() {
+            cfg["nats"]["url"] = Value::from(server.url());
+        } else {
+            cfg["nats"]["servers"] = serde_json::json!([server.url()]);
+        }
+        let listen = format!("127.0.0.1:{}", free_port());
+        cfg["http"]["listen"] = Value::from(listen.clone());
+        let path = dir.path().join(format!("example-{name}"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+        daemons.push((name, listen, Daemon::start(&path, dir.path())));
+    }
+    for (name, listen, daemon) in &daemons {
+        let url = format!("http://{listen}/readyz");
+        let mut ready = false;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !ready && std::time::Instant::now() < deadline {
+            let u = url.clone();
+            ready = tokio::task::spawn_blocking(move || {
+                ureq::get(&u)
+                    .call()
+                    .map(|r| r.status() == 200)
+                    .unwrap_or(false)
+            })
+            .await
+            .unwrap_or(false);
+            if !ready {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        assert!(ready, "{name} never became ready:\n{}", daemon.log_text());
+    }
+    for (_, _, daemon) in &mut daemons {
+        daemon.stop_cleanly();
+    }
+}
