@@ -25,6 +25,7 @@ pub struct Metrics {
     fetch_errors: IntCounterVec,
     ack_errors: IntCounterVec,
     progress_acks: IntCounterVec,
+    acks_reconfirmed: IntCounterVec,
     lane_batches: IntCounterVec,
     lane_messages: IntCounterVec,
     lane_defaulted: IntCounterVec,
@@ -291,6 +292,12 @@ impl Metrics {
                 "ACKs that could not be sent; the message will be redelivered and deduplicated.",
                 &["sink"],
             ),
+            acks_reconfirmed: counter(
+                r,
+                "jetsink_acks_reconfirmed_total",
+                "ACKs of recently committed messages confirmed again, as requests the consumer answers, after the connection dropped.",
+                &["sink"],
+            ),
             progress_acks: counter(
                 r,
                 "jetsink_progress_acks_total",
@@ -337,6 +344,7 @@ impl Metrics {
             fetch_errors: self.fetch_errors.with_label_values(&[name]),
             ack_errors: self.ack_errors.with_label_values(&[name]),
             progress_acks: self.progress_acks.with_label_values(&[name]),
+            acks_reconfirmed: self.acks_reconfirmed.with_label_values(&[name]),
             lane_batches: self.lane_batches.with_label_values(&[name]),
             lane_messages: self.lane_messages.with_label_values(&[name]),
             lane_defaulted: self.lane_defaulted.with_label_values(&[name]),
@@ -423,6 +431,8 @@ pub struct SinkMetrics {
     pub ack_errors: IntCounter,
     /// In-progress acknowledgements sent.
     pub progress_acks: IntCounter,
+    /// ACKs confirmed again after a connection drop.
+    pub acks_reconfirmed: IntCounter,
     /// Batches ordered by lanes.
     pub lane_batches: IntCounter,
     /// Messages evaluated by lanes.

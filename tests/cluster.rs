@@ -204,7 +204,10 @@ async fn assert_all_once(
         daemon.log_text()
     );
     let audit = audit(db);
-    eprintln!("failover audit after {failures} failures: {audit:?}");
+    eprintln!(
+        "failover audit after {failures} failures: {audit:?}; ACK re-confirmation rounds: {}",
+        daemon.log_text().matches("confirmed again").count()
+    );
     let context = || format!("{audit:?}\n{}\n{}", daemon.log_text(), cluster.logs());
     let total = total as i64;
     assert_eq!(

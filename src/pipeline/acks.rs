@@ -4,7 +4,9 @@
 //!
 //! An acknowledgement is a publish to the message's `$JS.ACK` reply subject, queued in the
 //! client and pushed to the socket by one flush per batch. A lost ACK only means a
-//! redelivery, which the destination absorbs idempotently.
+//! redelivery, which the destination absorbs idempotently; the last few committed batches
+//! are remembered so that after a connection drop or a consumer leader change their ACKs
+//! are confirmed again (`reconfirm.rs`), and such redeliveries stay rare.
 //!
 //! [`Acknowledger`] is the seam the runner's unit tests use: every call covers a batch of
 //! reply subjects, and the runner is generic over it, so the hot path makes no dynamic call.
@@ -28,6 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::puller::Waiting;
+use super::reconfirm::Recent;
 use crate::metrics::SinkMetrics;
 
 /// Background ACK tasks allowed to run at once before the loop waits for the oldest.
@@ -54,16 +57,24 @@ pub(super) struct Acks {
     client: async_nats::Client,
     metrics: SinkMetrics,
     flush_timeout: Duration,
+    /// The last committed batches, confirmed again after a connection drop.
+    recent: Arc<Recent>,
 }
 
 impl Acks {
     /// An acknowledgement sender on `client`.
-    pub(super) fn new(sink: &str, client: async_nats::Client, metrics: SinkMetrics) -> Acks {
+    pub(super) fn new(
+        sink: &str,
+        client: async_nats::Client,
+        metrics: SinkMetrics,
+        recent: Arc<Recent>,
+    ) -> Acks {
         Acks {
             sink: sink.into(),
             client,
             metrics,
             flush_timeout: Duration::from_secs(5),
+            recent,
         }
     }
 
@@ -96,6 +107,8 @@ impl Acks {
 
 impl Acknowledger for Acks {
     async fn committed(&self, replies: Vec<Subject>) {
+        // Remembered before sending, so a drop while they are on the wire is covered.
+        self.recent.remember(&replies);
         let body = Bytes::from(AckKind::Ack);
         let mut sent = 0u64;
         for reply in replies {

@@ -13,6 +13,7 @@ mod isolate;
 pub mod lanes;
 mod puller;
 pub mod randomizer;
+mod reconfirm;
 mod retry;
 mod runner;
 mod settle;

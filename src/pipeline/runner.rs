@@ -46,6 +46,7 @@ use super::delay::DelayStage;
 use super::disposal::{DeadLetterOut, Disposal, Policy};
 use super::isolate::Isolator;
 use super::puller::{Ahead, Pulled, Puller};
+use super::reconfirm::{self, Recent};
 use super::settle::{Settler, SettlerParts, Stop};
 use crate::config::SinkSpec;
 use crate::dlq::DeadLetters;
@@ -67,6 +68,14 @@ pub struct Runner {
     stop: Stop,
     metrics: SinkMetrics,
     health: SinkHealth,
+    /// Re-confirms the last committed batches' ACKs after a connection drop.
+    reconfirm: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        self.reconfirm.abort();
+    }
 }
 
 /// The delay stage with the clock and rng the runner gives it.
@@ -115,7 +124,24 @@ impl Runner {
             drops,
         } = binding;
         let ack_wait = Duration::from_millis(spec.source.ack_wait_ms);
-        let acks = Acks::new(&spec.name, js.client(), metrics.clone());
+        let recent = std::sync::Arc::new(Recent::default());
+        let acks = Acks::new(&spec.name, js.client(), metrics.clone(), recent.clone());
+        let watched = consumers
+            .iter()
+            .map(|c| {
+                let info = c.cached_info();
+                (info.stream_name.clone(), info.name.clone())
+            })
+            .collect();
+        let reconfirm = tokio::spawn(reconfirm::watch(
+            spec.name.as_str().into(),
+            js.client(),
+            drops.clone(),
+            watched,
+            recent,
+            metrics.acks_reconfirmed.clone(),
+            ack_wait,
+        ));
         let policy = Policy::for_sink(&spec, dead_letters.as_ref());
         let isolator = Isolator::new(
             &spec.name,
@@ -152,6 +178,7 @@ impl Runner {
             rng: StdRng::from_os_rng(),
         });
         Runner {
+            reconfirm,
             ahead: Ahead::new(&spec.name),
             delay,
             settler: Settler::new(sink, acks, parts),
