@@ -38,8 +38,8 @@ pub enum Target {
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// NATS server URL.
-    pub server: String,
+    /// Where to connect.
+    pub server: Server,
     /// Messages per pass.
     pub messages: u64,
     /// Payload bytes.
@@ -54,6 +54,36 @@ pub struct Options {
     pub target: Target,
     /// Draw a progress bar.
     pub progress: bool,
+}
+
+/// The NATS server a bench talks to.
+#[derive(Debug, Clone)]
+pub enum Server {
+    /// `--server URL`, with no credentials.
+    Url(String),
+    /// The `nats` section of `--config` (servers, credentials, TLS), when `--server` is not
+    /// given: the bench then measures against the server the sink really uses.
+    Config(Box<crate::config::NatsConfig>),
+}
+
+impl Server {
+    async fn connect(&self) -> Result<async_nats::Client, BenchError> {
+        match self {
+            Server::Url(url) => async_nats::ConnectOptions::new()
+                .connection_timeout(Duration::from_secs(5))
+                .connect(url.as_str())
+                .await
+                .map_err(|e| BenchError::Nats(format!("cannot connect to NATS at {url}: {e}"))),
+            Server::Config(cfg) => {
+                let metrics = crate::metrics::Metrics::new();
+                let links = crate::nats::Links::new(&metrics);
+                crate::nats::connect(cfg, "bench", &links, &metrics)
+                    .await
+                    .map(|c| c.client)
+                    .map_err(|e| BenchError::Nats(e.to_string()))
+            }
+        }
+    }
 }
 
 /// The whole result, printed as a table or as one JSON object.
@@ -89,11 +119,7 @@ pub struct Report {
 
 /// Runs the benchmark.
 pub async fn run(opts: Options) -> Result<Report, BenchError> {
-    let client = async_nats::ConnectOptions::new()
-        .connection_timeout(Duration::from_secs(5))
-        .connect(opts.server.as_str())
-        .await
-        .map_err(|e| BenchError::Nats(format!("cannot connect to NATS at {}: {e}", opts.server)))?;
+    let client = opts.server.connect().await?;
     let js = jetstream::new(client.clone());
     let id = format!(
         "{}_{}",

@@ -20,12 +20,12 @@ pub mod stats;
 pub mod verify;
 
 pub use error::BenchError;
-pub use measure::{run, Options, Report, Target};
+pub use measure::{run, Options, Report, Server, Target};
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use crate::config::{Config, DestinationConfig, LogFormat};
+use crate::config::{Config, DestinationConfig, LogFormat, NatsConfig};
 use crate::exit;
 use crate::sinks::file::FileConfig;
 use crate::sinks::sqlite::{SqliteConfig, SqliteSynchronous};
@@ -33,9 +33,10 @@ use crate::sinks::sqlite::{SqliteConfig, SqliteSynchronous};
 /// `jetsink bench`'s flags.
 #[derive(clap::Args)]
 pub struct Args {
-    /// NATS server URL.
-    #[arg(long, default_value = "nats://127.0.0.1:4222")]
-    server: String,
+    /// NATS server URL. Default: with --config, that file's `nats` section (servers,
+    /// credentials, TLS); without it, nats://127.0.0.1:4222.
+    #[arg(long)]
+    server: Option<String>,
     /// Messages per pass.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     messages: u64,
@@ -95,12 +96,17 @@ enum BenchSync {
 /// `--json`); an unusable `--config`/`--sink` is exit 78, NATS trouble exit 69.
 pub async fn execute(args: Args) -> u8 {
     crate::logging::init("warn", LogFormat::Text);
-    let target = match target(&args) {
+    let (target, nats) = match target(&args) {
         Ok(t) => t,
         Err(code) => return code,
     };
+    let server = match (args.server.clone(), nats) {
+        (Some(url), _) => Server::Url(url),
+        (None, Some(cfg)) => Server::Config(Box::new(cfg)),
+        (None, None) => Server::Url("nats://127.0.0.1:4222".into()),
+    };
     let opts = Options {
-        server: args.server,
+        server,
         messages: args.messages,
         size: args.size,
         batch_size: args.batch_size as usize,
@@ -134,43 +140,50 @@ pub async fn execute(args: Args) -> u8 {
     }
 }
 
-/// The destination the flags name: a configured sink, or a built-in one with the bench's
-/// defaults. A config that does not load or lacks the sink is printed and exit 78.
-fn target(args: &Args) -> Result<Target, u8> {
+/// The destination the flags name — a configured sink, or a built-in one with the bench's
+/// defaults — and, with `--config`, that file's `nats` section. A config that does not
+/// load or lacks the sink is printed and exit 78.
+fn target(args: &Args) -> Result<(Target, Option<NatsConfig>), u8> {
     if let (Some(path), Some(name)) = (&args.config, &args.sink) {
         let cfg = Config::load(path).map_err(|e| {
             eprintln!("error: {e}");
             exit::CONFIG
         })?;
+        let nats = cfg.nats;
         return match cfg.sinks.into_iter().find(|s| &s.name == name) {
-            Some(s) => Ok(Target::Configured(Box::new(s))),
+            Some(s) => Ok((Target::Configured(Box::new(s)), Some(nats))),
             None => {
                 eprintln!("error: {}: no sink named {name:?}", path.display());
                 Err(exit::CONFIG)
             }
         };
     }
-    Ok(match args.destination {
-        BenchDestination::None => Target::Discard,
-        BenchDestination::File => Target::Builtin(Box::new(DestinationConfig::File(FileConfig {
-            directory: String::new(),
-            fsync: args.fsync,
-            rotate_bytes: 128 * 1024 * 1024,
-            rotate_interval_ms: 0,
-            prefix: "events".into(),
-        }))),
-        BenchDestination::Sqlite => {
-            Target::Builtin(Box::new(DestinationConfig::Sqlite(SqliteConfig {
-                path: String::new(),
-                table: "jetsink_events".into(),
-                synchronous: match args.synchronous {
-                    BenchSync::Off => SqliteSynchronous::Off,
-                    BenchSync::Normal => SqliteSynchronous::Normal,
-                    BenchSync::Full => SqliteSynchronous::Full,
-                    BenchSync::Extra => SqliteSynchronous::Extra,
-                },
-                busy_timeout_ms: 5_000,
-            })))
-        }
-    })
+    Ok((
+        match args.destination {
+            BenchDestination::None => Target::Discard,
+            BenchDestination::File => {
+                Target::Builtin(Box::new(DestinationConfig::File(FileConfig {
+                    directory: String::new(),
+                    fsync: args.fsync,
+                    rotate_bytes: 128 * 1024 * 1024,
+                    rotate_interval_ms: 0,
+                    prefix: "events".into(),
+                })))
+            }
+            BenchDestination::Sqlite => {
+                Target::Builtin(Box::new(DestinationConfig::Sqlite(SqliteConfig {
+                    path: String::new(),
+                    table: "jetsink_events".into(),
+                    synchronous: match args.synchronous {
+                        BenchSync::Off => SqliteSynchronous::Off,
+                        BenchSync::Normal => SqliteSynchronous::Normal,
+                        BenchSync::Full => SqliteSynchronous::Full,
+                        BenchSync::Extra => SqliteSynchronous::Extra,
+                    },
+                    busy_timeout_ms: 5_000,
+                })))
+            }
+        },
+        None,
+    ))
 }
