@@ -80,7 +80,11 @@ impl NatsRepublishSink {
         // A private registry: the target connection's gauges are not the source's
         // `jetsink_nats_connected`, which the alerts read as "reading from NATS works".
         let metrics = Metrics::new();
-        let label = format!("{}-republish", self.feed.sink);
+        let label = if self.feed.sink.is_empty() {
+            "republish".to_string()
+        } else {
+            format!("{}-republish", self.feed.sink)
+        };
         let conn = connect(
             &self.config.connection(),
             &label,
