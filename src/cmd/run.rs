@@ -301,6 +301,10 @@ fn check_randomizer(spec: &SinkSpec, bound: &[Bound]) -> Result<(), AppError> {
 /// exit 69.
 async fn open_destination(spec: &SinkSpec) -> Result<Box<dyn sinks::Sink>, AppError> {
     let mut sink = sinks::build(&spec.destination);
+    sink.attach(&sinks::Feed {
+        sink: spec.name.clone(),
+        stream: spec.source.stream.clone(),
+    });
     sink.open().await.map_err(|e| {
         let text = format!(
             "sink {}: cannot open destination {}: {e}",

@@ -22,11 +22,13 @@ registry::destinations! {
     Postgres = "postgres" in postgres: PostgresConfig => PostgresSink;
     /// A MySQL or MariaDB table, one transaction per batch.
     Mysql = "mysql" in mysql: MysqlConfig => MysqlSink;
+    /// A JetStream stream fed one copy of each message, on the same or other servers.
+    Nats = "nats" in nats: NatsRepublishConfig => NatsRepublishSink;
 }
 
 /// Destination types a later release adds; naming one is "not supported yet", not
 /// "unknown". Adding one of them moves its name from here to a line of the list above.
-pub const PLANNED: &[&str] = &["http", "s3", "nats"];
+pub const PLANNED: &[&str] = &["http", "s3"];
 
 use async_trait::async_trait;
 
@@ -121,6 +123,18 @@ impl SinkError {
     }
 }
 
+/// Who feeds a destination, for the destinations whose checks or output depend on it
+/// (the republish destination refuses a target its own source stream would read back,
+/// and may name the sink in its subjects). Empty fields when a tool drives the sink
+/// outside `jetsink run`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Feed {
+    /// The sink's configured name.
+    pub sink: String,
+    /// The stream the sink reads.
+    pub stream: String,
+}
+
 /// A durable destination.
 ///
 /// Calls happen from one task, one at a time. Destinations whose I/O blocks (files, an
@@ -128,6 +142,9 @@ impl SinkError {
 /// inside [`tokio::task::block_in_place`] (the daemon runs a multi-threaded runtime).
 #[async_trait]
 pub trait Sink: Send {
+    /// Tells the destination who feeds it, before `open`. Most destinations ignore it.
+    fn attach(&mut self, _feed: &Feed) {}
+
     /// Connects or creates what the destination needs (directory, table). Called once at
     /// start-up, where an error stops the daemon (exit 69 for `Transient`, 78 for
     /// `Misconfigured`). After a transient failure the runner simply calls `write_batch`

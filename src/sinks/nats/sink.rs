@@ -1,0 +1,311 @@
+//! [`NatsRepublishSink`]: the I/O of the republish destination — its own connection, the
+//! checks of the target stream at open, and one pipelined publish per batch.
+
+use std::collections::HashSet;
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use async_nats::jetstream::context::{
+    Context, ContextBuilder, GetStreamErrorKind, PublishError,
+};
+use async_trait::async_trait;
+
+use super::classify::{classify, Outcome};
+use super::config::NatsRepublishConfig;
+use super::copy::headers;
+use super::template::Template;
+use crate::config::subject_match::overlap;
+use crate::envelope::Envelope;
+use crate::metrics::Metrics;
+use crate::nats::connect::{connect, ConnectError, Links};
+use crate::sinks::{Feed, Sink, SinkError};
+
+/// PubAcks one connection may wait for at once: two full batches (the largest batch is
+/// 10,000), since the copies of a failed batch keep their slots until their PubAck
+/// timeout while the retry publishes again.
+const MAX_INFLIGHT: usize = 32_768;
+
+/// JetStream API error code: stream not found.
+const STREAM_NOT_FOUND: u64 = 10059;
+
+/// Publishes each batch to the target stream and reports it committed once every copy
+/// has its PubAck.
+pub struct NatsRepublishSink {
+    config: NatsRepublishConfig,
+    template: Result<Template, String>,
+    feed: Feed,
+    js: Option<Context>,
+    /// Source streams already checked for a loop on the target.
+    checked: HashSet<String>,
+    subject: String,
+}
+
+impl NatsRepublishSink {
+    /// A sink for `config`; nothing is connected before `open`.
+    pub fn new(config: NatsRepublishConfig) -> Self {
+        let template = Template::parse(&config.subject).map_err(|e| e.to_string());
+        NatsRepublishSink {
+            config,
+            template,
+            feed: Feed::default(),
+            js: None,
+            checked: HashSet::new(),
+            subject: String::new(),
+        }
+    }
+
+    fn where_(&self) -> String {
+        format!(
+            "stream {} at {}",
+            self.config.stream,
+            self.config.servers.join(",")
+        )
+    }
+
+    fn template(&self) -> Result<&Template, SinkError> {
+        self.template.as_ref().map_err(|e| SinkError::Misconfigured {
+            message: format!("subject template {:?}: {e}", self.config.subject),
+        })
+    }
+
+    /// The filter every copy's subject matches.
+    fn filter(&self) -> Result<String, SinkError> {
+        Ok(self.template()?.filter(&self.feed.sink))
+    }
+
+    async fn connect(&mut self) -> Result<Context, SinkError> {
+        if let Some(js) = &self.js {
+            return Ok(js.clone());
+        }
+        // A private registry: the target connection's gauges are not the source's
+        // `jetsink_nats_connected`, which the alerts read as "reading from NATS works".
+        let metrics = Metrics::new();
+        let label = if self.feed.sink.is_empty() {
+            "republish".to_string()
+        } else {
+            format!("{}-republish", self.feed.sink)
+        };
+        let conn = connect(
+            &self.config.connection(),
+            &label,
+            &Links::new(&metrics),
+            &metrics,
+        )
+        .await
+        .map_err(|e| match e {
+            ConnectError::Credentials { key, message } => SinkError::Misconfigured {
+                message: format!("destination.{key}: {message}"),
+            },
+            other => SinkError::transient(other.to_string()),
+        })?;
+        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let js = ContextBuilder::new()
+            .timeout(timeout)
+            .ack_timeout(timeout)
+            .max_ack_inflight(MAX_INFLIGHT)
+            .build(conn.client);
+        self.js = Some(js.clone());
+        Ok(js)
+    }
+
+    /// The subjects of `stream` on the target; `None` when it does not exist.
+    async fn subjects_of(js: &Context, stream: &str) -> Result<Option<Vec<String>>, SinkError> {
+        match js.get_stream(stream).await {
+            Ok(mut s) => Ok(Some(s.info().await.map_err(|e| {
+                SinkError::transient(format!("info of stream {stream}: {e}"))
+            })?.config.subjects.clone())),
+            Err(e) => match e.kind() {
+                GetStreamErrorKind::JetStream(j) if j.error_code().0 == STREAM_NOT_FOUND => {
+                    Ok(None)
+                }
+                _ => Err(SinkError::transient(format!(
+                    "info of stream {stream}: {e}"
+                ))),
+            },
+        }
+    }
+
+    /// The target stream exists and captures what the template makes.
+    async fn check_target(&mut self, js: &Context) -> Result<(), SinkError> {
+        let filter = self.filter()?;
+        let stream = &self.config.stream;
+        let Some(subjects) = Self::subjects_of(js, stream).await? else {
+            return Err(SinkError::Misconfigured {
+                message: format!(
+                    "target stream {stream} does not exist; create it (capturing {filter}) before starting"
+                ),
+            });
+        };
+        if !subjects.iter().any(|s| overlap(s, &filter)) {
+            return Err(SinkError::Misconfigured {
+                message: format!(
+                    "target stream {stream} captures {subjects:?}, none of the subjects the template {:?} makes ({filter})",
+                    self.config.subject
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses a template whose copies the source stream itself would capture: each copy
+    /// would be read again and republished, forever. The source stream is looked up on
+    /// the target servers, so a source on other servers never matches unless the target
+    /// holds a stream of the same name capturing the copies (refused too: name them
+    /// apart).
+    async fn check_loop(&mut self, js: &Context, source: &str) -> Result<(), SinkError> {
+        if self.checked.contains(source) {
+            return Ok(());
+        }
+        let filter = self.filter()?;
+        let looped = source == self.config.stream
+            || Self::subjects_of(js, source)
+                .await?
+                .is_some_and(|subjects| subjects.iter().any(|s| overlap(s, &filter)));
+        if looped {
+            return Err(SinkError::Misconfigured {
+                message: format!(
+                    "the source stream {source} would capture the copies ({filter}) and read them back, a loop; choose a subject template outside the source stream's subjects and a different target stream"
+                ),
+            });
+        }
+        self.checked.insert(source.to_string());
+        Ok(())
+    }
+
+    /// Sends every copy, then waits for every PubAck, all within one request timeout.
+    async fn publish(&mut self, js: &Context, batch: &[Envelope]) -> Vec<Outcome> {
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut pending = Vec::with_capacity(batch.len());
+        let Ok(template) = self.template.as_ref() else {
+            return Vec::new();
+        };
+        let mut stop: Option<String> = None;
+        for (i, e) in batch.iter().enumerate() {
+            if let Some(why) = &stop {
+                outcomes[i] = Some(Outcome::Failed {
+                    kind: async_nats::jetstream::context::PublishErrorKind::BrokenPipe,
+                    code: None,
+                    text: format!("not sent: {why}"),
+                });
+                continue;
+            }
+            if let Err(r) = template.render(&e.subject, &self.feed.sink, &mut self.subject) {
+                outcomes[i] = Some(Outcome::NoSubject {
+                    reason: r.to_string(),
+                });
+                continue;
+            }
+            let sent = js
+                .publish_with_headers(self.subject.clone(), headers(e), e.payload.clone())
+                .await;
+            match sent {
+                Ok(ack) => pending.push((i, ack)),
+                Err(err) => {
+                    let outcome = failed(&err);
+                    if !matches!(
+                        err.kind(),
+                        async_nats::jetstream::context::PublishErrorKind::MaxPayloadExceeded
+                    ) {
+                        stop = Some(format!("publish of message {i} failed: {err}"));
+                    }
+                    outcomes[i] = Some(outcome);
+                }
+            }
+        }
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.config.request_timeout_ms);
+        for (i, ack) in pending {
+            outcomes[i] = Some(
+                match tokio::time::timeout_at(deadline, ack.into_future()).await {
+                    Ok(Ok(ack)) => Outcome::Stored { stream: ack.stream },
+                    Ok(Err(err)) => failed(&err),
+                    Err(_) => Outcome::Failed {
+                        kind: async_nats::jetstream::context::PublishErrorKind::TimedOut,
+                        code: None,
+                        text: "no PubAck within request_timeout_ms".into(),
+                    },
+                },
+            );
+        }
+        outcomes
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or(Outcome::Failed {
+                    kind: async_nats::jetstream::context::PublishErrorKind::Other,
+                    code: None,
+                    text: "not published".into(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// One publish failure as an [`Outcome`], with the JetStream error code when the server
+/// answered with one.
+fn failed(err: &PublishError) -> Outcome {
+    let code = std::error::Error::source(err)
+        .and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>())
+        .map(|j| j.error_code().0);
+    Outcome::Failed {
+        kind: err.kind(),
+        code,
+        text: err.to_string(),
+    }
+}
+
+#[async_trait]
+impl Sink for NatsRepublishSink {
+    fn attach(&mut self, feed: &Feed) {
+        self.feed = feed.clone();
+    }
+
+    async fn open(&mut self) -> Result<(), SinkError> {
+        let template = self.template()?;
+        if template.uses_sink() && self.feed.sink.is_empty() {
+            return Err(SinkError::Misconfigured {
+                message: "the subject template uses {sink}, which only `jetsink run` knows"
+                    .into(),
+            });
+        }
+        let place = self.where_();
+        let js = self.connect().await.map_err(|e| e.with_context(&place))?;
+        self.check_target(&js)
+            .await
+            .map_err(|e| e.with_context(&place))?;
+        if !self.feed.stream.is_empty() {
+            let source = self.feed.stream.clone();
+            self.check_loop(&js, &source)
+                .await
+                .map_err(|e| e.with_context(&place))?;
+        }
+        Ok(())
+    }
+
+    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let place = self.where_();
+        let js = self.connect().await.map_err(|e| e.with_context(&place))?;
+        // A source not announced by `attach` (a tool driving the sink) is checked the
+        // first time it appears, before anything of it is published.
+        let sources: HashSet<&str> = batch.iter().map(|e| e.stream.as_str()).collect();
+        for source in sources {
+            self.check_loop(&js, source)
+                .await
+                .map_err(|e| e.with_context(&place))?;
+        }
+        let outcomes = self.publish(&js, batch).await;
+        classify(&outcomes, &self.config.stream).map_err(|e| e.with_context(&place))
+    }
+
+    async fn health(&mut self) -> Result<(), SinkError> {
+        let place = self.where_();
+        let js = self.connect().await.map_err(|e| e.with_context(&place))?;
+        match Self::subjects_of(&js, &self.config.stream).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(SinkError::transient("target stream not found").with_context(&place)),
+            Err(e) => Err(e.with_context(&place)),
+        }
+    }
+}
