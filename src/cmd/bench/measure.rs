@@ -418,7 +418,14 @@ async fn pipeline_pass(
         .map_err(|e| BenchError::Nats(e.to_string()))?;
     let lags = Arc::new(Mutex::new(Vec::with_capacity(opts.messages as usize)));
     let inner: Box<dyn sinks::Sink> = match &destination {
-        Some(d) => sinks::build(d),
+        Some(d) => {
+            let mut s = sinks::build(d);
+            s.attach(&sinks::Feed {
+                sink: spec.name.clone(),
+                stream: spec.source.stream.clone(),
+            });
+            s
+        }
         None => Box::new(probe::Discard),
     };
     let mut sink = probe::Timed::new(inner, lags.clone());
