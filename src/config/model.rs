@@ -9,6 +9,7 @@ use super::destination::DestinationConfig;
 use super::metadata;
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, SourceConfig};
+use super::results::ResultsConfig;
 
 /// The NATS connection settings every connection uses (one per sink or connection group).
 #[derive(Debug, Clone)]
@@ -50,6 +51,8 @@ pub struct SinkSpec {
     pub dead_letter: Option<dead_letter::DeadLetterConfig>,
     /// Where the messages go.
     pub destination: DestinationConfig,
+    /// Job-queue results, published before each ACK; `None` when the section is absent.
+    pub results: Option<ResultsConfig>,
 }
 
 /// A validated configuration, whichever shape the file used.
