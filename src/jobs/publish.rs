@@ -16,7 +16,7 @@ use time::OffsetDateTime;
 use super::id::{job_id, InvalidJobId};
 use super::result::{build, result_msg_id, Finish, Status};
 use crate::config::results::ResultsConfig;
-use crate::config::StorageKind;
+use crate::config::{IdempotencyKey, StorageKind};
 use crate::envelope::{Envelope, MSG_ID_HEADER};
 use crate::metrics::SinkMetrics;
 
@@ -33,18 +33,21 @@ pub struct ResultPublisher {
     committed: IntCounter,
     dead_lettered: IntCounter,
     failures: IntCounter,
+    key: IdempotencyKey,
 }
 
 /// One job whose result is due: its envelope and id.
 pub type Job<'a> = (&'a Envelope, &'a str);
 
 impl ResultPublisher {
-    /// A publisher for `sink`'s results on `js`, counting in `metrics`.
+    /// A publisher for `sink`'s results on `js`, counting in `metrics`; `key` is the
+    /// sink's `delivery.idempotency_key`, for envelopes rebuilt outside the pipeline.
     pub fn new(
         sink: &str,
         cfg: ResultsConfig,
         js: jetstream::Context,
         metrics: &SinkMetrics,
+        key: IdempotencyKey,
     ) -> ResultPublisher {
         ResultPublisher {
             sink: sink.into(),
@@ -53,12 +56,19 @@ impl ResultPublisher {
             committed: metrics.jobs_committed.clone(),
             dead_lettered: metrics.jobs_dead_lettered.clone(),
             failures: metrics.result_failures.clone(),
+            key,
         }
     }
 
     /// The settings.
     pub fn config(&self) -> &ResultsConfig {
         &self.cfg
+    }
+
+    /// The sink's idempotency key setting, for envelopes rebuilt from the stream (the
+    /// advisory path), so their job id is the one the pipeline would have read.
+    pub fn idempotency_key(&self) -> IdempotencyKey {
+        self.key
     }
 
     /// The job id of `e`, read where `results.job_id` says.
