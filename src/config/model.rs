@@ -149,6 +149,16 @@ impl Config {
                     .collect();
                 out.push_str(&format!("    lanes:       {}\n", lanes.join(", ")));
             }
+            if let Some(r) = &s.results {
+                out.push_str(&format!(
+                    "    results:     {}.<job id>, stored before each ACK{}\n",
+                    r.subject_prefix,
+                    r.create_stream
+                        .as_ref()
+                        .map(|c| format!(" (stream {}, kept {} ms)", c.name, c.max_age_ms))
+                        .unwrap_or_default()
+                ));
+            }
             if let Some(dl) = s.dead_letter.as_ref().filter(|d| d.enabled) {
                 out.push_str(&format!(
                     "    dead letter: {}\n",

@@ -11,6 +11,7 @@ const EXAMPLES: [&str; 11] = [
     include_str!("../../config/buckets.json"),
     include_str!("../../config/dead-letter.json"),
     include_str!("../../config/file.json"),
+    include_str!("../../config/job-queue.json"),
     include_str!("../../config/multi-sink.json"),
     include_str!("../../config/mysql.json"),
     include_str!("../../config/postgres.json"),
