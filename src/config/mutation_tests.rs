@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::Config;
 
-const EXAMPLES: [&str; 11] = [
+const EXAMPLES: [&str; 12] = [
     include_str!("../../config/buckets.json"),
     include_str!("../../config/dead-letter.json"),
     include_str!("../../config/file.json"),
