@@ -10,6 +10,7 @@
 //! - [`sinks`]: the `Sink` trait, its error classes, one folder per destination (its
 //!   settings included), and the registry that lists them.
 //! - [`dlq`]: dead-letter copies and the max-deliveries advisory listener.
+//! - [`jobs`]: job-queue mode: job ids, results, and their publication before the ACK.
 //! - [`metrics`], [`health`], [`server`]: Prometheus metrics, liveness/readiness, HTTP.
 //! - [`cmd`]: one module per command of the `jetsink` binary: `run` (the daemon's
 //!   wiring), `validate`, `schema`, `publish` (the test publisher), `bench` (the benchmark
@@ -23,6 +24,7 @@ pub mod dlq;
 pub mod envelope;
 pub mod exit;
 pub mod health;
+pub mod jobs;
 pub mod logging;
 pub mod metadata;
 pub mod metrics;

@@ -43,6 +43,8 @@ enum Command {
     Publish(cmd::publish::Args),
     /// Measure the pipeline against the bare-consumer ceiling on a fresh stream.
     Bench(cmd::bench::Args),
+    /// Submit one job to a sink in job-queue mode and wait for its result.
+    Submit(cmd::submit::Args),
     /// Read a running daemon's metrics.
     Metrics {
         #[command(subcommand)]
@@ -93,6 +95,7 @@ async fn dispatch(command: Command) -> u8 {
         Command::Schema => cmd::schema::execute(),
         Command::Publish(args) => cmd::publish::execute(args).await,
         Command::Bench(args) => cmd::bench::execute(args).await,
+        Command::Submit(args) => cmd::submit::execute(args).await,
         Command::Metrics {
             command: MetricsCommand::Show(args),
         } => cmd::metrics_show::execute(args).await,

@@ -45,6 +45,8 @@ pub struct Metrics {
     nats_connection_up: IntGaugeVec,
     nats_reconnects: IntCounterVec,
     malformed: IntCounterVec,
+    jobs_finished: IntCounterVec,
+    result_failures: IntCounterVec,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -318,6 +320,18 @@ impl Metrics {
                 "Messages whose header block the NATS client cannot read, found by reading them raw and dead-lettered or terminated.",
                 &["sink"],
             ),
+            jobs_finished: counter(
+                r,
+                "jetsink_jobs_finished_total",
+                "Job results stored by the results stream before the job was acknowledged, by status: committed, dead_lettered.",
+                &["sink", "status"],
+            ),
+            result_failures: counter(
+                r,
+                "jetsink_result_publish_failures_total",
+                "Job results the results stream did not acknowledge; the job stays unacked and is redelivered.",
+                &["sink"],
+            ),
             registry,
         }
     }
@@ -361,6 +375,11 @@ impl Metrics {
             randomizer_redelivered: self.randomizer_redelivered.with_label_values(&[name]),
             randomizer_window: self.randomizer_window.with_label_values(&[name]),
             malformed: self.malformed.with_label_values(&[name]),
+            jobs_committed: self.jobs_finished.with_label_values(&[name, "committed"]),
+            jobs_dead_lettered: self
+                .jobs_finished
+                .with_label_values(&[name, "dead_lettered"]),
+            result_failures: self.result_failures.with_label_values(&[name]),
             name: name.to_string(),
         }
     }
@@ -464,6 +483,12 @@ pub struct SinkMetrics {
     pub randomizer_window: IntGauge,
     /// Messages found with a header block the client cannot read.
     pub malformed: IntCounter,
+    /// Jobs whose `committed` result was stored (job-queue mode).
+    pub jobs_committed: IntCounter,
+    /// Jobs whose `dead_lettered` result was stored (job-queue mode).
+    pub jobs_dead_lettered: IntCounter,
+    /// Results the results stream did not acknowledge.
+    pub result_failures: IntCounter,
     name: String,
 }
 

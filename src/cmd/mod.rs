@@ -10,7 +10,7 @@
 //! is next to its use, and `main.rs` is left with the command tree and the runtime. The
 //! `Args` fields stay private: only clap fills them, so the library's API is the
 //! functions each command is built on (`run::run`, `bench::run`, `publish::publish`,
-//! `metrics_show::show`, `dlq_replay::run`), not the flags.
+//! `metrics_show::show`, `dlq_replay::run`, `submit::submit`), not the flags.
 
 pub mod bench;
 pub mod dlq_replay;
@@ -18,6 +18,7 @@ pub mod metrics_show;
 pub mod publish;
 pub mod run;
 pub mod schema;
+pub mod submit;
 pub mod validate;
 
 /// Writes command output to stdout; a reader that went away (`| head`) is not an error.

@@ -99,12 +99,27 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
             }
             _ => None,
         };
+        let results = match &spec.results {
+            Some(cfg) => {
+                let r = crate::jobs::ResultPublisher::new(
+                    &spec.name,
+                    cfg.clone(),
+                    js.clone(),
+                    &sink_metrics,
+                    spec.delivery.idempotency_key,
+                );
+                r.ensure_stream().await.map_err(AppError::Unavailable)?;
+                Some(r)
+            }
+            None => None,
+        };
         for b in &bound {
             advisories.push(tokio::spawn(advisory::listen(
                 conn.client.clone(),
                 b.stream.clone(),
                 b.consumer.cached_info().name.clone(),
                 dead_letters.clone(),
+                results.clone(),
                 advisory::Counters {
                     max_deliveries: sink_metrics.max_deliveries.clone(),
                     terminated: sink_metrics.terminated_advisories.clone(),
@@ -127,22 +142,25 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
             crate::nats::backlog::REFRESH,
             shutdown.clone(),
         )));
-        runners.push(Runner::new(
-            spec.clone(),
-            Binding {
-                js: js.clone(),
-                consumers: bound.into_iter().map(|b| b.consumer).collect(),
-                drops: conn.drops.clone(),
-            },
-            sink,
-            stages,
-            dead_letters,
-            Observers {
-                metrics: sink_metrics,
-                health: sink_health,
-            },
-            shutdown.clone(),
-        ));
+        runners.push(
+            Runner::new(
+                spec.clone(),
+                Binding {
+                    js: js.clone(),
+                    consumers: bound.into_iter().map(|b| b.consumer).collect(),
+                    drops: conn.drops.clone(),
+                },
+                sink,
+                stages,
+                dead_letters,
+                Observers {
+                    metrics: sink_metrics,
+                    health: sink_health,
+                },
+                shutdown.clone(),
+            )
+            .with_results(results),
+        );
     }
 
     let http = listener.map(|l| {

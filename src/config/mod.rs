@@ -19,6 +19,7 @@ mod mutation_tests;
 pub mod names;
 pub mod randomizer;
 pub mod raw;
+pub mod results;
 pub mod server_url;
 mod sink_checks;
 pub mod stream;

@@ -9,6 +9,7 @@ use super::destination::DestinationConfig;
 use super::metadata;
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, SourceConfig};
+use super::results::ResultsConfig;
 
 /// The NATS connection settings every connection uses (one per sink or connection group).
 #[derive(Debug, Clone)]
@@ -50,6 +51,8 @@ pub struct SinkSpec {
     pub dead_letter: Option<dead_letter::DeadLetterConfig>,
     /// Where the messages go.
     pub destination: DestinationConfig,
+    /// Job-queue results, published before each ACK; `None` when the section is absent.
+    pub results: Option<ResultsConfig>,
 }
 
 /// A validated configuration, whichever shape the file used.
@@ -145,6 +148,16 @@ impl Config {
                     .map(|l| format!("{} (weight {})", l.name, l.weight))
                     .collect();
                 out.push_str(&format!("    lanes:       {}\n", lanes.join(", ")));
+            }
+            if let Some(r) = &s.results {
+                out.push_str(&format!(
+                    "    results:     {}.<job id>, stored before each ACK{}\n",
+                    r.subject_prefix,
+                    r.create_stream
+                        .as_ref()
+                        .map(|c| format!(" (stream {}, kept {} ms)", c.name, c.max_age_ms))
+                        .unwrap_or_default()
+                ));
             }
             if let Some(dl) = s.dead_letter.as_ref().filter(|d| d.enabled) {
                 out.push_str(&format!(

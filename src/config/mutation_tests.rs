@@ -7,10 +7,11 @@ use serde_json::{json, Value};
 
 use super::Config;
 
-const EXAMPLES: [&str; 11] = [
+const EXAMPLES: [&str; 12] = [
     include_str!("../../config/buckets.json"),
     include_str!("../../config/dead-letter.json"),
     include_str!("../../config/file.json"),
+    include_str!("../../config/job-queue.json"),
     include_str!("../../config/multi-sink.json"),
     include_str!("../../config/mysql.json"),
     include_str!("../../config/postgres.json"),

@@ -18,6 +18,7 @@ use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
 use super::randomizer::{
     bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig, RandomizerConfig,
 };
+use super::results::ResultsConfig;
 pub use super::stream::{Retention, StorageKind};
 
 /// The whole file. Exactly one of `sinks` (multi-sink shape) or `sink` (single-sink shape)
@@ -133,9 +134,9 @@ pub struct RawSink {
     /// Payload encryption (not supported yet).
     #[serde(default)]
     pub encryption: Option<Value>,
-    /// Job-queue result publication (not supported yet).
+    /// Job-queue mode: publish each job's result to a results stream before ACKing it.
     #[serde(default)]
-    pub results: Option<Value>,
+    pub results: Option<ResultsConfig>,
 }
 
 /// The stream and durable pull consumer a sink reads.

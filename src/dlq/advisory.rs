@@ -4,7 +4,9 @@
 //!
 //! jetsink dead-letters a failing message on its last delivery itself; this listener
 //! covers the deliveries it never saw fail (a crash, an AckWait expiry while the process
-//! was stopped), so no message leaves the consumer without a trace.
+//! was stopped), so no message leaves the consumer without a trace. In job-queue mode it
+//! also publishes the job's `dead_lettered` result (after the copy is stored, or at once
+//! without a dead-letter queue), so a client waiting for it gets an answer, not a timeout.
 
 use async_nats::jetstream;
 use futures::StreamExt;
@@ -15,6 +17,7 @@ use tokio::sync::watch;
 use super::{DeadLetters, Reason};
 use crate::config::IdempotencyKey;
 use crate::envelope::{self, Delivery};
+use crate::jobs::ResultPublisher;
 
 /// The fields jetsink reads from an advisory.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -76,6 +79,7 @@ pub async fn listen(
     stream: jetstream::stream::Stream,
     consumer: String,
     dead_letters: Option<DeadLetters>,
+    results: Option<ResultPublisher>,
     counters: Counters,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -115,18 +119,29 @@ pub async fn listen(
             Kind::MaxDeliveries => {
                 counters.max_deliveries.inc();
                 tracing::warn!(stream = %advisory.stream, consumer = %advisory.consumer, stream_sequence = advisory.stream_seq, deliveries = advisory.deliveries, "the server stopped redelivering a message (max_deliver reached)");
-                if let Some(dl) = &dead_letters {
-                    rescue(&stream, dl, &advisory, &counters).await;
+                if dead_letters.is_some() || results.is_some() {
+                    let given_up = GivenUp {
+                        dl: dead_letters.as_ref(),
+                        results: results.as_ref(),
+                    };
+                    rescue(&stream, given_up, &advisory, &counters).await;
                 }
             }
         }
     }
 }
 
-/// Dead-letters the message an advisory names, if the stream still has it.
+/// Where a message the server gave up on goes.
+struct GivenUp<'a> {
+    dl: Option<&'a DeadLetters>,
+    results: Option<&'a ResultPublisher>,
+}
+
+/// Dead-letters the message an advisory names, if the stream still has it, and publishes
+/// its `dead_lettered` result in job-queue mode.
 async fn rescue(
     stream: &jetstream::stream::Stream,
-    dl: &DeadLetters,
+    to: GivenUp<'_>,
     advisory: &Advisory,
     counters: &Counters,
 ) {
@@ -156,21 +171,29 @@ async fn rescue(
         },
         pairs,
         raw.payload.clone(),
-        IdempotencyKey::StreamSequence,
+        to.results
+            .map_or(IdempotencyKey::StreamSequence, |r| r.idempotency_key()),
     );
     let why = format!(
         "the server stopped redelivering after {} deliveries (max_deliver)",
         advisory.deliveries
     );
-    match dl
-        .publish(&e, "max_deliveries", &why, Reason::MaxDeliveries)
-        .await
-    {
-        Ok(()) => counters.dlq_published.inc(),
-        Err(err) => {
-            counters.dlq_failures.inc();
-            tracing::error!(stream_sequence = advisory.stream_seq, error = %err, "could not dead-letter a message the server gave up on");
+    if let Some(dl) = to.dl {
+        match dl
+            .publish(&e, "max_deliveries", &why, Reason::MaxDeliveries)
+            .await
+        {
+            Ok(()) => counters.dlq_published.inc(),
+            Err(err) => {
+                counters.dlq_failures.inc();
+                tracing::error!(stream_sequence = advisory.stream_seq, error = %err, "could not dead-letter a message the server gave up on");
+                return;
+            }
         }
+    }
+    if let Some(results) = to.results {
+        // A failure is counted and logged by the publisher; nothing is left to retry it.
+        results.dead_lettered(&e, &why).await;
     }
 }
 

@@ -18,6 +18,7 @@ use super::acks::Acknowledger;
 use crate::config::SinkSpec;
 use crate::dlq::{DeadLetters, PublishFailed, Reason};
 use crate::envelope::Envelope;
+use crate::jobs::ResultPublisher;
 use crate::metrics::SinkMetrics;
 
 /// Where dead-letter copies go: the sink's [`DeadLetters`], or a fake in the runner's
@@ -133,6 +134,8 @@ pub(super) struct Disposal<A: Acknowledger> {
     metrics: SinkMetrics,
     dead_letters: Option<Arc<dyn DeadLetterOut>>,
     policy: Policy,
+    /// Job-queue mode: a dead-lettered job's result is stored before its ACK.
+    results: Option<ResultPublisher>,
 }
 
 /// The delivery from which a refused message is dead-lettered: the configured attempts,
@@ -161,7 +164,25 @@ impl<A: Acknowledger> Disposal<A> {
             metrics,
             dead_letters,
             policy,
+            results: None,
         }
+    }
+
+    /// Job-queue mode: publish a `dead_lettered` result before acknowledging a
+    /// dead-lettered job.
+    pub(super) fn set_results(&mut self, results: ResultPublisher) {
+        self.results = Some(results);
+    }
+
+    /// Committed jobs whose result the results stream did not store: handed back (NAKed
+    /// with the delay a refused message gets), so they come again, are written again
+    /// idempotently, and their result is published again. Never ACKed without a result.
+    pub(super) async fn result_failed(&self, jobs: &[(&Envelope, &Subject)]) {
+        let items = jobs
+            .iter()
+            .map(|(e, r)| ((*r).clone(), self.policy.redelivery.after(e.delivered)))
+            .collect();
+        self.acks.nak_each(items).await;
     }
 
     fn last_delivery(&self, e: &Envelope) -> bool {
@@ -229,6 +250,17 @@ impl<A: Acknowledger> Disposal<A> {
         match dl.publish(e, class, why, reason).await {
             Ok(()) => {
                 self.metrics.dlq_published(reason).inc();
+                if let Some(results) = &self.results {
+                    if !results.dead_lettered(e, why).await {
+                        // The copy is stored (a second one is dropped by its id); the job
+                        // comes back and its result is published then.
+                        let delay = self.policy.redelivery.after(e.delivered);
+                        self.acks
+                            .send(vec![reply.clone()], AckKind::Nak(Some(delay)))
+                            .await;
+                        return;
+                    }
+                }
                 let kind = if self.policy.term {
                     self.metrics.terminated.inc();
                     AckKind::Term

@@ -201,6 +201,15 @@ impl Runner {
         }
     }
 
+    /// Job-queue mode: each job's result is published, and stored by the results stream,
+    /// before the job is acknowledged (committed or dead-lettered).
+    pub fn with_results(mut self, results: Option<crate::jobs::ResultPublisher>) -> Runner {
+        if let Some(r) = results {
+            self.settler.set_results(r);
+        }
+        self
+    }
+
     /// The sink's name, for the supervisor's log when the loop fails.
     pub fn name(&self) -> &str {
         &self.puller.spec().name

@@ -33,6 +33,7 @@ use crate::config::RetryConfig;
 use crate::dlq::Reason;
 use crate::envelope::Envelope;
 use crate::health::SinkHealth;
+use crate::jobs::{ResultPublisher, Status, INVALID_JOB_ID};
 use crate::metrics::SinkMetrics;
 use crate::sinks::{Sink, SinkError};
 
@@ -145,6 +146,9 @@ pub(super) struct Settler<A: Acknowledger> {
     /// Messages recently refused as unclassified: a part holding one is not held for the
     /// whole bound again when it comes back.
     suspects: Suspects,
+    /// Job-queue mode: each job's result is stored before its ACK. `None` keeps the
+    /// plain path, which does no job work at all.
+    results: Option<ResultPublisher>,
 }
 
 /// What a [`Settler`] is built from besides its destination and acknowledger.
@@ -177,7 +181,15 @@ impl<A: Acknowledger> Settler<A> {
             rng: StdRng::from_os_rng(),
             healthy: true,
             suspects: Suspects::new(SUSPECTS),
+            results: None,
         }
+    }
+
+    /// Job-queue mode: publish every job's result, and wait for it to be stored, before
+    /// the job is acknowledged.
+    pub(super) fn set_results(&mut self, results: ResultPublisher) {
+        self.disposal.set_results(results.clone());
+        self.results = Some(results);
     }
 
     /// Whether the last write committed (a failing destination gets no pull ahead).
@@ -193,6 +205,14 @@ impl<A: Acknowledger> Settler<A> {
     /// Gives every message of the batch its outcome.
     pub(super) async fn settle(&mut self, batch: Batch, ahead: &mut Ahead, stop: &mut Stop) {
         let Batch { envelopes, replies } = batch;
+        // Job-queue mode: a job without a usable id is refused before it is written.
+        let (envelopes, replies, ids) = match self.results.clone() {
+            None => (envelopes, replies, Vec::new()),
+            Some(r) => self.sort_jobs(&r, envelopes, replies).await,
+        };
+        if envelopes.is_empty() {
+            return;
+        }
         // Shared with the keep-alive's task for as long as a part is written.
         let replies = Arc::new(replies);
         // Ranges still to write, in order; pushed in reverse so they pop in order.
@@ -205,7 +225,8 @@ impl<A: Acknowledger> Settler<A> {
                 .await;
             match written {
                 Written::Committed => {
-                    self.committed(&envelopes[range.clone()], &replies[range])
+                    let ids = ids.get(range.clone()).unwrap_or_default();
+                    self.committed(&envelopes[range.clone()], &replies[range], ids)
                         .await
                 }
                 Written::Abandoned => {
@@ -257,15 +278,68 @@ impl<A: Acknowledger> Settler<A> {
         }
     }
 
-    /// Records commit latency and hands the ACKs to a background task.
-    async fn committed(&mut self, envelopes: &[Envelope], replies: &[Subject]) {
+    /// Records commit latency and hands the ACKs to a background task; in job-queue mode
+    /// only once the results stream stored each job's result (`ids` are the job ids).
+    async fn committed(&mut self, envelopes: &[Envelope], replies: &[Subject], ids: &[String]) {
         let now = OffsetDateTime::now_utc();
         for e in envelopes {
             self.metrics
                 .commit_lag
                 .observe((now - e.published_at).as_seconds_f64().max(0.0));
         }
-        self.acks.committed(replies.to_vec()).await;
+        let Some(results) = &self.results else {
+            return self.acks.committed(replies.to_vec()).await;
+        };
+        let jobs: Vec<(&Envelope, &str)> = envelopes
+            .iter()
+            .zip(ids)
+            .map(|(e, id)| (e, id.as_str()))
+            .collect();
+        let stored = results.publish_all(&jobs, Status::Committed, None).await;
+        if stored.iter().all(|s| *s) {
+            return self.acks.committed(replies.to_vec()).await;
+        }
+        let mut ack = Vec::with_capacity(replies.len());
+        let mut back = Vec::new();
+        for ((e, r), ok) in envelopes.iter().zip(replies).zip(stored) {
+            if ok {
+                ack.push(r.clone());
+            } else {
+                back.push((e, r));
+            }
+        }
+        self.disposal.result_failed(&back).await;
+        self.acks.committed(ack).await;
+    }
+
+    /// Splits a batch into jobs with a usable id (kept, with their ids) and jobs without,
+    /// which are refused with error class `invalid_job_id`.
+    async fn sort_jobs(
+        &mut self,
+        results: &ResultPublisher,
+        envelopes: Vec<Envelope>,
+        replies: Vec<Subject>,
+    ) -> (Vec<Envelope>, Vec<Subject>, Vec<String>) {
+        let mut kept = (
+            Vec::with_capacity(envelopes.len()),
+            Vec::with_capacity(replies.len()),
+            Vec::with_capacity(envelopes.len()),
+        );
+        for (e, r) in envelopes.into_iter().zip(replies) {
+            match results.job_id(&e) {
+                Ok(id) => {
+                    kept.0.push(e);
+                    kept.1.push(r);
+                    kept.2.push(id);
+                }
+                Err(why) => {
+                    self.disposal
+                        .refused_as(&e, &r, Reason::Metadata, INVALID_JOB_ID, &why.to_string())
+                        .await
+                }
+            }
+        }
+        kept
     }
 
     /// Writes `range` until it commits, is refused, or shutdown abandons it. Kept alive

@@ -412,6 +412,7 @@ async fn pipeline_pass(
                 synchronous: SqliteSynchronous::Off,
                 busy_timeout_ms: 0,
             })),
+        results: None,
     };
     let bound = bind(js, &spec.name, &spec.source, &Needs::of(&spec))
         .await

@@ -11,6 +11,7 @@ mod destination;
 mod lanes;
 mod metadata;
 mod paths;
+mod results;
 mod source;
 
 pub(crate) use paths::SinkPaths;
@@ -58,7 +59,8 @@ pub(crate) fn check_sink(
         &p,
         issues,
     );
-    dead_letter::check_planned(raw.encryption.as_ref(), raw.results.as_ref(), &p, issues);
+    dead_letter::check_planned(raw.encryption.as_ref(), &p, issues);
+    results::check(raw.results.as_ref(), &consumer_filters(&raw), &p, issues);
     lanes::check(&raw.delivery, &raw.source, &p, issues);
     metadata::check(
         raw.message_metadata.as_ref(),
@@ -77,5 +79,6 @@ pub(crate) fn check_sink(
         metadata: raw.message_metadata,
         dead_letter: raw.dead_letter,
         destination,
+        results: raw.results,
     })
 }
