@@ -7,13 +7,14 @@ use serde_json::{json, Value};
 
 use super::Config;
 
-const EXAMPLES: [&str; 12] = [
+const EXAMPLES: [&str; 13] = [
     include_str!("../../config/buckets.json"),
     include_str!("../../config/dead-letter.json"),
     include_str!("../../config/file.json"),
     include_str!("../../config/job-queue.json"),
     include_str!("../../config/multi-sink.json"),
     include_str!("../../config/mysql.json"),
+    include_str!("../../config/nats-republish.json"),
     include_str!("../../config/postgres.json"),
     include_str!("../../config/priority-lanes.json"),
     include_str!("../../config/quickstart.json"),
