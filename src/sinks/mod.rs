@@ -22,11 +22,13 @@ registry::destinations! {
     Postgres = "postgres" in postgres: PostgresConfig => PostgresSink;
     /// A MySQL or MariaDB table, one transaction per batch.
     Mysql = "mysql" in mysql: MysqlConfig => MysqlSink;
+    /// An HTTP endpoint, one request per batch or per message, committed on 2xx.
+    Http = "http" in http: HttpConfig => HttpSink;
 }
 
 /// Destination types a later release adds; naming one is "not supported yet", not
 /// "unknown". Adding one of them moves its name from here to a line of the list above.
-pub const PLANNED: &[&str] = &["http", "s3", "nats"];
+pub const PLANNED: &[&str] = &["s3", "nats"];
 
 use async_trait::async_trait;
 
