@@ -81,7 +81,7 @@ impl axum::serve::Listener for Flaky {
                 continue;
             };
             self.accepted += 1;
-            if self.receiver.faulty() && self.accepted % 3 == 0 {
+            if self.receiver.faulty() && self.accepted.is_multiple_of(3) {
                 self.receiver.count("dropped connection");
                 drop(stream);
                 continue;
