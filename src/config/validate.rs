@@ -524,7 +524,7 @@ mod tests {
 
     #[test]
     fn unsupported_and_unknown_destination_types_differ() {
-        let pg = errors(&MINIMAL.replace(r#""type": "sqlite""#, r#""type": "http""#));
+        let pg = errors(&MINIMAL.replace(r#""type": "sqlite""#, r#""type": "s3""#));
         assert!(pg[0].contains("not supported yet"), "{pg:?}");
         let bogus = errors(&MINIMAL.replace(r#""type": "sqlite""#, r#""type": "tape""#));
         assert!(

@@ -24,11 +24,13 @@ registry::destinations! {
     Mysql = "mysql" in mysql: MysqlConfig => MysqlSink;
     /// A JetStream stream fed one copy of each message, on the same or other servers.
     Nats = "nats" in nats: NatsRepublishConfig => NatsRepublishSink;
+    /// An HTTP endpoint, one request per batch or per message, committed on 2xx.
+    Http = "http" in http: HttpConfig => HttpSink;
 }
 
 /// Destination types a later release adds; naming one is "not supported yet", not
 /// "unknown". Adding one of them moves its name from here to a line of the list above.
-pub const PLANNED: &[&str] = &["http", "s3"];
+pub const PLANNED: &[&str] = &["s3"];
 
 use async_trait::async_trait;
 
