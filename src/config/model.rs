@@ -2,11 +2,10 @@
 //! file used. Policies (metadata, lanes, randomizer) are built from it without checking
 //! again.
 
-use std::path::PathBuf;
-
 use super::dead_letter;
 use super::destination::DestinationConfig;
 use super::metadata;
+use super::nats_security::{NatsAuth, NatsTls};
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, SourceConfig};
 
@@ -25,14 +24,10 @@ pub struct NatsConfig {
     pub max_reconnects: Option<usize>,
     /// Timeout for JetStream API requests (stream/consumer info, publish acks).
     pub request_timeout_ms: u64,
-    /// User name for user/password authentication.
-    pub user: Option<String>,
-    /// Environment variable holding the password.
-    pub password_env: Option<String>,
-    /// Environment variable holding a bearer token.
-    pub token_env: Option<String>,
-    /// Path of a `.creds` file (JWT + NKey seed).
-    pub creds_file: Option<PathBuf>,
+    /// The one authentication method, and where its secret lives.
+    pub auth: NatsAuth,
+    /// TLS settings; `None` leaves TLS to the URL scheme and the server's demand.
+    pub tls: Option<NatsTls>,
 }
 
 /// One configured sink after validation: a source binding, delivery settings and a destination.
@@ -69,9 +64,15 @@ impl Config {
     /// A short, secret-free description of what the config will do, for `validate`.
     pub fn summary(&self, rates: &[f64]) -> String {
         let mut out = format!(
-            "nats: {} (client name {})\nhttp: {}\nsinks: {}\n",
+            "nats: {} (client name {})\n  auth: {}\n  tls:  {}\nhttp: {}\nsinks: {}\n",
             self.nats.servers.join(", "),
             self.nats.name,
+            self.nats.auth.describe(),
+            self.nats
+                .tls
+                .as_ref()
+                .map(NatsTls::describe)
+                .unwrap_or_else(|| "by URL scheme (tls://) or when the server asks".into()),
             if self.http.enabled {
                 self.http.listen.as_str()
             } else {

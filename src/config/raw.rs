@@ -15,6 +15,7 @@ use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
 pub use super::idempotency::IdempotencyKey;
 use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
+use super::nats_security::TlsConfig;
 use super::randomizer::{
     bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig, RandomizerConfig,
 };
@@ -80,15 +81,31 @@ pub struct RawNats {
     /// User name for password authentication.
     #[serde(default)]
     pub user: Option<String>,
-    /// Name of the environment variable holding the password.
+    /// Name of the environment variable holding the password (with `user`).
     #[serde(default)]
     pub password_env: Option<String>,
+    /// Path of a file holding the password (with `user`); a trailing line break is not
+    /// part of it.
+    #[serde(default)]
+    pub password_file: Option<String>,
     /// Name of the environment variable holding an authentication token.
     #[serde(default)]
     pub token_env: Option<String>,
-    /// Path of a NATS `.creds` file.
+    /// Path of a file holding an authentication token; a trailing line break is not part
+    /// of it.
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// Path of a file holding an NKEY user seed (`SU...`); the server's config lists the
+    /// matching public key (`U...`).
+    #[serde(default)]
+    pub nkey_seed_file: Option<String>,
+    /// Path of a NATS `.creds` file (JWT and NKEY seed).
     #[serde(default)]
     pub creds_file: Option<String>,
+    /// TLS: the certificate authorities to trust, a client certificate for mutual TLS,
+    /// whether TLS is required and whether the handshake comes first.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     /// Single-sink shape: the stream to read.
     #[serde(default)]
     pub stream: Option<String>,
