@@ -130,19 +130,25 @@ pub fn reconnect_delay<R: Rng + ?Sized>(attempts: usize, max: Duration, rng: &mu
     Duration::from_millis(rng.random_range(ms / 2..=ms))
 }
 
-/// What a failed first connect usually means, by the client's error kind: the reason the
-/// client gives ("TLS error: invalid peer certificate: UnknownIssuer") names the symptom,
-/// this names the setting to look at.
-pub fn hint(kind: ConnectErrorKind) -> &'static str {
+/// What a failed first connect usually means, from the client's error kind and reason:
+/// the reason ("invalid peer certificate: UnknownIssuer") names the symptom, this names
+/// the setting to look at. The client reports TLS failures inside the handshake as I/O
+/// errors, so the reason's words decide between the two.
+pub fn hint(kind: ConnectErrorKind, reason: &str) -> &'static str {
+    let reason = reason.to_ascii_lowercase();
+    let tls_words = ["certificate", "tls", "alert", "handshake"];
     match kind {
-        ConnectErrorKind::Tls => " (TLS failed: check nats.tls.ca_file signs the server's certificate for the host in the URL, and nats.tls.cert_file/key_file when the server verifies clients)",
+        ConnectErrorKind::Tls => TLS_HINT,
+        ConnectErrorKind::Io if tls_words.iter().any(|w| reason.contains(w)) => TLS_HINT,
         ConnectErrorKind::AuthorizationViolation => " (the server refused the credentials: check the user and password, token, NKEY seed or creds file the config names)",
-        ConnectErrorKind::Authentication => " (the credentials could not be used to answer the server's challenge: check nats.nkey_seed_file or nats.creds_file)",
-        ConnectErrorKind::TimedOut => " (no answer within nats.connect_timeout_ms: the server may be down, filtered, or expect TLS first (nats.tls.handshake_first))",
-        ConnectErrorKind::Io => " (the connection broke: a server that requires a client certificate closes connections without one; check nats.tls)",
+        ConnectErrorKind::Authentication => " (the credentials could not answer the server's challenge: check nats.nkey_seed_file or nats.creds_file)",
+        ConnectErrorKind::TimedOut => " (no answer within nats.connect_timeout_ms: the server may be down or filtered, or expect the TLS handshake first (nats.tls.handshake_first))",
+        ConnectErrorKind::Io => " (the connection broke: a server that verifies clients closes connections without a client certificate (nats.tls.cert_file, key_file))",
         _ => "",
     }
 }
+
+const TLS_HINT: &str = " (TLS failed: check that nats.tls.ca_file signs the server's certificate for the host in the URL, and nats.tls.cert_file/key_file when the server verifies clients)";
 
 /// Connects with the configured identity, timeouts and reconnect policy; `label` names
 /// the connection in metrics, logs and the server's connection list.
@@ -223,7 +229,7 @@ pub async fn connect(
             .map_err(|source| ConnectError::Unreachable {
                 servers: cfg.servers.join(","),
                 identity: identity.clone(),
-                hint: hint(source.kind()),
+                hint: hint(source.kind(), &source.to_string()),
                 source,
             })?;
     tracing::info!(connection = %label, auth = %identity, "NATS connection opened");
@@ -262,6 +268,22 @@ mod tests {
         let delays: std::collections::BTreeSet<Duration> =
             (0..20).map(|_| reconnect_delay(6, max, &mut rng)).collect();
         assert!(delays.len() > 10, "{delays:?}");
+    }
+
+    #[test]
+    fn a_certificate_failure_reported_as_io_points_at_the_tls_settings() {
+        let h = hint(
+            ConnectErrorKind::Io,
+            "IO error: invalid peer certificate: UnknownIssuer",
+        );
+        assert!(h.contains("nats.tls.ca_file"), "{h}");
+        assert!(hint(ConnectErrorKind::Tls, "").contains("nats.tls.ca_file"));
+        let h = hint(
+            ConnectErrorKind::AuthorizationViolation,
+            "authorization violation",
+        );
+        assert!(h.contains("refused the credentials"), "{h}");
+        assert!(hint(ConnectErrorKind::Io, "connection reset").contains("client certificate"));
     }
 
     #[test]
