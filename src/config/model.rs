@@ -81,12 +81,11 @@ impl Config {
             self.sinks.len()
         );
         for s in &self.sinks {
-            let filter = s
-                .source
-                .subjects
-                .first()
-                .map(String::as_str)
-                .unwrap_or("(every subject)");
+            let filter = if s.source.subjects.is_empty() {
+                "(every subject)".to_string()
+            } else {
+                s.source.subjects.join(", ")
+            };
             let create = match &s.source.create_stream {
                 Some(c) => format!(" (created if missing: {:?}, {:?})", c.retention, c.storage)
                     .to_lowercase(),
@@ -159,6 +158,23 @@ impl Config {
 }
 
 impl SinkSpec {
+    /// A fingerprint of the sink's section (source, delivery, metadata, dead letter,
+    /// destination): the first 16 hex digits of the SHA-256 of its canonical JSON (keys
+    /// sorted). It goes into the consumer's metadata, so an operator looking at a consumer
+    /// can tell which config, and whether the same one, its jetsink runs.
+    pub fn config_hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let section = serde_json::json!({
+            "source": self.source,
+            "delivery": self.delivery,
+            "message_metadata": self.metadata,
+            "dead_letter": self.dead_letter,
+            "destination": self.destination,
+        });
+        let digest = Sha256::digest(section.to_string().as_bytes());
+        digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+
     /// The connection this sink uses: its `connection_group`, or its own name. Sinks with
     /// the same label share one NATS connection; the label is the `connection` label of
     /// the connection metrics.

@@ -161,10 +161,12 @@ pub struct RawSink {
 pub struct SourceConfig {
     /// Stream name. It must exist unless `create_stream` is given.
     pub stream: String,
-    /// Filter subject of the consumer (a string or a one-element list). Empty: every
-    /// subject of the stream.
+    /// Filter subjects of the consumer: one subject (a string) or a list. Several make one
+    /// consumer filtering all of them (`filter_subjects`), which needs nats-server 2.10+;
+    /// on 2.9 start-up refuses them (exit 78) because that server would deliver every
+    /// subject. Empty: every subject of the stream.
     #[serde(default, deserialize_with = "one_or_many")]
-    #[schemars(with = "Vec<String>")]
+    #[schemars(with = "OneOrMany")]
     pub subjects: Vec<String>,
     /// Durable consumer name; created when missing, checked for unsafe drift when present.
     pub consumer: String,
@@ -433,13 +435,17 @@ pub enum LogFormat {
     Json,
 }
 
+/// A subject, or a list of subjects.
+#[derive(Deserialize, JsonSchema)]
+#[serde(untagged, expecting = "a subject string or a list of subject strings")]
+enum OneOrMany {
+    /// One subject.
+    One(String),
+    /// Several subjects.
+    Many(Vec<String>),
+}
+
 fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged, expecting = "a subject string or a list of subject strings")]
-    enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
-    }
     Ok(match OneOrMany::deserialize(d)? {
         OneOrMany::One(s) => vec![s],
         OneOrMany::Many(v) => v,

@@ -363,6 +363,47 @@ mod tests {
     }
 
     #[test]
+    fn several_subjects_are_accepted_unless_they_overlap() {
+        let two = MINIMAL.replace(r#""orders.>""#, r#"["orders.>", "refunds.>"]"#);
+        let cfg = Config::from_json_str(&two).unwrap();
+        assert_eq!(cfg.sinks[0].source.subjects, vec!["orders.>", "refunds.>"]);
+        assert!(cfg.summary(&[]).contains("filter orders.>, refunds.>"));
+        let overlapping = MINIMAL.replace(r#""orders.>""#, r#"["orders.>", "orders.eu.*"]"#);
+        let errs = errors(&overlapping);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("sinks.orders.source.subjects[1]: ")
+                && errs[0].contains("overlaps sinks.orders.source.subjects[0]"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn the_summary_names_where_secrets_live_never_what_they_are() {
+        let text = MINIMAL.replace(
+            r#""servers": ["nats://127.0.0.1:4222"]"#,
+            r#""servers": ["tls://127.0.0.1:4222"], "token_file": "/run/secrets/nats-token", "tls": {"ca_file": "/etc/ca.pem"}"#,
+        );
+        let summary = Config::from_json_str(&text).unwrap().summary(&[]);
+        assert!(
+            summary.contains("auth: token from file /run/secrets/nats-token"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("tls:  CA /etc/ca.pem, required"),
+            "{summary}"
+        );
+        let errs = errors(&MINIMAL.replace(
+            r#""servers": ["nats://127.0.0.1:4222"]"#,
+            r#""servers": ["nats://127.0.0.1:4222"], "user": "alice""#,
+        ));
+        assert!(
+            errs[0].starts_with("nats.user: needs a password source"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
     fn credentials_in_a_server_url_are_refused_without_printing_them() {
         let text = MINIMAL.replace(
             r#"["nats://127.0.0.1:4222"]"#,

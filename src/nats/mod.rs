@@ -11,6 +11,7 @@ pub mod fetch;
 pub mod header_block;
 pub mod raw_read;
 pub mod reply;
+pub mod server_version;
 
 pub use binding::{bind, BindError, Bound, Needs};
 pub use connect::{connect, ConnectError, Connection, Drops, Links};
