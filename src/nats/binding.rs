@@ -478,11 +478,12 @@ pub fn check_drift(
                 set.iter().copied().collect::<Vec<_>>().join(", ")
             }
         };
-        return Err(drift(
-            "filter subjects",
-            show(&existing_filters),
-            show(&wanted_filters),
-        ));
+        let field = if existing_filters.len() > 1 || wanted_filters.len() > 1 {
+            "filter_subjects"
+        } else {
+            "filter_subject"
+        };
+        return Err(drift(field, show(&existing_filters), show(&wanted_filters)));
     }
     Ok(())
 }
@@ -609,7 +610,7 @@ mod tests {
         let err =
             check_drift("x", &source("a.>"), &existing("b.>", AckPolicy::Explicit)).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("filter subjects = b.>"), "{text}");
+        assert!(text.contains("filter_subject = b.>"), "{text}");
         assert!(text.contains("wants a.>"), "{text}");
     }
 
@@ -625,7 +626,7 @@ mod tests {
         c.filter_subjects = vec!["a.>".into()];
         let t = check_drift("x", &two, &c).unwrap_err().to_string();
         assert!(
-            t.contains("filter subjects = a.>,") && t.contains("wants a.>, b.>"),
+            t.contains("filter_subjects = a.>, but the config") && t.contains("wants a.>, b.>"),
             "{t}"
         );
         let one = existing("a.>", AckPolicy::Explicit);
