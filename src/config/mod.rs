@@ -17,6 +17,7 @@ mod model;
 #[cfg(test)]
 mod mutation_tests;
 pub mod names;
+pub mod nats_security;
 pub mod randomizer;
 pub mod raw;
 pub mod results;
@@ -33,6 +34,7 @@ pub use destination::DestinationConfig;
 pub(crate) use issue::deserialize_at;
 pub use issue::Issue;
 pub use model::{Config, NatsConfig, SinkSpec};
+pub use nats_security::{NatsAuth, NatsTls, SecretSource};
 pub use raw::{
     CreateStreamConfig, DeliverPolicy, DeliveryConfig, HttpConfig, IdempotencyKey, Jitter,
     LogFormat, LoggingConfig, RawConfig, Retention, RetryConfig, SourceConfig, StorageKind,

@@ -2,11 +2,10 @@
 //! file used. Policies (metadata, lanes, randomizer) are built from it without checking
 //! again.
 
-use std::path::PathBuf;
-
 use super::dead_letter;
 use super::destination::DestinationConfig;
 use super::metadata;
+use super::nats_security::{NatsAuth, NatsTls};
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, SourceConfig};
 use super::results::ResultsConfig;
@@ -26,14 +25,10 @@ pub struct NatsConfig {
     pub max_reconnects: Option<usize>,
     /// Timeout for JetStream API requests (stream/consumer info, publish acks).
     pub request_timeout_ms: u64,
-    /// User name for user/password authentication.
-    pub user: Option<String>,
-    /// Environment variable holding the password.
-    pub password_env: Option<String>,
-    /// Environment variable holding a bearer token.
-    pub token_env: Option<String>,
-    /// Path of a `.creds` file (JWT + NKey seed).
-    pub creds_file: Option<PathBuf>,
+    /// The one authentication method, and where its secret lives.
+    pub auth: NatsAuth,
+    /// TLS settings; `None` leaves TLS to the URL scheme and the server's demand.
+    pub tls: Option<NatsTls>,
 }
 
 /// One configured sink after validation: a source binding, delivery settings and a destination.
@@ -72,9 +67,15 @@ impl Config {
     /// A short, secret-free description of what the config will do, for `validate`.
     pub fn summary(&self, rates: &[f64]) -> String {
         let mut out = format!(
-            "nats: {} (client name {})\nhttp: {}\nsinks: {}\n",
+            "nats: {} (client name {})\n  auth: {}\n  tls:  {}\nhttp: {}\nsinks: {}\n",
             self.nats.servers.join(", "),
             self.nats.name,
+            self.nats.auth.describe(),
+            self.nats
+                .tls
+                .as_ref()
+                .map(NatsTls::describe)
+                .unwrap_or_else(|| "by URL scheme (tls://) or when the server asks".into()),
             if self.http.enabled {
                 self.http.listen.as_str()
             } else {
@@ -83,12 +84,11 @@ impl Config {
             self.sinks.len()
         );
         for s in &self.sinks {
-            let filter = s
-                .source
-                .subjects
-                .first()
-                .map(String::as_str)
-                .unwrap_or("(every subject)");
+            let filter = if s.source.subjects.is_empty() {
+                "(every subject)".to_string()
+            } else {
+                s.source.subjects.join(", ")
+            };
             let create = match &s.source.create_stream {
                 Some(c) => format!(" (created if missing: {:?}, {:?})", c.retention, c.storage)
                     .to_lowercase(),
@@ -171,6 +171,23 @@ impl Config {
 }
 
 impl SinkSpec {
+    /// A fingerprint of the sink's section (source, delivery, metadata, dead letter,
+    /// destination): the first 16 hex digits of the SHA-256 of its canonical JSON (keys
+    /// sorted). It goes into the consumer's metadata, so an operator looking at a consumer
+    /// can tell which config, and whether the same one, its jetsink runs.
+    pub fn config_hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let section = serde_json::json!({
+            "source": self.source,
+            "delivery": self.delivery,
+            "message_metadata": self.metadata,
+            "dead_letter": self.dead_letter,
+            "destination": self.destination,
+        });
+        let digest = Sha256::digest(section.to_string().as_bytes());
+        digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+
     /// The connection this sink uses: its `connection_group`, or its own name. Sinks with
     /// the same label share one NATS connection; the label is the `connection` label of
     /// the connection metrics.

@@ -15,6 +15,7 @@ use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
 pub use super::idempotency::IdempotencyKey;
 use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
+use super::nats_security::TlsConfig;
 use super::randomizer::{
     bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig, RandomizerConfig,
 };
@@ -81,15 +82,31 @@ pub struct RawNats {
     /// User name for password authentication.
     #[serde(default)]
     pub user: Option<String>,
-    /// Name of the environment variable holding the password.
+    /// Name of the environment variable holding the password (with `user`).
     #[serde(default)]
     pub password_env: Option<String>,
+    /// Path of a file holding the password (with `user`); a trailing line break is not
+    /// part of it.
+    #[serde(default)]
+    pub password_file: Option<String>,
     /// Name of the environment variable holding an authentication token.
     #[serde(default)]
     pub token_env: Option<String>,
-    /// Path of a NATS `.creds` file.
+    /// Path of a file holding an authentication token; a trailing line break is not part
+    /// of it.
+    #[serde(default)]
+    pub token_file: Option<String>,
+    /// Path of a file holding an NKEY user seed (`SU...`); the server's config lists the
+    /// matching public key (`U...`).
+    #[serde(default)]
+    pub nkey_seed_file: Option<String>,
+    /// Path of a NATS `.creds` file (JWT and NKEY seed).
     #[serde(default)]
     pub creds_file: Option<String>,
+    /// TLS: the certificate authorities to trust, a client certificate for mutual TLS,
+    /// whether TLS is required and whether the handshake comes first.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     /// Single-sink shape: the stream to read.
     #[serde(default)]
     pub stream: Option<String>,
@@ -145,10 +162,12 @@ pub struct RawSink {
 pub struct SourceConfig {
     /// Stream name. It must exist unless `create_stream` is given.
     pub stream: String,
-    /// Filter subject of the consumer (a string or a one-element list). Empty: every
-    /// subject of the stream.
+    /// Filter subjects of the consumer: one subject (a string) or a list. Several make one
+    /// consumer filtering all of them (`filter_subjects`), which needs nats-server 2.10+;
+    /// on 2.9 start-up refuses them (exit 78) because that server would deliver every
+    /// subject. Empty: every subject of the stream.
     #[serde(default, deserialize_with = "one_or_many")]
-    #[schemars(with = "Vec<String>")]
+    #[schemars(with = "OneOrMany")]
     pub subjects: Vec<String>,
     /// Durable consumer name; created when missing, checked for unsafe drift when present.
     pub consumer: String,
@@ -417,13 +436,17 @@ pub enum LogFormat {
     Json,
 }
 
+/// A subject, or a list of subjects.
+#[derive(Deserialize, JsonSchema)]
+#[serde(untagged, expecting = "a subject string or a list of subject strings")]
+enum OneOrMany {
+    /// One subject.
+    One(String),
+    /// Several subjects.
+    Many(Vec<String>),
+}
+
 fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged, expecting = "a subject string or a list of subject strings")]
-    enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
-    }
     Ok(match OneOrMany::deserialize(d)? {
         OneOrMany::One(s) => vec![s],
         OneOrMany::Many(v) => v,

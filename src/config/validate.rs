@@ -12,6 +12,7 @@ use super::dead_letter::DeadLetterConfig;
 use super::issue::{Issue, Issues};
 use super::metadata::MessageMetadataConfig;
 use super::model::{Config, NatsConfig, SinkSpec};
+use super::nats_security::{self, AuthKeys};
 use super::raw::SourceConfig;
 use super::raw::{
     default_ack_wait_ms, default_max_ack_pending, minus_one, DeliveryConfig, RawConfig, RawNats,
@@ -156,7 +157,7 @@ fn check_nats(nats: &RawNats, issues: &mut Issues) -> NatsConfig {
             issues.push(
                 path,
                 format!(
-                    "credentials in a server URL are printed wherever the URL is ({}); put the user in `nats.user` and the secret in an environment variable named by `nats.password_env` or `nats.token_env`, or use `nats.creds_file`",
+                    "credentials in a server URL are printed wherever the URL is ({}); put the user in `nats.user` and the secret in `nats.password_env`/`password_file` or `nats.token_env`/`token_file`, or use `nats.nkey_seed_file` or `nats.creds_file`",
                     server_url::redacted(s)
                 ),
             );
@@ -188,23 +189,19 @@ fn check_nats(nats: &RawNats, issues: &mut Issues) -> NatsConfig {
         100,
         600_000,
     );
-    if nats.password_env.is_some() && nats.user.is_none() {
-        issues.push("nats.password_env", "needs `nats.user`");
-    }
-    let auth_kinds = [
-        nats.password_env.is_some(),
-        nats.token_env.is_some(),
-        nats.creds_file.is_some(),
-    ]
-    .iter()
-    .filter(|b| **b)
-    .count();
-    if auth_kinds > 1 {
-        issues.push(
-            "nats",
-            "choose one authentication method: password_env, token_env or creds_file",
-        );
-    }
+    let auth = nats_security::check_auth(
+        AuthKeys {
+            user: nats.user.as_deref(),
+            password_env: nats.password_env.as_deref(),
+            password_file: nats.password_file.as_deref(),
+            token_env: nats.token_env.as_deref(),
+            token_file: nats.token_file.as_deref(),
+            nkey_seed_file: nats.nkey_seed_file.as_deref(),
+            creds_file: nats.creds_file.as_deref(),
+        },
+        issues,
+    );
+    let tls = nats_security::check_tls(nats.tls.as_ref(), issues);
     NatsConfig {
         servers,
         name: nats.name.clone(),
@@ -212,10 +209,8 @@ fn check_nats(nats: &RawNats, issues: &mut Issues) -> NatsConfig {
         reconnect_delay_max_ms: nats.reconnect_delay_max_ms,
         max_reconnects: nats.max_reconnects,
         request_timeout_ms: nats.request_timeout_ms,
-        user: nats.user.clone(),
-        password_env: nats.password_env.clone(),
-        token_env: nats.token_env.clone(),
-        creds_file: nats.creds_file.clone().map(Into::into),
+        auth,
+        tls,
     }
 }
 
@@ -365,6 +360,47 @@ mod tests {
         assert_eq!(s.delivery.batch_size, 500);
         assert_eq!(s.source.subjects, vec!["orders.>"]);
         assert_eq!(cfg.http.listen, "127.0.0.1:9464");
+    }
+
+    #[test]
+    fn several_subjects_are_accepted_unless_they_overlap() {
+        let two = MINIMAL.replace(r#""orders.>""#, r#"["orders.>", "refunds.>"]"#);
+        let cfg = Config::from_json_str(&two).unwrap();
+        assert_eq!(cfg.sinks[0].source.subjects, vec!["orders.>", "refunds.>"]);
+        assert!(cfg.summary(&[]).contains("filter orders.>, refunds.>"));
+        let overlapping = MINIMAL.replace(r#""orders.>""#, r#"["orders.>", "orders.eu.*"]"#);
+        let errs = errors(&overlapping);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("sinks.orders.source.subjects[1]: ")
+                && errs[0].contains("overlaps sinks.orders.source.subjects[0]"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn the_summary_names_where_secrets_live_never_what_they_are() {
+        let text = MINIMAL.replace(
+            r#""servers": ["nats://127.0.0.1:4222"]"#,
+            r#""servers": ["tls://127.0.0.1:4222"], "token_file": "/run/secrets/nats-token", "tls": {"ca_file": "/etc/ca.pem"}"#,
+        );
+        let summary = Config::from_json_str(&text).unwrap().summary(&[]);
+        assert!(
+            summary.contains("auth: token from file /run/secrets/nats-token"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("tls:  CA /etc/ca.pem, required"),
+            "{summary}"
+        );
+        let errs = errors(&MINIMAL.replace(
+            r#""servers": ["nats://127.0.0.1:4222"]"#,
+            r#""servers": ["nats://127.0.0.1:4222"], "user": "alice""#,
+        ));
+        assert!(
+            errs[0].starts_with("nats.user: needs a password source"),
+            "{errs:?}"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! refusals of a stream or consumer config (overlapping subjects, a filter outside the
 //! stream, an invalid setting) are configuration errors too: restarting cannot fix them.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, pull, AckPolicy, PullConsumer};
@@ -25,6 +26,7 @@ use async_nats::jetstream::stream::{
 };
 use async_nats::jetstream::{self, ErrorCode};
 
+use super::server_version::ServerVersion;
 use crate::config::subject_match::overlap;
 use crate::config::{DeliverPolicy, Retention, SinkSpec, SourceConfig, StorageKind};
 
@@ -66,6 +68,15 @@ pub enum BindError {
         /// The server's description and error code.
         message: String,
     },
+    /// The config asks for something this server version cannot do, and the server would
+    /// silently do something else instead (exit 78).
+    #[error("sink {sink}: {detail}")]
+    ServerTooOld {
+        /// Sink name.
+        sink: String,
+        /// What is asked, the server's version, and what would fix it.
+        detail: String,
+    },
     /// A JetStream API call failed (exit 69 at start-up).
     #[error("sink {sink}: {action} failed: {message}")]
     Api {
@@ -84,7 +95,10 @@ impl BindError {
     pub fn is_config(&self) -> bool {
         matches!(
             self,
-            BindError::Drift { .. } | BindError::DeadLetterLoop { .. } | BindError::Refused { .. }
+            BindError::Drift { .. }
+                | BindError::DeadLetterLoop { .. }
+                | BindError::Refused { .. }
+                | BindError::ServerTooOld { .. }
         )
     }
 }
@@ -100,6 +114,9 @@ pub struct Needs {
     pub expires: Duration,
     /// The filter of the sink's dead-letter copies, when it dead-letters.
     pub dead_letter: Option<String>,
+    /// What the consumer's `metadata` says about its owner (jetsink version, sink name,
+    /// config hash), set on servers that keep consumer metadata (2.10+).
+    pub owner: BTreeMap<String, String>,
 }
 
 impl Needs {
@@ -114,6 +131,11 @@ impl Needs {
                 .as_ref()
                 .filter(|d| d.enabled)
                 .map(|d| d.capture(&spec.name)),
+            owner: BTreeMap::from([
+                ("jetsink.version".into(), env!("CARGO_PKG_VERSION").into()),
+                ("jetsink.sink".into(), spec.name.clone()),
+                ("jetsink.config_hash".into(), spec.config_hash()),
+            ]),
         }
     }
 }
@@ -219,6 +241,25 @@ pub async fn bind(
     source: &SourceConfig,
     needs: &Needs,
 ) -> Result<Bound, BindError> {
+    let reported = js.client().server_info().version;
+    let version = ServerVersion::parse(&reported);
+    let modern = version.is_some_and(ServerVersion::has_consumer_filters_and_metadata);
+    if filters(source).len() > 1 && !modern {
+        return Err(BindError::ServerTooOld {
+            sink: sink.to_string(),
+            detail: format!(
+                "source.subjects lists {} subjects ({}), but nats-server {reported} filters a consumer by one subject only and would silently deliver every subject of stream {}; several subjects need nats-server 2.10 or later: upgrade the server, or give one subject (a wildcard such as orders.>)",
+                source.subjects.len(),
+                source.subjects.join(", "),
+                source.stream
+            ),
+        });
+    }
+    let owner = if modern {
+        needs.owner.clone()
+    } else {
+        BTreeMap::new()
+    };
     let stream = match js.get_stream(&source.stream).await {
         Ok(s) => s,
         Err(e) => {
@@ -277,21 +318,33 @@ pub async fn bind(
         &stream.cached_info().config.subjects,
         needs.dead_letter.as_deref(),
     )?;
-    let wanted = wanted_consumer(source);
+    let wanted = wanted_consumer(source, &owner);
     let consumer = match stream.consumer_info(&source.consumer).await {
         Ok(info) => {
             check_drift(sink, source, &info.config)?;
             check_limits(sink, source, &info.config, needs)?;
             let c = &info.config;
+            let owner_differs = owner.iter().any(|(k, v)| c.metadata.get(k) != Some(v));
             let tunables_differ = c.ack_wait != wanted.ack_wait
                 || c.max_deliver != wanted.max_deliver
                 || c.max_ack_pending != wanted.max_ack_pending
-                || c.backoff != wanted.backoff;
+                || c.backoff != wanted.backoff
+                || owner_differs;
             if tunables_differ {
                 tracing::info!(sink, consumer = %source.consumer, "updating consumer settings to the configured ones");
-                // Keep the settings that only matter at creation as the server has them.
+                // Keep the settings that only matter at creation as the server has them,
+                // and the metadata others wrote (the server manages its own `_nats.` keys).
                 let mut update = wanted.clone();
                 update.deliver_policy = c.deliver_policy;
+                if modern {
+                    update.metadata = c
+                        .metadata
+                        .iter()
+                        .filter(|(k, _)| !k.starts_with("_nats."))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .chain(wanted.metadata.clone())
+                        .collect();
+                }
                 stream.update_consumer(update).await.map_err(|e| {
                     let server = update_error(&e);
                     failed(
@@ -338,11 +391,30 @@ pub async fn bind(
     Ok(Bound { stream, consumer })
 }
 
-/// The consumer configuration a source asks for.
-pub fn wanted_consumer(source: &SourceConfig) -> pull::Config {
+/// The source's filter subjects; an empty string (a one-element list holding "") is no
+/// filter.
+fn filters(source: &SourceConfig) -> Vec<String> {
+    source
+        .subjects
+        .iter()
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .collect()
+}
+
+/// The consumer configuration a source asks for: one subject as `filter_subject` (which
+/// every server version honours), several as `filter_subjects` (2.10+), and `owner` as
+/// its metadata (empty on servers that do not keep it).
+pub fn wanted_consumer(source: &SourceConfig, owner: &BTreeMap<String, String>) -> pull::Config {
+    let (filter_subject, filter_subjects) = match filters(source).as_slice() {
+        [one] => (one.clone(), Vec::new()),
+        many => (String::new(), many.to_vec()),
+    };
     pull::Config {
         durable_name: Some(source.consumer.clone()),
-        filter_subject: source.subjects.first().cloned().unwrap_or_default(),
+        filter_subject,
+        filter_subjects,
+        metadata: owner.clone().into_iter().collect(),
         ack_policy: AckPolicy::Explicit,
         ack_wait: Duration::from_millis(source.ack_wait_ms),
         max_deliver: source.max_deliver,
@@ -390,28 +462,28 @@ pub fn check_drift(
             "explicit".into(),
         ));
     }
-    let wanted_filter = source.subjects.first().cloned().unwrap_or_default();
-    let existing_filter =
-        if existing.filter_subject.is_empty() && existing.filter_subjects.len() == 1 {
-            existing.filter_subjects[0].clone()
-        } else if !existing.filter_subjects.is_empty() {
-            existing.filter_subjects.join(",")
-        } else {
-            existing.filter_subject.clone()
-        };
-    if existing_filter != wanted_filter {
-        let show = |s: &str| {
-            if s.is_empty() {
+    let wanted = filters(source);
+    let wanted_filters: BTreeSet<&str> = wanted.iter().map(String::as_str).collect();
+    let existing_filters: BTreeSet<&str> = existing
+        .filter_subjects
+        .iter()
+        .map(String::as_str)
+        .chain(Some(existing.filter_subject.as_str()).filter(|s| !s.is_empty()))
+        .collect();
+    if existing_filters != wanted_filters {
+        let show = |set: &BTreeSet<&str>| {
+            if set.is_empty() {
                 "(none: every subject)".to_string()
             } else {
-                s.to_string()
+                set.iter().copied().collect::<Vec<_>>().join(", ")
             }
         };
-        return Err(drift(
-            "filter_subject",
-            show(&existing_filter),
-            show(&wanted_filter),
-        ));
+        let field = if existing_filters.len() > 1 || wanted_filters.len() > 1 {
+            "filter_subjects"
+        } else {
+            "filter_subject"
+        };
+        return Err(drift(field, show(&existing_filters), show(&wanted_filters)));
     }
     Ok(())
 }
@@ -478,14 +550,15 @@ pub fn check_read_back(
     if !stream_subjects.iter().any(|s| overlap(s, capture)) {
         return Ok(());
     }
-    let filter = source.subjects.first().map(String::as_str).unwrap_or("");
-    if !filter.is_empty() && !overlap(filter, capture) {
+    let filters = filters(source);
+    if !filters.is_empty() && !filters.iter().any(|f| overlap(f, capture)) {
         return Ok(());
     }
-    let reads = if filter.is_empty() {
+    let joined = filters.join(", ");
+    let reads = if filters.is_empty() {
         "every subject of the stream"
     } else {
-        filter
+        joined.as_str()
     };
     Err(BindError::DeadLetterLoop {
         sink: sink.to_string(),
@@ -542,6 +615,54 @@ mod tests {
     }
 
     #[test]
+    fn filter_sets_compare_whatever_field_or_order_the_server_used() {
+        let two: SourceConfig = serde_json::from_value(serde_json::json!({
+            "stream": "S", "consumer": "c", "subjects": ["a.>", "b.>"]
+        }))
+        .unwrap();
+        let mut c = existing("", AckPolicy::Explicit);
+        c.filter_subjects = vec!["b.>".into(), "a.>".into()];
+        assert!(check_drift("x", &two, &c).is_ok());
+        c.filter_subjects = vec!["a.>".into()];
+        let t = check_drift("x", &two, &c).unwrap_err().to_string();
+        assert!(
+            t.contains("filter_subjects = a.>, but the config") && t.contains("wants a.>, b.>"),
+            "{t}"
+        );
+        let one = existing("a.>", AckPolicy::Explicit);
+        assert!(
+            check_drift("x", &two, &one).is_err(),
+            "one filter is not two"
+        );
+        c.filter_subjects = vec!["a.>".into()];
+        assert!(
+            check_drift("x", &source("a.>"), &c).is_ok(),
+            "one filter in either field"
+        );
+        let t = check_drift("x", &source(""), &one).unwrap_err().to_string();
+        assert!(t.contains("(none: every subject)"), "{t}");
+    }
+
+    #[test]
+    fn several_subjects_become_filter_subjects_and_the_owner_metadata() {
+        let two: SourceConfig = serde_json::from_value(serde_json::json!({
+            "stream": "S", "consumer": "c", "subjects": ["a.>", "b.>"]
+        }))
+        .unwrap();
+        let owner = BTreeMap::from([("jetsink.sink".to_string(), "orders".to_string())]);
+        let c = wanted_consumer(&two, &owner);
+        assert_eq!(c.filter_subject, "");
+        assert_eq!(c.filter_subjects, vec!["a.>", "b.>"]);
+        assert_eq!(
+            c.metadata.get("jetsink.sink").map(String::as_str),
+            Some("orders")
+        );
+        let one = wanted_consumer(&source("a.>"), &BTreeMap::new());
+        assert_eq!(one.filter_subject, "a.>");
+        assert!(one.filter_subjects.is_empty() && one.metadata.is_empty());
+    }
+
+    #[test]
     fn a_push_consumer_is_refused() {
         let mut c = existing("a.>", AckPolicy::Explicit);
         c.deliver_subject = Some("deliver.x".into());
@@ -554,6 +675,7 @@ mod tests {
             max_bytes: 8 << 20,
             expires: Duration::from_millis(1_000),
             dead_letter: None,
+            owner: BTreeMap::new(),
         }
     }
 
@@ -632,7 +754,7 @@ mod tests {
 
     #[test]
     fn wanted_consumer_is_explicit_ack_with_configured_tunables() {
-        let c = wanted_consumer(&source("a.>"));
+        let c = wanted_consumer(&source("a.>"), &BTreeMap::new());
         assert_eq!(c.ack_policy, AckPolicy::Explicit);
         assert_eq!(c.filter_subject, "a.>");
         assert_eq!(c.ack_wait, Duration::from_secs(30));

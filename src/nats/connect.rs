@@ -19,16 +19,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::{Client, ConnectOptions, Event};
+use async_nats::{Client, ConnectErrorKind, ConnectOptions, Event};
 use rand::Rng;
 
+use super::credentials;
 use crate::config::NatsConfig;
 use crate::metrics::Metrics;
 
 /// Why the first connection failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    /// An environment variable or file named by the config is missing.
+    /// An environment variable or file named by the config is missing, unreadable or
+    /// does not hold what its key says (exit 78).
     #[error("nats.{key}: {message}")]
     Credentials {
         /// The config key that names the secret.
@@ -37,20 +39,17 @@ pub enum ConnectError {
         message: String,
     },
     /// The servers did not accept a connection.
-    #[error("cannot connect to NATS at {servers}: {source}")]
+    #[error("cannot connect to NATS at {servers} as {identity}: {source}{hint}")]
     Unreachable {
         /// The configured server list.
         servers: String,
+        /// The secret-free description of the identity presented.
+        identity: String,
         /// The client's reason.
         source: async_nats::ConnectError,
+        /// What the reason usually means, for the operator.
+        hint: &'static str,
     },
-}
-
-fn secret_from_env(key: &'static str, var: &str) -> Result<String, ConnectError> {
-    std::env::var(var).map_err(|_| ConnectError::Credentials {
-        key,
-        message: format!("environment variable {var} is not set"),
-    })
 }
 
 /// How many times one connection has dropped since it opened. A pull watches it to end
@@ -131,6 +130,26 @@ pub fn reconnect_delay<R: Rng + ?Sized>(attempts: usize, max: Duration, rng: &mu
     Duration::from_millis(rng.random_range(ms / 2..=ms))
 }
 
+/// What a failed first connect usually means, from the client's error kind and reason:
+/// the reason ("invalid peer certificate: UnknownIssuer") names the symptom, this names
+/// the setting to look at. The client reports TLS failures inside the handshake as I/O
+/// errors, so the reason's words decide between the two.
+pub fn hint(kind: ConnectErrorKind, reason: &str) -> &'static str {
+    let reason = reason.to_ascii_lowercase();
+    let tls_words = ["certificate", "tls", "alert", "handshake"];
+    match kind {
+        ConnectErrorKind::Tls => TLS_HINT,
+        ConnectErrorKind::Io if tls_words.iter().any(|w| reason.contains(w)) => TLS_HINT,
+        ConnectErrorKind::AuthorizationViolation => " (the server refused the credentials: check the user and password, token, NKEY seed or creds file the config names)",
+        ConnectErrorKind::Authentication => " (the credentials could not answer the server's challenge: check nats.nkey_seed_file or nats.creds_file)",
+        ConnectErrorKind::TimedOut => " (no answer within nats.connect_timeout_ms: the server may be down or filtered, or expect the TLS handshake first (nats.tls.handshake_first))",
+        ConnectErrorKind::Io => " (the connection broke: a server that verifies clients closes connections without a client certificate (nats.tls.cert_file, key_file))",
+        _ => "",
+    }
+}
+
+const TLS_HINT: &str = " (TLS failed: check that nats.tls.ca_file signs the server's certificate for the host in the URL, and nats.tls.cert_file/key_file when the server verifies clients)";
+
 /// Connects with the configured identity, timeouts and reconnect policy; `label` names
 /// the connection in metrics, logs and the server's connection list.
 pub async fn connect(
@@ -139,21 +158,13 @@ pub async fn connect(
     links: &Links,
     metrics: &Metrics,
 ) -> Result<Connection, ConnectError> {
-    let mut opts = match &cfg.creds_file {
-        Some(path) => ConnectOptions::with_credentials_file(path.clone())
+    let (mut opts, identity) =
+        credentials::apply(ConnectOptions::new(), &cfg.auth, cfg.tls.as_ref())
             .await
             .map_err(|e| ConnectError::Credentials {
-                key: "creds_file",
-                message: format!("cannot read {}: {e}", path.display()),
-            })?,
-        None => ConnectOptions::new(),
-    };
-    if let (Some(user), Some(var)) = (&cfg.user, &cfg.password_env) {
-        opts = opts.user_and_password(user.clone(), secret_from_env("password_env", var)?);
-    }
-    if let Some(var) = &cfg.token_env {
-        opts = opts.token(secret_from_env("token_env", var)?);
-    }
+                key: e.key,
+                message: e.message,
+            })?;
     let max_delay = Duration::from_millis(cfg.reconnect_delay_max_ms);
     let drops = Drops::default();
     let gauges = metrics.connection(label);
@@ -217,8 +228,11 @@ pub async fn connect(
             .await
             .map_err(|source| ConnectError::Unreachable {
                 servers: cfg.servers.join(","),
+                identity: identity.clone(),
+                hint: hint(source.kind(), &source.to_string()),
                 source,
             })?;
+    tracing::info!(connection = %label, auth = %identity, "NATS connection opened");
     gauges.up.set(1);
     links.set(label, true);
     Ok(Connection {
@@ -254,6 +268,22 @@ mod tests {
         let delays: std::collections::BTreeSet<Duration> =
             (0..20).map(|_| reconnect_delay(6, max, &mut rng)).collect();
         assert!(delays.len() > 10, "{delays:?}");
+    }
+
+    #[test]
+    fn a_certificate_failure_reported_as_io_points_at_the_tls_settings() {
+        let h = hint(
+            ConnectErrorKind::Io,
+            "IO error: invalid peer certificate: UnknownIssuer",
+        );
+        assert!(h.contains("nats.tls.ca_file"), "{h}");
+        assert!(hint(ConnectErrorKind::Tls, "").contains("nats.tls.ca_file"));
+        let h = hint(
+            ConnectErrorKind::AuthorizationViolation,
+            "authorization violation",
+        );
+        assert!(h.contains("refused the credentials"), "{h}");
+        assert!(hint(ConnectErrorKind::Io, "connection reset").contains("client certificate"));
     }
 
     #[test]

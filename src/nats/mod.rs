@@ -6,10 +6,12 @@
 pub mod backlog;
 pub mod binding;
 pub mod connect;
+pub mod credentials;
 pub mod fetch;
 pub mod header_block;
 pub mod raw_read;
 pub mod reply;
+pub mod server_version;
 
 pub use binding::{bind, BindError, Bound, Needs};
 pub use connect::{connect, ConnectError, Connection, Drops, Links};

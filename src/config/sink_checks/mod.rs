@@ -20,9 +20,9 @@ use super::issue::Issues;
 use super::model::SinkSpec;
 use super::raw::RawSink;
 
-/// The filter subject of every consumer the sink binds, as the config names them: one
-/// per bucket, or one per lane subject in per-lane consumer mode; `""` for a consumer
-/// without a filter.
+/// The filter subjects of every consumer the sink binds, as the config names them: one
+/// per bucket, or one per lane subject in per-lane consumer mode, or the source's
+/// subjects; `""` for a consumer without a filter.
 fn consumer_filters(raw: &RawSink) -> Vec<String> {
     let lanes = &raw.delivery.priority_lanes;
     let per_lane: Vec<String> = if lanes.enabled {
@@ -40,7 +40,13 @@ fn consumer_filters(raw: &RawSink) -> Vec<String> {
     raw.source
         .bindings()
         .into_iter()
-        .map(|s| s.subjects.first().cloned().unwrap_or_default())
+        .flat_map(|s| {
+            if s.subjects.is_empty() {
+                vec![String::new()]
+            } else {
+                s.subjects
+            }
+        })
         .collect()
 }
 

@@ -6,20 +6,25 @@ use crate::config::issue::Issues;
 use crate::config::names::{check_subject, is_valid_name};
 use crate::config::randomizer;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
+use crate::config::subject_match::overlap;
 
 /// Checks the source; `d` is the sink's delivery section, whose batch size and lane
 /// subjects constrain it.
 pub(crate) fn check(s: &SourceConfig, d: &DeliveryConfig, p: &SinkPaths, issues: &mut Issues) {
     check_name(&s.stream, &p.stream, "stream", issues);
     check_name(&s.consumer, &p.consumer, "consumer", issues);
-    if s.subjects.len() > 1 {
-        issues.push(
-            p.subjects.clone(),
-            format!(
-                "one filter subject per sink (nats-server 2.9 ignores multiple filters), got {}",
-                s.subjects.len()
-            ),
-        );
+    // Several subjects make one consumer with `filter_subjects` (nats-server 2.10+; on an
+    // older server start-up refuses them, naming its version). The server refuses
+    // overlapping filters, so they are refused here first, with both paths.
+    for (i, a) in s.subjects.iter().enumerate() {
+        for (j, b) in s.subjects.iter().enumerate().skip(i + 1) {
+            if check_subject(a).is_ok() && check_subject(b).is_ok() && overlap(a, b) {
+                issues.push(
+                    format!("{}[{j}]", p.subjects),
+                    format!("{b:?} overlaps {}[{i}] ({a:?}): a message would match two filters of one consumer; give subjects that do not overlap", p.subjects),
+                );
+            }
+        }
     }
     for (i, subj) in s.subjects.iter().enumerate() {
         let path = if p.section.is_empty() {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::template::Template;
 use crate::config::names::is_valid_name;
 use crate::config::server_url;
-use crate::config::NatsConfig;
+use crate::config::{NatsAuth, NatsConfig, SecretSource};
 use crate::sinks::settings::DestinationSettings;
 
 /// A JetStream stream on the same or another NATS server, fed one copy of each message.
@@ -68,10 +68,27 @@ impl NatsRepublishConfig {
             reconnect_delay_max_ms: self.reconnect_delay_max_ms,
             max_reconnects: None,
             request_timeout_ms: self.request_timeout_ms,
-            user: self.user.clone(),
-            password_env: self.password_env.clone(),
-            token_env: self.token_env.clone(),
-            creds_file: self.creds_file.as_ref().map(PathBuf::from),
+            auth: self.auth(),
+            tls: None,
+        }
+    }
+}
+
+impl NatsRepublishConfig {
+    /// The one authentication method the checks allowed (see `problems`).
+    fn auth(&self) -> NatsAuth {
+        if let Some(path) = &self.creds_file {
+            return NatsAuth::CredsFile(PathBuf::from(path));
+        }
+        if let Some(var) = &self.token_env {
+            return NatsAuth::Token(SecretSource::Env(var.clone()));
+        }
+        match (&self.user, &self.password_env) {
+            (Some(user), Some(var)) => NatsAuth::UserPassword {
+                user: user.clone(),
+                password: SecretSource::Env(var.clone()),
+            },
+            _ => NatsAuth::None,
         }
     }
 }
@@ -124,6 +141,9 @@ impl DestinationSettings for NatsRepublishConfig {
         }
         if self.password_env.is_some() && self.user.is_none() {
             out.push(("password_env".into(), "needs `user`".into()));
+        }
+        if self.user.is_some() && self.password_env.is_none() {
+            out.push(("user".into(), "needs `password_env`".into()));
         }
         let methods = [
             self.password_env.is_some(),
