@@ -15,6 +15,7 @@
 //! - [`cmd`]: one module per command of the `jetsink` binary: `run` (the daemon's
 //!   wiring), `validate`, `schema`, `publish` (the test publisher), `bench` (the benchmark
 //!   against the bare-consumer ceiling), `metrics show`, `dlq replay`.
+//! - [`notify`]: systemd readiness, stopping and watchdog notifications.
 //! - [`logging`], [`exit`]: log setup and process exit codes.
 #![deny(missing_docs)]
 
@@ -29,6 +30,7 @@ pub mod logging;
 pub mod metadata;
 pub mod metrics;
 pub mod nats;
+pub mod notify;
 pub mod pipeline;
 pub mod server;
 pub mod sinks;

@@ -172,9 +172,20 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         tokio::spawn(server::serve(l, state, shutdown.clone()))
     });
 
+    // systemd (Type=notify): READY=1 once every runner has started, the watchdog fed from
+    // the sinks' heartbeats, STOPPING=1 when shutdown starts.
+    let mut notifier = None;
     let failure = supervise(
         runners.into_iter().map(|r| (r.name().to_string(), r.run())),
         &stop,
+        || {
+            let systemd = crate::notify::Systemd::from_env();
+            notifier = Some(tokio::spawn(crate::notify::serve(
+                systemd,
+                health.clone(),
+                shutdown.clone(),
+            )));
+        },
     )
     .await;
     let flushes = connections.values().map(|c| async move {
@@ -193,7 +204,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
     if let Some(h) = http {
         let _ = h.await;
     }
-    for a in advisories.into_iter().chain(watchers) {
+    for a in advisories.into_iter().chain(watchers).chain(notifier) {
         let _ = a.await;
     }
     match failure {
@@ -345,12 +356,13 @@ pub struct Args {
     config: std::path::PathBuf,
 }
 
-/// Runs every sink loop to its end. The first loop that panics is logged with its sink's
-/// name and turns `stop` true, so the others settle their batches and stop; the panic is
-/// returned, and the process exits non-zero.
+/// Runs every sink loop to its end, calling `started` once all are spawned. The first
+/// loop that panics is logged with its sink's name and turns `stop` true, so the others
+/// settle their batches and stop; the panic is returned, and the process exits non-zero.
 async fn supervise<F>(
     loops: impl IntoIterator<Item = (String, F)>,
     stop: &watch::Sender<bool>,
+    started: impl FnOnce(),
 ) -> Option<AppError>
 where
     F: std::future::Future<Output = ()> + Send + 'static,
@@ -360,6 +372,7 @@ where
     for (name, sink_loop) in loops {
         names.insert(set.spawn(sink_loop).id(), name);
     }
+    started();
     let mut failure = None;
     while let Some(res) = set.join_next().await {
         if let Err(e) = res {
@@ -480,7 +493,7 @@ mod tests {
         let loops: Vec<(String, SinkLoop)> =
             vec![("orders".into(), healthy), ("audit".into(), broken)];
         // A failure guard only: without the stop, the healthy loop would wait forever.
-        let failure = tokio::time::timeout(Duration::from_secs(60), supervise(loops, &tx))
+        let failure = tokio::time::timeout(Duration::from_secs(60), supervise(loops, &tx, || {}))
             .await
             .expect("the healthy sink was told to stop");
         let e = failure.expect("the panic is returned");
@@ -497,7 +510,7 @@ mod tests {
     async fn sinks_that_end_normally_are_no_failure() {
         let (tx, _rx) = watch::channel(false);
         let loops = ["orders", "audit"].map(|n| (n.to_string(), async {}));
-        assert!(supervise(loops, &tx).await.is_none());
+        assert!(supervise(loops, &tx, || {}).await.is_none());
         assert!(!*tx.borrow());
     }
 }

@@ -7,15 +7,16 @@
 # usage: tests/bench/callgrind-drain.sh [file|sqlite] [MESSAGES]
 #   destination file (fsync per batch, default) or sqlite (synchronous=full)
 #   MESSAGES    backlog to drain (default 50000; 200-byte JSON payloads, batch 500)
-# env: JETSINK (binary, default target/release/jetsink), OUT (callgrind output file,
+# env: JETSINK (binary, default target/profiling/jetsink: the release build with line
+#      tables, which the stripped release binary lacks), OUT (callgrind output file,
 #      default callgrind.<destination>.out in the current directory)
 # needs: nats-server, valgrind, curl
 set -euo pipefail
 DEST=${1:-file}
 N=${2:-50000}
-JETSINK=$(realpath "${JETSINK:-target/release/jetsink}")
+JETSINK=$(realpath "${JETSINK:-target/profiling/jetsink}")
 OUT=$(realpath -m "${OUT:-callgrind.$DEST.out}")
-[ -x "$JETSINK" ] || { echo "build first: cargo build --release" >&2; exit 2; }
+[ -x "$JETSINK" ] || { echo "build first: cargo build --profile profiling" >&2; exit 2; }
 case "$DEST" in file|sqlite) ;; *) echo "destination must be file or sqlite" >&2; exit 2 ;; esac
 
 work=$(mktemp -d)
