@@ -11,10 +11,17 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 
-/// Examples whose destination needs more than a NATS server and a directory: a database
-/// user of their own (PostgreSQL, MySQL) or a target stream on other servers (NATS
-/// republish). `validate`, the schema and the port check below still cover them.
-const NEED_MORE_THAN_A_SERVER: [&str; 3] = ["postgres.json", "mysql.json", "nats-republish.json"];
+/// Examples that need more than a plain NATS server and a directory: a database user of
+/// their own (PostgreSQL, MySQL), a target stream on other servers (NATS republish), an
+/// HTTPS endpoint and its token (HTTP), certificates and a TLS server (NATS TLS).
+/// `validate`, the schema and the port check below still cover them.
+const NEED_MORE_THAN_A_SERVER: [&str; 5] = [
+    "postgres.json",
+    "mysql.json",
+    "nats-republish.json",
+    "http.json",
+    "nats-tls.json",
+];
 
 /// Every file in `config/`.
 fn all_examples() -> Vec<String> {
