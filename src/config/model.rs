@@ -3,12 +3,14 @@
 //! again.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::dead_letter;
 use super::destination::DestinationConfig;
 use super::metadata;
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, SourceConfig};
+use crate::crypto::Encryption;
 
 /// The NATS connection settings every connection uses (one per sink or connection group).
 #[derive(Debug, Clone)]
@@ -50,6 +52,8 @@ pub struct SinkSpec {
     pub dead_letter: Option<dead_letter::DeadLetterConfig>,
     /// Where the messages go.
     pub destination: DestinationConfig,
+    /// Payload encryption, keys loaded; `None` stores payloads in clear.
+    pub encryption: Option<Arc<Encryption>>,
 }
 
 /// A validated configuration, whichever shape the file used.
@@ -145,6 +149,9 @@ impl Config {
                     .map(|l| format!("{} (weight {})", l.name, l.weight))
                     .collect();
                 out.push_str(&format!("    lanes:       {}\n", lanes.join(", ")));
+            }
+            if let Some(enc) = &s.encryption {
+                out.push_str(&format!("    encryption:  {}\n", enc.describe()));
             }
             if let Some(dl) = s.dead_letter.as_ref().filter(|d| d.enabled) {
                 out.push_str(&format!(

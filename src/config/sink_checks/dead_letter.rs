@@ -1,5 +1,5 @@
 //! The sink's `dead_letter` section, and the sections a later release fills
-//! (`encryption`, `results`), which are refused rather than ignored.
+//! (`results`), which are refused rather than ignored.
 
 use serde_json::Value;
 
@@ -56,19 +56,12 @@ pub(crate) fn read_back(dl: &DeadLetterConfig, sink: &str, filters: &[String]) -
 }
 
 /// Refuses the sections this version accepts in the file but does not implement.
-pub(crate) fn check_planned(
-    encryption: Option<&Value>,
-    results: Option<&Value>,
-    p: &SinkPaths,
-    issues: &mut Issues,
-) {
-    for (key, present) in [
-        ("encryption", encryption.is_some()),
-        ("results", results.is_some()),
-    ] {
-        if present {
-            issues.push(p.key(key), "not supported yet by this version of jetsink");
-        }
+pub(crate) fn check_planned(results: Option<&Value>, p: &SinkPaths, issues: &mut Issues) {
+    if results.is_some() {
+        issues.push(
+            p.key("results"),
+            "not supported yet by this version of jetsink",
+        );
     }
 }
 
