@@ -168,3 +168,28 @@ fn subjects_outside_the_filter_stay_clear() {
     assert_eq!(e.payload_encoding(), None);
     assert_eq!(&e.payload[..], b"clear");
 }
+
+#[test]
+fn a_dead_letter_copy_of_an_encrypted_message_carries_the_clear_payload_and_headers() {
+    let stage = enc(ring(&[("a", 1)], "a"));
+    let mut e = message(7, b"{\"card\":\"4111\"}");
+    stage.seal(&mut e).unwrap();
+    let cfg = crate::config::dead_letter::DeadLetterConfig {
+        subject: "dlq.{sink}".into(),
+        ..Default::default()
+    };
+    let copy = crate::dlq::copy::build(
+        &cfg,
+        "s",
+        &e,
+        "permanent",
+        "refused",
+        "destination",
+        time::OffsetDateTime::UNIX_EPOCH,
+    );
+    assert_eq!(&copy.payload[..], b"{\"card\":\"4111\"}");
+    assert_eq!(
+        copy.headers.get("Authorization").map(|v| v.as_str()),
+        Some("Bearer s3cret")
+    );
+}
