@@ -6,6 +6,7 @@
 //! not copy it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use time::OffsetDateTime;
@@ -46,8 +47,31 @@ pub struct Envelope {
     pub classification: Option<String>,
     /// Normalized labels (message metadata), in the order given.
     pub labels: Vec<String>,
-    /// The payload, shared with the NATS message, never copied.
+    /// The payload, shared with the NATS message, never copied — or, once the encryption
+    /// stage ran, the sealed value ([`Envelope::payload_encoding`] says which).
     pub payload: Bytes,
+    /// The message as published, kept when the encryption stage replaced its payload (and
+    /// listed headers): dead-letter copies carry it, so a copy replays as the original.
+    /// `None` for a message stored in clear.
+    pub clear: Option<Arc<Clear>>,
+}
+
+/// The `payload_encoding` of an encrypted payload: AES-256-GCM, sealed value format 1.
+pub const ENCRYPTED_ENCODING: &str = "aes256gcm-v1";
+
+/// What the encryption stage replaced. Its `Debug` never shows the content.
+#[derive(Clone, PartialEq)]
+pub struct Clear {
+    /// The payload as published.
+    pub payload: Bytes,
+    /// The headers as published, when some were encrypted; `None` when all stayed clear.
+    pub headers: Option<Vec<(String, Vec<String>)>>,
+}
+
+impl std::fmt::Debug for Clear {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Clear({} payload bytes, redacted)", self.payload.len())
+    }
 }
 
 /// Delivery metadata taken from the JetStream reply subject.
@@ -121,6 +145,7 @@ pub fn normalize<'h>(
         classification: None,
         labels: Vec::new(),
         payload,
+        clear: None,
     }
 }
 
@@ -175,6 +200,25 @@ pub fn rfc3339_bytes(t: OffsetDateTime) -> [u8; RFC3339_LEN] {
 }
 
 impl Envelope {
+    /// `Some("aes256gcm-v1")` when `payload` holds a sealed value; `None` in clear, where
+    /// each destination keeps its own encoding of the bytes.
+    pub fn payload_encoding(&self) -> Option<&'static str> {
+        self.clear.as_ref().map(|_| ENCRYPTED_ENCODING)
+    }
+
+    /// The payload as published, whether or not it was encrypted.
+    pub fn clear_payload(&self) -> &Bytes {
+        self.clear.as_ref().map_or(&self.payload, |c| &c.payload)
+    }
+
+    /// The headers as published, whether or not some were encrypted.
+    pub fn clear_headers(&self) -> &[(String, Vec<String>)] {
+        match self.clear.as_ref().and_then(|c| c.headers.as_ref()) {
+            Some(h) => h,
+            None => &self.headers,
+        }
+    }
+
     /// How many header values the message carries, every value of every name counted.
     pub fn header_values(&self) -> usize {
         self.headers.iter().map(|(_, v)| v.len()).sum()

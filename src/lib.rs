@@ -4,6 +4,7 @@
 //! Modules and their roles:
 //! - [`config`]: the JSON config, strict parsing, validation with JSON paths.
 //! - [`envelope`]: a delivered message normalized for destinations (pure).
+//! - [`crypto`]: payload encryption at rest: key ring, sealed format, the encryption stage.
 //! - [`metadata`]: priority, classification and labels from headers and subject rules (pure).
 //! - [`nats`]: connecting, binding stream and consumer, pulling bounded batches.
 //! - [`pipeline`]: retry policy and the per-sink runner, the only code that ACKs.
@@ -21,6 +22,7 @@
 
 pub mod cmd;
 pub mod config;
+pub mod crypto;
 pub mod dlq;
 pub mod envelope;
 pub mod exit;

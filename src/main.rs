@@ -50,6 +50,10 @@ enum Command {
         #[command(subcommand)]
         command: MetricsCommand,
     },
+    /// Print stored records of an encrypted sink in clear, verifying each belongs to its row.
+    Decrypt(cmd::decrypt::Args),
+    /// Write a new random AES-256 key file (mode 0600) for `encryption.keys`.
+    Keygen(cmd::keygen::Args),
     /// Work with a sink's dead-letter queue.
     Dlq {
         #[command(subcommand)]
@@ -96,6 +100,8 @@ async fn dispatch(command: Command) -> u8 {
         Command::Publish(args) => cmd::publish::execute(args).await,
         Command::Bench(args) => cmd::bench::execute(args).await,
         Command::Submit(args) => cmd::submit::execute(args).await,
+        Command::Decrypt(args) => cmd::decrypt::execute(args),
+        Command::Keygen(args) => cmd::keygen::execute(args),
         Command::Metrics {
             command: MetricsCommand::Show(args),
         } => cmd::metrics_show::execute(args).await,

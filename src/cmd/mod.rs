@@ -13,7 +13,9 @@
 //! `metrics_show::show`, `dlq_replay::run`, `submit::submit`), not the flags.
 
 pub mod bench;
+pub mod decrypt;
 pub mod dlq_replay;
+pub mod keygen;
 pub mod metrics_show;
 pub mod publish;
 pub mod run;

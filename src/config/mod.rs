@@ -9,6 +9,7 @@
 
 pub mod dead_letter;
 pub mod destination;
+pub mod encryption;
 pub mod idempotency;
 pub mod issue;
 pub mod metadata;

@@ -2,6 +2,8 @@
 //! file used. Policies (metadata, lanes, randomizer) are built from it without checking
 //! again.
 
+use std::sync::Arc;
+
 use super::dead_letter;
 use super::destination::DestinationConfig;
 use super::metadata;
@@ -9,6 +11,7 @@ use super::nats_security::{NatsAuth, NatsTls};
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, SourceConfig};
 use super::results::ResultsConfig;
+use crate::crypto::Encryption;
 
 /// The NATS connection settings every connection uses (one per sink or connection group).
 #[derive(Debug, Clone)]
@@ -48,6 +51,8 @@ pub struct SinkSpec {
     pub destination: DestinationConfig,
     /// Job-queue results, published before each ACK; `None` when the section is absent.
     pub results: Option<ResultsConfig>,
+    /// Payload encryption, keys loaded; `None` stores payloads in clear.
+    pub encryption: Option<Arc<Encryption>>,
 }
 
 /// A validated configuration, whichever shape the file used.
@@ -158,6 +163,9 @@ impl Config {
                         .map(|c| format!(" (stream {}, kept {} ms)", c.name, c.max_age_ms))
                         .unwrap_or_default()
                 ));
+            }
+            if let Some(enc) = &s.encryption {
+                out.push_str(&format!("    encryption:  {}\n", enc.describe()));
             }
             if let Some(dl) = s.dead_letter.as_ref().filter(|d| d.enabled) {
                 out.push_str(&format!(

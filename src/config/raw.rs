@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
+use super::encryption::EncryptionConfig;
 pub use super::idempotency::IdempotencyKey;
 use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
 use super::nats_security::TlsConfig;
@@ -51,6 +52,10 @@ pub struct RawConfig {
     /// Single-sink shape: where refused messages are copied before they are ACKed.
     #[serde(default)]
     pub dead_letter: Option<DeadLetterConfig>,
+    /// Payload encryption at rest: the default of every sink without its own
+    /// `encryption` section (and the one sink of the single-sink shape).
+    #[serde(default)]
+    pub encryption: Option<EncryptionConfig>,
 }
 
 /// The `nats` section.
@@ -148,9 +153,10 @@ pub struct RawSink {
     /// Where refused messages are copied before they are ACKed.
     #[serde(default)]
     pub dead_letter: Option<DeadLetterConfig>,
-    /// Payload encryption (not supported yet).
+    /// Payload encryption at rest; replaces the top-level `encryption` default for this
+    /// sink (`{"enabled": false}` opts out of it).
     #[serde(default)]
-    pub encryption: Option<Value>,
+    pub encryption: Option<EncryptionConfig>,
     /// Job-queue mode: publish each job's result to a results stream before ACKing it.
     #[serde(default)]
     pub results: Option<ResultsConfig>,

@@ -163,7 +163,7 @@ pub fn build(
 ) -> Copy {
     let mut headers = HeaderMap::new();
     if cfg.include_headers {
-        for (name, values) in &envelope.headers {
+        for (name, values) in envelope.clear_headers() {
             if is_server_directive(name) || is_context(name) {
                 continue;
             }
@@ -190,13 +190,16 @@ pub fn build(
     headers.insert(REASON, reason);
     headers.insert("Nats-Msg-Id", msg_id.as_str());
     if !cfg.include_payload {
-        headers.insert(PAYLOAD_OMITTED, envelope.payload.len().to_string().as_str());
+        headers.insert(
+            PAYLOAD_OMITTED,
+            envelope.clear_payload().len().to_string().as_str(),
+        );
     }
     Copy {
         subject: cfg.subject_for(sink, &envelope.subject),
         headers,
         payload: if cfg.include_payload {
-            envelope.payload.clone()
+            envelope.clear_payload().clone()
         } else {
             Bytes::new()
         },

@@ -166,7 +166,7 @@ impl DeadLetters {
             }
             Err(SendFailed::TooLarge(why)) => why,
         };
-        let len = envelope.payload.len();
+        let len = envelope.clear_payload().len();
         let mut bare = copy::without_payload(whole, len);
         if copy::wire_size(&bare) > max_payload {
             let mut cfg = self.cfg.clone();

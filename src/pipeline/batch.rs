@@ -1,6 +1,6 @@
 //! Turns a pulled set of JetStream messages into the batch a destination writes: normalize
-//! each message, apply message metadata, order by priority lane, and set aside the
-//! messages whose metadata is refused.
+//! each message, apply message metadata, order by priority lane, encrypt (when the sink
+//! has an `encryption` section), and set aside the messages whose metadata is refused.
 //!
 //! All of it is CPU work without I/O, so the puller does it for the next batch in the
 //! background while the current batch is written. Each message keeps only its reply
@@ -12,6 +12,7 @@ use async_nats::jetstream;
 use async_nats::Subject;
 
 use crate::config::IdempotencyKey;
+use crate::crypto::Encryption;
 use crate::envelope::{self, Envelope};
 use crate::metadata::{MetadataField, MetadataPolicy};
 use crate::nats::reply;
@@ -97,6 +98,8 @@ pub(super) struct Prepare {
     /// Per-lane consumer mode: consumer name → lane index. A message's lane is the lane
     /// of the consumer that delivered it.
     pub(super) consumer_lane: std::collections::HashMap<String, usize>,
+    /// Payload encryption; `None` stores payloads in clear.
+    pub(super) encryption: Option<Arc<Encryption>>,
 }
 
 impl Prepare {
@@ -119,6 +122,7 @@ impl Prepare {
             }
         }
         let (items, lane_stats) = self.judge(items, &mut refused);
+        let items = self.encrypt(items, &mut refused);
         let (envelopes, replies) = items.into_iter().unzip();
         Prepared {
             pulled,
@@ -193,6 +197,35 @@ impl Prepare {
                 .collect();
         }
         (items, lane_stats)
+    }
+
+    /// Seals the payload (and listed headers) of every kept message, after metadata and
+    /// lanes have read them in clear. A message that cannot be sealed (the OS generator
+    /// failed) is refused, never written in clear.
+    fn encrypt(
+        &self,
+        items: Vec<(Envelope, Subject)>,
+        refused: &mut Vec<Refused>,
+    ) -> Vec<(Envelope, Subject)> {
+        let Some(enc) = &self.encryption else {
+            return items;
+        };
+        let mut kept = Vec::with_capacity(items.len());
+        for (mut e, reply) in items {
+            match enc.seal(&mut e) {
+                Ok(()) => kept.push((e, reply)),
+                Err(err) => {
+                    tracing::error!(sink = %self.sink, subject = %e.subject, stream_sequence = e.stream_sequence, error = %err, "payload encryption failed");
+                    refused.push(Refused {
+                        envelope: e,
+                        reply,
+                        by: RefusedBy::Metadata,
+                        reason: format!("payload encryption failed: {err}"),
+                    });
+                }
+            }
+        }
+        kept
     }
 
     fn normalize(&self, m: jetstream::Message) -> Option<(Envelope, Subject)> {
@@ -273,6 +306,7 @@ impl Stages {
                 metadata,
                 lanes,
                 consumer_lane,
+                encryption: spec.encryption.clone(),
             },
             randomizer,
         }

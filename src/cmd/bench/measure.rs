@@ -404,6 +404,10 @@ async fn pipeline_pass(
             _ => None,
         },
         dead_letter: None,
+        encryption: match &opts.target {
+            Target::Configured(s) => s.encryption.clone(),
+            _ => None,
+        },
         destination: destination
             .clone()
             .unwrap_or(DestinationConfig::Sqlite(SqliteConfig {

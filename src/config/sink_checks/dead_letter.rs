@@ -1,7 +1,4 @@
-//! The sink's `dead_letter` section, and the sections a later release fills
-//! (`encryption`), which are refused rather than ignored.
-
-use serde_json::Value;
+//! The sink's `dead_letter` section.
 
 use super::paths::SinkPaths;
 use crate::config::dead_letter::{self, DeadLetterConfig};
@@ -53,16 +50,6 @@ pub(crate) fn read_back(dl: &DeadLetterConfig, sink: &str, filters: &[String]) -
         }
     }
     None
-}
-
-/// Refuses the sections this version accepts in the file but does not implement.
-pub(crate) fn check_planned(encryption: Option<&Value>, p: &SinkPaths, issues: &mut Issues) {
-    if encryption.is_some() {
-        issues.push(
-            p.key("encryption"),
-            "not supported yet by this version of jetsink",
-        );
-    }
 }
 
 #[cfg(test)]

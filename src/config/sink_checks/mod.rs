@@ -16,9 +16,13 @@ mod source;
 
 pub(crate) use paths::SinkPaths;
 
+use std::sync::Arc;
+
+use super::encryption;
 use super::issue::Issues;
 use super::model::SinkSpec;
 use super::raw::RawSink;
+use crate::crypto::Encryption;
 
 /// The filter subjects of every consumer the sink binds, as the config names them: one
 /// per bucket, or one per lane subject in per-lane consumer mode, or the source's
@@ -52,10 +56,13 @@ fn consumer_filters(raw: &RawSink) -> Vec<String> {
 
 /// Checks one sink and, when its destination could be read, turns it into the model;
 /// every problem goes into `issues` either way.
+/// `default` is the top-level `encryption` stage (already built, its problems reported at
+/// `encryption.*`), used when the sink has no section of its own.
 pub(crate) fn check_sink(
     name: String,
     p: SinkPaths,
     raw: RawSink,
+    default: Option<(&Arc<Encryption>, &str)>,
     issues: &mut Issues,
 ) -> Option<SinkSpec> {
     dead_letter::check(
@@ -65,7 +72,16 @@ pub(crate) fn check_sink(
         &p,
         issues,
     );
-    dead_letter::check_planned(raw.encryption.as_ref(), &p, issues);
+    let encryption = match &raw.encryption {
+        Some(cfg) => {
+            let at = p.key("encryption");
+            encryption::build(cfg, &at, issues).map(|e| (e, at))
+        }
+        None => default.map(|(e, at)| (Arc::clone(e), at.to_string())),
+    };
+    if let Some((_, at)) = &encryption {
+        encryption::check_destination(&raw.destination, &p.destination, at, issues);
+    }
     results::check(raw.results.as_ref(), &consumer_filters(&raw), &p, issues);
     lanes::check(&raw.delivery, &raw.source, &p, issues);
     metadata::check(
@@ -86,5 +102,6 @@ pub(crate) fn check_sink(
         dead_letter: raw.dead_letter,
         destination,
         results: raw.results,
+        encryption: encryption.map(|(e, _)| e),
     })
 }

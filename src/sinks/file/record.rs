@@ -6,7 +6,8 @@
 //!
 //! The payload is stored in the most readable form that loses nothing
 //! ([`PayloadEncoding`]): valid JSON is embedded as a JSON value, other UTF-8 text as a
-//! JSON string, anything else as standard padded base64.
+//! JSON string, anything else as standard padded base64; an encrypted payload as the
+//! base64 of its sealed value, with `payload_encoding` `aes256gcm-v1`.
 
 use std::io;
 
@@ -44,6 +45,9 @@ pub enum PayloadEncoding {
     Utf8,
     /// Anything else, stored as a standard, padded base64 string.
     Base64,
+    /// A payload sealed by the encryption stage: the sealed value as standard, padded
+    /// base64 (`aes256gcm-v1`).
+    Encrypted,
 }
 
 impl PayloadEncoding {
@@ -72,6 +76,7 @@ impl PayloadEncoding {
             PayloadEncoding::Json => "json",
             PayloadEncoding::Utf8 => "utf8",
             PayloadEncoding::Base64 => "base64",
+            PayloadEncoding::Encrypted => crate::envelope::ENCRYPTED_ENCODING,
         }
     }
 }
@@ -91,7 +96,10 @@ pub fn encode(envelope: &Envelope, written_at: &str, out: &mut Vec<u8>) -> io::R
 }
 
 fn encode_fields(envelope: &Envelope, written_at: &str, out: &mut Vec<u8>) -> io::Result<()> {
-    let encoding = PayloadEncoding::of(&envelope.payload);
+    let encoding = match envelope.payload_encoding() {
+        Some(_) => PayloadEncoding::Encrypted,
+        None => PayloadEncoding::of(&envelope.payload),
+    };
 
     out.extend_from_slice(b"{\"idempotency_key\":");
     string(out, &envelope.idempotency_key)?;
@@ -143,7 +151,7 @@ fn encode_fields(envelope: &Envelope, written_at: &str, out: &mut Vec<u8>) -> io
             // `of` only chooses Utf8 for valid UTF-8: unreachable, refused rather than a panic.
             Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
         },
-        PayloadEncoding::Base64 => {
+        PayloadEncoding::Base64 | PayloadEncoding::Encrypted => {
             out.push(b'"');
             base64_into(out, payload)?;
             out.push(b'"');

@@ -47,6 +47,7 @@ fn envelope(seq: u64, payload: impl Into<Bytes>) -> Envelope {
         classification: None,
         labels: Vec::new(),
         payload: payload.into(),
+        clear: None,
     }
 }
 

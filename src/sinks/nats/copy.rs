@@ -7,6 +7,8 @@
 //! window stores it once; the `Nats-Expected-*` publish expectations are dropped, since
 //! they were checked against the source stream and would refuse the copy on the target.
 //! Two headers name the original: `Jetsink-Source-Stream` and `Jetsink-Source-Sequence`.
+//! With payload encryption on, the copy carries the sealed payload and says so in
+//! `Jetsink-Payload-Encoding`, as the file records do in their `payload_encoding`.
 
 use async_nats::HeaderMap;
 
@@ -17,11 +19,15 @@ pub const SOURCE_STREAM: &str = "Jetsink-Source-Stream";
 /// The header naming the copy's stream sequence in that stream.
 pub const SOURCE_SEQUENCE: &str = "Jetsink-Source-Sequence";
 
+/// The header naming the payload's encoding when it is not the published bytes.
+pub const PAYLOAD_ENCODING: &str = "Jetsink-Payload-Encoding";
+
 /// Whether an original header is left out of the copy.
 fn dropped(name: &str) -> bool {
     name.eq_ignore_ascii_case(MSG_ID_HEADER)
         || name.eq_ignore_ascii_case(SOURCE_STREAM)
         || name.eq_ignore_ascii_case(SOURCE_SEQUENCE)
+        || name.eq_ignore_ascii_case(PAYLOAD_ENCODING)
         || name
             .get(..14)
             .is_some_and(|p| p.eq_ignore_ascii_case("Nats-Expected-"))
@@ -40,6 +46,9 @@ pub fn headers(e: &Envelope) -> HeaderMap {
     }
     map.insert(SOURCE_STREAM, e.stream.as_str());
     map.insert(SOURCE_SEQUENCE, e.stream_sequence.to_string().as_str());
+    if let Some(encoding) = e.payload_encoding() {
+        map.insert(PAYLOAD_ENCODING, encoding);
+    }
     map.insert(
         MSG_ID_HEADER,
         format!("{}:{}", e.stream, e.stream_sequence).as_str(),
@@ -73,6 +82,7 @@ mod tests {
             classification: None,
             labels: Vec::new(),
             payload: Bytes::from_static(b"{}"),
+            clear: None,
         }
     }
 

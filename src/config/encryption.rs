@@ -1,0 +1,289 @@
+//! The `encryption` section (per sink, or top-level as every sink's default): which keys
+//! seal payloads, which headers are sealed too, which subjects are covered. Validation
+//! loads the keys, so a missing or malformed key file is a configuration error (exit 78)
+//! naming both the JSON path and the file, before anything connects.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::issue::Issues;
+use crate::crypto::keys::KeyRing;
+use crate::crypto::load::{self, KeySource};
+use crate::crypto::sealed::valid_key_id;
+use crate::crypto::Encryption;
+
+/// Payload encryption at rest (AES-256-GCM, bound to the message).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EncryptionConfig {
+    /// Encrypt this sink's payloads. Default true; `false` in a sink opts it out of a
+    /// top-level default.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Id of the key that seals new values; the others only open old ones.
+    #[serde(default)]
+    pub active_key: String,
+    /// The key ring: every key that may have sealed a stored value.
+    #[serde(default)]
+    pub keys: Vec<KeyConfig>,
+    /// Headers whose values are sealed too (names, case-insensitive). Default none:
+    /// headers stay clear and queryable.
+    #[serde(default)]
+    pub headers: Vec<String>,
+    /// Encrypt only messages on these subjects (NATS wildcards). Default: every subject.
+    #[serde(default)]
+    pub subjects: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One key of the ring: exactly one of `file` or `env`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// The key id stored with each value: 1-64 of letters, digits, `.`, `_`, `-`.
+    pub id: String,
+    /// A file holding the key as base64 (`jetsink keygen --out FILE`); should be mode 0600.
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// An environment variable holding the key as base64.
+    #[serde(default)]
+    pub env: Option<String>,
+}
+
+/// Checks the section at `path`, loads its keys and builds the stage; `None` when it is
+/// disabled or has problems (pushed to `issues`).
+pub(crate) fn build(
+    cfg: &EncryptionConfig,
+    path: &str,
+    issues: &mut Issues,
+) -> Option<Arc<Encryption>> {
+    if !cfg.enabled {
+        return None;
+    }
+    let before = issues.0.len();
+    if cfg.keys.is_empty() {
+        issues.push(format!("{path}.keys"), "must list at least one key");
+    }
+    let mut ids = BTreeSet::new();
+    let mut material = Vec::new();
+    for (i, k) in cfg.keys.iter().enumerate() {
+        let at = format!("{path}.keys[{i}]");
+        if !valid_key_id(&k.id) {
+            issues.push(
+                format!("{at}.id"),
+                format!(
+                    "must be 1-64 letters, digits, `.`, `_` or `-`, got {:?}",
+                    k.id
+                ),
+            );
+        } else if !ids.insert(k.id.clone()) {
+            issues.push(
+                format!("{at}.id"),
+                format!("key id {:?} is listed twice", k.id),
+            );
+        }
+        let (source, key_path) = match (&k.file, &k.env) {
+            (Some(f), None) => (KeySource::File(f.clone()), format!("{at}.file")),
+            (None, Some(e)) => (KeySource::Env(e.clone()), format!("{at}.env")),
+            _ => {
+                issues.push(at, "give exactly one of `file` or `env`");
+                continue;
+            }
+        };
+        match load::load(&source) {
+            Ok(bytes) => material.push((k.id.clone(), bytes)),
+            Err(e) => issues.push(key_path, e.to_string()),
+        }
+    }
+    if cfg.active_key.is_empty() {
+        issues.push(
+            format!("{path}.active_key"),
+            "required: the id of the key that encrypts",
+        );
+    } else if !cfg.keys.is_empty() && !ids.contains(&cfg.active_key) {
+        issues.push(
+            format!("{path}.active_key"),
+            format!("{:?} is not the id of a key in `keys`", cfg.active_key),
+        );
+    }
+    for (i, h) in cfg.headers.iter().enumerate() {
+        if h.is_empty() || h.eq_ignore_ascii_case(crate::envelope::MSG_ID_HEADER) {
+            issues.push(
+                format!("{path}.headers[{i}]"),
+                "must be a header name other than Nats-Msg-Id (it is the deduplication id and is stored as message_id)",
+            );
+        }
+    }
+    for (i, s) in cfg.subjects.iter().enumerate() {
+        if s.is_empty() || s.split('.').any(str::is_empty) {
+            issues.push(
+                format!("{path}.subjects[{i}]"),
+                format!("must be a subject or wildcard filter, got {s:?}"),
+            );
+        }
+    }
+    if issues.0.len() > before {
+        return None;
+    }
+    let ring = KeyRing::new(material, &cfg.active_key).ok()?;
+    Some(Arc::new(Encryption::new(
+        ring,
+        cfg.headers.clone(),
+        cfg.subjects.clone(),
+    )))
+}
+
+/// Refuses destination settings that cannot hold a sealed payload: a JSON payload column
+/// or a column mapping that reads the payload with JSON pointers (the bytes are
+/// ciphertext, not JSON).
+pub(crate) fn check_destination(
+    destination: &Value,
+    dest_path: &str,
+    enc_path: &str,
+    issues: &mut Issues,
+) {
+    if let Some(t @ ("json" | "jsonb")) = destination.get("payload_type").and_then(Value::as_str) {
+        issues.push(
+            format!("{dest_path}.payload_type"),
+            format!("a {t} payload column cannot hold encrypted payloads ({enc_path} is on); use the binary payload type"),
+        );
+    }
+    if let Some(cols) = destination.get("columns").and_then(Value::as_object) {
+        for (name, source) in cols {
+            if source.as_str().is_some_and(|s| s.starts_with('/')) {
+                issues.push(
+                    format!("{dest_path}.columns.{name}"),
+                    format!("reads the payload with a JSON pointer, but the payload is encrypted ({enc_path} is on)"),
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::crypto::keys::{encode_key, KEY_LEN};
+
+    fn config(dir: &std::path::Path, sink_enc: &str, top_enc: &str) -> Result<Config, Vec<String>> {
+        let text = format!(
+            r#"{{"nats": {{"servers": ["nats://127.0.0.1:4222"]}},{top_enc}
+                "sinks": {{
+                  "a": {{"source": {{"stream": "S", "consumer": "a"}},{sink_enc}
+                         "destination": {{"type": "file", "directory": "{d}/a"}}}},
+                  "b": {{"source": {{"stream": "S", "consumer": "b"}},
+                         "destination": {{"type": "postgres", "url": "postgres://u@h/db", "table": "t", "payload_type": "jsonb"}}}}}}}}"#,
+            d = dir.display()
+        );
+        Config::from_json_str(&text)
+            .map_err(|issues| issues.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn a_top_level_default_applies_to_sinks_without_their_own_and_a_sink_can_opt_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k.key");
+        std::fs::write(&key, encode_key(&[1u8; KEY_LEN])).unwrap();
+        let top = format!(
+            r#""encryption": {{"active_key": "k1", "keys": [{{"id": "k1", "file": "{}"}}]}},"#,
+            key.display()
+        );
+        let errs = config(dir.path(), "", &top).unwrap_err();
+        assert!(
+            errs.iter().any(|e| e.starts_with("sinks.b.destination.payload_type: a jsonb payload column cannot hold encrypted payloads (encryption is on)")),
+            "{errs:?}"
+        );
+        let cfg = config(
+            dir.path(),
+            r#""encryption": {"enabled": false},"#,
+            &top.replace("jsonb", "bytea"),
+        );
+        // `b` still inherits the default and still has a jsonb column.
+        assert!(cfg.is_err());
+        let text_ok = config(dir.path(), r#""encryption": {"enabled": false},"#, "");
+        assert!(text_ok
+            .unwrap()
+            .sinks
+            .iter()
+            .all(|s| s.encryption.is_none()));
+        let sink_only = format!(
+            r#""encryption": {{"active_key": "k1", "keys": [{{"id": "k1", "file": "{}"}}]}},"#,
+            key.display()
+        );
+        let cfg = config(dir.path(), &sink_only, "").unwrap();
+        let a = cfg.sinks.iter().find(|s| s.name == "a").unwrap();
+        assert_eq!(a.encryption.as_ref().unwrap().ring().active_id(), "k1");
+        let summary = cfg.summary(&[]);
+        assert!(
+            summary.contains("active key k1; keys k1 (fingerprint "),
+            "{summary}"
+        );
+        assert!(!summary.contains(&encode_key(&[1u8; KEY_LEN])), "{summary}");
+    }
+
+    #[test]
+    fn bad_keys_are_reported_at_their_json_path_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let short = dir.path().join("short.key");
+        std::fs::write(&short, "AAAA").unwrap();
+        let missing = dir.path().join("missing.key");
+        let sink = format!(
+            r#""encryption": {{"active_key": "zz", "keys": [
+                {{"id": "k1", "file": "{}"}},
+                {{"id": "k2", "file": "{}"}},
+                {{"id": "k1", "env": "JETSINK_TEST_UNSET_KEY_VAR"}},
+                {{"id": "bad id"}}],
+               "headers": ["Nats-Msg-Id"]}},"#,
+            short.display(),
+            missing.display()
+        );
+        let errs = config(dir.path(), &sink, "").unwrap_err();
+        let has = |prefix: &str, part: &str| {
+            errs.iter()
+                .any(|e| e.starts_with(prefix) && e.contains(part))
+        };
+        assert!(
+            has(
+                "sinks.a.encryption.keys[0].file: key file ",
+                &format!("{} decodes to 3 bytes", short.display())
+            ),
+            "{errs:?}"
+        );
+        assert!(
+            has(
+                "sinks.a.encryption.keys[1].file: cannot read key file ",
+                "missing.key"
+            ),
+            "{errs:?}"
+        );
+        assert!(
+            has("sinks.a.encryption.keys[2].id: ", "listed twice"),
+            "{errs:?}"
+        );
+        assert!(
+            has(
+                "sinks.a.encryption.keys[2].env: ",
+                "JETSINK_TEST_UNSET_KEY_VAR is not set"
+            ),
+            "{errs:?}"
+        );
+        assert!(has("sinks.a.encryption.keys[3].id: ", "bad id"), "{errs:?}");
+        assert!(
+            has("sinks.a.encryption.keys[3]: ", "exactly one of"),
+            "{errs:?}"
+        );
+        assert!(has("sinks.a.encryption.active_key: ", "\"zz\""), "{errs:?}");
+        assert!(
+            has("sinks.a.encryption.headers[0]: ", "Nats-Msg-Id"),
+            "{errs:?}"
+        );
+    }
+}
