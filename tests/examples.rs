@@ -67,12 +67,14 @@ fn every_example_listens_on_its_own_port() {
 async fn every_example_runs_side_by_side_against_one_server() {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    // Key files are named relative to the config file: bring the examples' keys along.
+    // Paths in the examples are relative to the working directory, as when they are run
+    // from the repository root: bring the example keys along.
     let keys = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/keys");
     if let Ok(entries) = std::fs::read_dir(&keys) {
-        std::fs::create_dir_all(dir.path().join("keys")).unwrap();
+        let into = dir.path().join("config/keys");
+        std::fs::create_dir_all(&into).unwrap();
         for e in entries.filter_map(|e| e.ok()) {
-            std::fs::copy(e.path(), dir.path().join("keys").join(e.file_name())).unwrap();
+            std::fs::copy(e.path(), into.join(e.file_name())).unwrap();
         }
     }
     let mut daemons = Vec::new();

@@ -8,8 +8,9 @@ use serde_json::{json, Value};
 use super::Config;
 
 /// Every example in `config/`, read once: a new example is covered without a list to edit.
-fn examples() -> &'static [String] {
-    static EXAMPLES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+fn examples() -> &'static [(std::path::PathBuf, String)] {
+    static EXAMPLES: std::sync::OnceLock<Vec<(std::path::PathBuf, String)>> =
+        std::sync::OnceLock::new();
     EXAMPLES.get_or_init(|| {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
         let mut paths: Vec<_> = std::fs::read_dir(dir)
@@ -18,8 +19,8 @@ fn examples() -> &'static [String] {
         paths.retain(|p| p.extension().is_some_and(|x| x == "json"));
         paths.sort();
         paths
-            .iter()
-            .filter_map(|p| std::fs::read_to_string(p).ok())
+            .into_iter()
+            .filter_map(|p| std::fs::read_to_string(&p).ok().map(|t| (p, t)))
             .collect()
     })
 }
@@ -139,7 +140,7 @@ proptest! {
         at in any::<prop::sample::Index>(),
         with in prop::option::weighted(0.85, hostile()),
     ) {
-        let mut doc: Value = serde_json::from_str(&examples()[example]).unwrap();
+        let mut doc: Value = serde_json::from_str(&examples()[example].1).unwrap();
         let mut all = Vec::new();
         places(&doc, &mut Vec::new(), &mut all);
         prop_assume!(!all.is_empty());
@@ -159,9 +160,10 @@ fn every_example_config_is_valid_as_shipped() {
         examples().len() >= 13,
         "the examples in config/ were not found"
     );
-    for (i, text) in examples().iter().enumerate() {
-        if let Err(issues) = Config::from_json_str(text) {
-            panic!("example {i} is refused: {issues:?}");
+    for (path, _) in examples() {
+        // Loaded from its file, so key files resolve next to it as in `jetsink run`.
+        if let Err(e) = Config::load(path) {
+            panic!("{} is refused: {e}", path.display());
         }
     }
 }
