@@ -64,6 +64,7 @@ pub struct RawConfig {
 pub struct RawNats {
     /// Server URLs, e.g. `["nats://127.0.0.1:4222"]`. Default: that one URL.
     #[serde(default)]
+    #[schemars(extend("default" = ["nats://127.0.0.1:4222"]))]
     pub servers: Option<Vec<String>>,
     /// Single-sink shape: one server URL (an alternative to `servers`).
     #[serde(default)]
