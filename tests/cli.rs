@@ -124,13 +124,15 @@ fn bad_usage_exits_2() {
 
 #[test]
 fn every_shipped_example_config_validates() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    // From the repository root, as the README runs them: their relative paths (data
+    // files, example keys) are relative to it.
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut checked = 0;
-    for entry in std::fs::read_dir(&root).unwrap() {
+    for entry in std::fs::read_dir(repo.join("config")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().map(|e| e == "json").unwrap_or(false) {
             let (code, out, err) =
-                jetsink(&["validate", "--config", path.to_str().unwrap()], &root);
+                jetsink(&["validate", "--config", path.to_str().unwrap()], repo);
             assert_eq!(code, 0, "{} does not validate:\n{out}{err}", path.display());
             checked += 1;
         }
@@ -399,6 +401,62 @@ async fn metrics_and_health_endpoints_answer() {
         assert!(metrics.contains(name), "missing {name}");
     }
     server_kill_then_unready(&mut d, server, &listen).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_that_gives_up_reconnecting_stops_the_daemon_with_exit_69() {
+    let mut server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(
+        &server,
+        "GONE",
+        "gone.>",
+        json!({"type": "file", "directory": "data/gone"}),
+        json!({}),
+    );
+    cfg["nats"]["max_reconnects"] = json!(2);
+    cfg["nats"]["reconnect_delay_max_ms"] = json!(200);
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    eventually(Duration::from_secs(30), "ready", || async {
+        http_get(&listen, "/readyz").await.0 == 200
+    })
+    .await;
+    server.kill();
+    let status = d
+        .wait_exit(Duration::from_secs(60))
+        .expect("the daemon stops by itself once its client gives up");
+    let log = d.log_text();
+    assert_eq!(status.code(), Some(69), "{log}");
+    assert!(log.contains("closed for good"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_shot_command_ends_without_a_connection_warning() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &server,
+        "ONESHOT",
+        "oneshot.>",
+        json!({"type": "file", "directory": "data/oneshot"}),
+        json!({}),
+    );
+    let mut cfg = cfg;
+    cfg["sinks"]["main"]["dead_letter"] = json!({
+        "subject": "dlq.{sink}", "create_stream": {"name": "DLQ_ONESHOT"}
+    });
+    let path = write_config(dir.path(), &cfg);
+    // The stream must exist for a replay to look at: create it as run would.
+    let js = server.js().await;
+    create_stream(&js, "DLQ_ONESHOT", "dlq.>").await;
+    let (code, out, err) = jetsink(
+        &["dlq", "replay", "--config", path.to_str().unwrap(), "--sink", "main", "--dry-run"],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("WARN"), "{err}");
+    assert!(!err.contains("connection closed"), "{err}");
 }
 
 async fn server_kill_then_unready(d: &mut Daemon, mut server: NatsServer, listen: &str) {

@@ -359,7 +359,11 @@ pub async fn execute(args: Args) -> u8 {
     let metrics = Metrics::new();
     let links = crate::nats::Links::new(&metrics);
     let client = match crate::nats::connect(&cfg.nats, "dlq-replay", &links, &metrics).await {
-        Ok(c) => c.client,
+        Ok(c) => {
+            // A one-shot command: the connection closes when it is done.
+            links.closing();
+            c.client
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return exit::UNAVAILABLE;

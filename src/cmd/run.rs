@@ -54,7 +54,17 @@ impl AppError {
 pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), AppError> {
     let shutdown = stop.subscribe();
     let metrics = Metrics::new();
-    let connections = open_connections(&config, &metrics).await?;
+    let links = Links::new(&metrics);
+    let connections = open_connections(&config, &metrics, &links).await?;
+    // A client that stops reconnecting (`nats.max_reconnects`) leaves its sinks unable to
+    // pull or acknowledge: stop them all, and exit 69 so the service manager restarts.
+    let mut gone = links.gone();
+    let stop_on_gone = stop.clone();
+    tokio::spawn(async move {
+        if gone.wait_for(Option::is_some).await.is_ok() {
+            stop_on_gone.send_replace(true);
+        }
+    });
     let health = Health::default();
 
     let listener = if config.http.enabled {
@@ -175,7 +185,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
     // systemd (Type=notify): READY=1 once every runner has started, the watchdog fed from
     // the sinks' heartbeats, STOPPING=1 when shutdown starts.
     let mut notifier = None;
-    let failure = supervise(
+    let mut failure = supervise(
         runners.into_iter().map(|r| (r.name().to_string(), r.run())),
         &stop,
         || {
@@ -188,6 +198,13 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         },
     )
     .await;
+    if let Some(label) = links.gone().borrow().clone() {
+        failure.get_or_insert(AppError::Unavailable(format!(
+            "NATS connection {label} closed for good: the client stopped reconnecting after nats.max_reconnects attempts"
+        )));
+    }
+    // From here on, closing a connection is jetsink's own doing.
+    links.closing();
     let flushes = connections.values().map(|c| async move {
         match tokio::time::timeout(Duration::from_secs(5), c.client.flush()).await {
             Ok(Ok(())) => {}
@@ -218,13 +235,13 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
 async fn open_connections(
     config: &Config,
     metrics: &Metrics,
+    links: &Links,
 ) -> Result<BTreeMap<String, Connection>, AppError> {
-    let links = Links::new(metrics);
     let labels: BTreeSet<&str> = config.sinks.iter().map(|s| s.connection_label()).collect();
     let opened = futures::future::join_all(
         labels
             .iter()
-            .map(|label| connect(&config.nats, label, &links, metrics)),
+            .map(|label| connect(&config.nats, label, links, metrics)),
     )
     .await;
     let mut connections = BTreeMap::new();

@@ -197,6 +197,9 @@ fn failed(
     }
 }
 
+/// JetStream's "stream name already in use with a different configuration".
+const STREAM_NAME_IN_USE: u64 = 10058;
+
 fn stream_error(e: &CreateStreamError) -> Option<jetstream::Error> {
     match e.kind() {
         CreateStreamErrorKind::JetStream(j) => Some(j),
@@ -289,15 +292,32 @@ pub async fn bind(
                         ..Default::default()
                     };
                     tracing::info!(sink, stream = %source.stream, "creating stream");
-                    js.get_or_create_stream(cfg).await.map_err(|e| {
-                        let server = stream_error(&e);
-                        failed(
-                            sink,
-                            format!("creating stream {}", source.stream),
-                            e,
-                            server,
-                        )
-                    })?
+                    match js.get_or_create_stream(cfg).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let server = stream_error(&e);
+                            // Another process or sink created it (with its own settings)
+                            // between the lookup and the create: use that stream, as if it
+                            // had been there first, instead of failing a concurrent start.
+                            let taken = server
+                                .as_ref()
+                                .is_some_and(|j| j.error_code().0 == STREAM_NAME_IN_USE);
+                            match (taken, js.get_stream(&source.stream).await) {
+                                (true, Ok(s)) => {
+                                    tracing::info!(sink, stream = %source.stream, "stream created meanwhile by another process; using it");
+                                    s
+                                }
+                                _ => {
+                                    return Err(failed(
+                                        sink,
+                                        format!("creating stream {}", source.stream),
+                                        e,
+                                        server,
+                                    ))
+                                }
+                            }
+                        }
+                    }
                 }
                 (None, true) => {
                     return Err(BindError::StreamMissing {

@@ -98,6 +98,12 @@ pub struct Connection {
 pub struct Links {
     up: Arc<Mutex<BTreeMap<String, bool>>>,
     metrics: Metrics,
+    /// Set once jetsink closes its connections itself, so their `Closed` events are
+    /// expected rather than a client that gave up.
+    closing: Arc<std::sync::atomic::AtomicBool>,
+    /// The first connection whose client stopped reconnecting (`nats.max_reconnects`
+    /// exhausted) while jetsink was running.
+    gone: Arc<tokio::sync::watch::Sender<Option<String>>>,
 }
 
 impl Links {
@@ -106,7 +112,38 @@ impl Links {
         Links {
             up: Arc::default(),
             metrics: metrics.clone(),
+            closing: Arc::default(),
+            gone: Arc::new(tokio::sync::watch::Sender::new(None)),
         }
+    }
+
+    /// Marks the connections as closed on purpose from now on (shutdown, the end of a
+    /// one-shot command): their `Closed` events are then logged at debug level only.
+    pub fn closing(&self) {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Sees the first connection that closed for good while jetsink was running: the
+    /// daemon stops then (exit 69), since its sinks can no longer pull or acknowledge.
+    pub fn gone(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.gone.subscribe()
+    }
+
+    fn closed(&self, label: &str) {
+        if self.closing.load(std::sync::atomic::Ordering::Acquire) {
+            tracing::debug!(connection = %label, "NATS connection closed");
+            return;
+        }
+        tracing::error!(connection = %label, "NATS connection closed for good: the client stopped reconnecting (nats.max_reconnects reached); jetsink stops");
+        self.gone.send_if_modified(|g| {
+            if g.is_none() {
+                *g = Some(label.to_string());
+                true
+            } else {
+                false
+            }
+        });
     }
 
     fn set(&self, label: &str, up: bool) {
@@ -211,10 +248,11 @@ pub async fn connect(
                         tracing::warn!(connection = %name, "NATS connection lost; reconnecting");
                     }
                     Event::Closed => {
-                        // Also emitted when jetsink itself drops the client at shutdown.
+                        // Also emitted when jetsink itself drops the client at shutdown;
+                        // `Links` knows which.
                         gauges.up.set(0);
                         links.set(&name, false);
-                        tracing::warn!(connection = %name, "NATS connection closed");
+                        links.closed(&name);
                     }
                     Event::SlowConsumer(sid) => {
                         tracing::warn!(connection = %name, sid, "NATS slow consumer: a subscription dropped messages")

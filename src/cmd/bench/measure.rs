@@ -77,6 +77,8 @@ impl Server {
             Server::Config(cfg) => {
                 let metrics = crate::metrics::Metrics::new();
                 let links = crate::nats::Links::new(&metrics);
+                // A one-shot command: the connection closes when it is done.
+                links.closing();
                 crate::nats::connect(cfg, "bench", &links, &metrics)
                     .await
                     .map(|c| c.client)
