@@ -131,8 +131,7 @@ fn every_shipped_example_config_validates() {
     for entry in std::fs::read_dir(repo.join("config")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().map(|e| e == "json").unwrap_or(false) {
-            let (code, out, err) =
-                jetsink(&["validate", "--config", path.to_str().unwrap()], repo);
+            let (code, out, err) = jetsink(&["validate", "--config", path.to_str().unwrap()], repo);
             assert_eq!(code, 0, "{} does not validate:\n{out}{err}", path.display());
             checked += 1;
         }
@@ -451,7 +450,15 @@ async fn a_one_shot_command_ends_without_a_connection_warning() {
     let js = server.js().await;
     create_stream(&js, "DLQ_ONESHOT", "dlq.>").await;
     let (code, out, err) = jetsink(
-        &["dlq", "replay", "--config", path.to_str().unwrap(), "--sink", "main", "--dry-run"],
+        &[
+            "dlq",
+            "replay",
+            "--config",
+            path.to_str().unwrap(),
+            "--sink",
+            "main",
+            "--dry-run",
+        ],
         dir.path(),
     );
     assert_eq!(code, 0, "{out}{err}");
