@@ -248,8 +248,15 @@ pub async fn connect(
                         tracing::warn!(connection = %name, "NATS connection lost; reconnecting");
                     }
                     Event::Closed => {
-                        // Also emitted when jetsink itself drops the client at shutdown;
-                        // `Links` knows which.
+                        // Emitted when jetsink itself drops the client at shutdown;
+                        // `Links` knows it is expected then.
+                        gauges.up.set(0);
+                        links.set(&name, false);
+                        links.closed(&name);
+                    }
+                    // The client gave up reconnecting (`nats.max_reconnects`): it emits
+                    // this, not `Closed`, and never connects again.
+                    Event::ClientError(async_nats::ClientError::MaxReconnects) => {
                         gauges.up.set(0);
                         links.set(&name, false);
                         links.closed(&name);
