@@ -107,12 +107,6 @@ pub struct Copy {
     pub msg_id: String,
 }
 
-/// The copy's `Nats-Msg-Id`: one per sink and original, so a repeated copy from one sink
-/// is dropped by the duplicate window and copies from two sinks are both kept.
-pub fn msg_id(sink: &str, envelope: &Envelope) -> String {
-    format!("{sink}:{}:{}", envelope.stream, envelope.stream_sequence)
-}
-
 /// The size the server counts against `max_payload` for a publish of this copy: the
 /// serialized header block plus the payload.
 pub fn wire_size(c: &Copy) -> usize {
@@ -151,6 +145,66 @@ pub fn bounded_error(text: &str, max_chars: usize) -> String {
     out
 }
 
+/// What every copy says about its original and why it was copied.
+pub struct Context<'a> {
+    /// The sink that copied it.
+    pub sink: &'a str,
+    /// The original's subject.
+    pub subject: &'a str,
+    /// The stream holding the original.
+    pub stream: &'a str,
+    /// The original's stream sequence.
+    pub sequence: u64,
+    /// `Jetsink-Error-Class`.
+    pub class: &'a str,
+    /// `Jetsink-Error`, bounded by `max_error_length`.
+    pub error: &'a str,
+    /// `Jetsink-Reason`.
+    pub reason: &'a str,
+    /// `Jetsink-Failed-At`.
+    pub failed_at: OffsetDateTime,
+}
+
+/// Completes a copy: adds the context headers and the copy's `Nats-Msg-Id` — one per sink
+/// and original, so a repeated copy from one sink is dropped by the duplicate window and
+/// copies from two sinks are both kept — to `headers`
+/// (the original's own headers, or whatever stands for them), and takes the payload — or,
+/// with `include_payload: false`, marks it omitted. Every kind of copy ends here, so they
+/// all carry the same context.
+pub fn finish(
+    cfg: &DeadLetterConfig,
+    ctx: &Context<'_>,
+    mut headers: HeaderMap,
+    payload: &Bytes,
+) -> Copy {
+    let msg_id = format!("{}:{}:{}", ctx.sink, ctx.stream, ctx.sequence);
+    headers.insert(ERROR_CLASS, ctx.class);
+    headers.insert(
+        ERROR,
+        bounded_error(ctx.error, cfg.max_error_length).as_str(),
+    );
+    headers.insert(SINK, ctx.sink);
+    headers.insert(ORIGINAL_SUBJECT, ctx.subject);
+    headers.insert(ORIGINAL_STREAM, ctx.stream);
+    headers.insert(ORIGINAL_SEQUENCE, ctx.sequence.to_string().as_str());
+    headers.insert(FAILED_AT, rfc3339(ctx.failed_at).as_str());
+    headers.insert(REASON, ctx.reason);
+    headers.insert("Nats-Msg-Id", msg_id.as_str());
+    if !cfg.include_payload {
+        headers.insert(PAYLOAD_OMITTED, payload.len().to_string().as_str());
+    }
+    Copy {
+        subject: cfg.subject_for(ctx.sink, ctx.subject),
+        headers,
+        payload: if cfg.include_payload {
+            payload.clone()
+        } else {
+            Bytes::new()
+        },
+        msg_id,
+    }
+}
+
 /// Builds the dead-letter copy of `envelope`.
 pub fn build(
     cfg: &DeadLetterConfig,
@@ -172,39 +226,21 @@ pub fn build(
             }
         }
     }
-    let msg_id = msg_id(sink, envelope);
-    headers.insert(ERROR_CLASS, class);
-    headers.insert(ERROR, bounded_error(error, cfg.max_error_length).as_str());
-    headers.insert(SINK, sink);
-    headers.insert(ORIGINAL_SUBJECT, envelope.subject.as_str());
-    headers.insert(ORIGINAL_STREAM, envelope.stream.as_str());
-    headers.insert(
-        ORIGINAL_SEQUENCE,
-        envelope.stream_sequence.to_string().as_str(),
-    );
     if let Some(id) = &envelope.message_id {
         headers.insert(ORIGINAL_MSG_ID, id.as_str());
     }
     headers.insert(DELIVERED, envelope.delivered.to_string().as_str());
-    headers.insert(FAILED_AT, rfc3339(failed_at).as_str());
-    headers.insert(REASON, reason);
-    headers.insert("Nats-Msg-Id", msg_id.as_str());
-    if !cfg.include_payload {
-        headers.insert(
-            PAYLOAD_OMITTED,
-            envelope.clear_payload().len().to_string().as_str(),
-        );
-    }
-    Copy {
-        subject: cfg.subject_for(sink, &envelope.subject),
-        headers,
-        payload: if cfg.include_payload {
-            envelope.clear_payload().clone()
-        } else {
-            Bytes::new()
-        },
-        msg_id,
-    }
+    let ctx = Context {
+        sink,
+        subject: &envelope.subject,
+        stream: &envelope.stream,
+        sequence: envelope.stream_sequence,
+        class,
+        error,
+        reason,
+        failed_at,
+    };
+    finish(cfg, &ctx, headers, envelope.clear_payload())
 }
 
 #[cfg(test)]

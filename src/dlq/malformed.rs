@@ -9,21 +9,15 @@
 //! unchanged (or empty with `include_payload: false`); the block is left out with
 //! `include_headers: false`, like the headers of every other copy.
 
-use std::time::Duration;
-
 use async_nats::HeaderMap;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use bytes::Bytes;
 use time::OffsetDateTime;
 
-use super::copy::{
-    bounded_error, Copy, ERROR, ERROR_CLASS, FAILED_AT, ORIGINAL_SEQUENCE, ORIGINAL_STREAM,
-    ORIGINAL_SUBJECT, REASON, SINK,
-};
+use super::copy::{finish, Context, Copy};
 use super::{DeadLetters, PublishFailed, Reason};
 use crate::config::dead_letter::DeadLetterConfig;
-use crate::envelope::rfc3339;
 
 /// The `Jetsink-Error-Class` of these copies.
 pub const CLASS: &str = "malformed_message";
@@ -57,60 +51,45 @@ pub fn build(
     if cfg.include_headers {
         headers.insert(ORIGINAL_HEADERS_BASE64, STANDARD.encode(m.headers).as_str());
     }
-    let msg_id = format!("{}:{}", m.stream, m.sequence);
-    headers.insert(ERROR_CLASS, CLASS);
-    headers.insert(ERROR, bounded_error(why, cfg.max_error_length).as_str());
-    headers.insert(SINK, sink);
-    headers.insert(ORIGINAL_SUBJECT, m.subject);
-    headers.insert(ORIGINAL_STREAM, m.stream);
-    headers.insert(ORIGINAL_SEQUENCE, m.sequence.to_string().as_str());
-    headers.insert(FAILED_AT, rfc3339(failed_at).as_str());
-    headers.insert(REASON, Reason::Malformed.as_str());
-    headers.insert("Nats-Msg-Id", format!("{sink}:{msg_id}").as_str());
-    Copy {
-        subject: cfg.subject_for(sink, m.subject),
-        headers,
-        payload: if cfg.include_payload {
-            m.payload.clone()
-        } else {
-            Bytes::new()
-        },
-        msg_id,
-    }
+    let ctx = Context {
+        sink,
+        subject: m.subject,
+        stream: m.stream,
+        sequence: m.sequence,
+        class: CLASS,
+        error: why,
+        reason: Reason::Malformed.as_str(),
+        failed_at,
+    };
+    finish(cfg, &ctx, headers, &m.payload)
 }
 
 impl DeadLetters {
-    /// Publishes the copy of an unreadable message and waits for the stream to store it.
+    /// Publishes the copy of an unreadable message and waits for the stream to store it,
+    /// without its payload (and header block) when it is too large, like every copy.
     pub async fn publish_unreadable(
         &self,
         m: &Unreadable<'_>,
         why: &str,
     ) -> Result<(), PublishFailed> {
-        let c = build(&self.cfg, &self.sink, m, why, OffsetDateTime::now_utc());
-        let fail = |message: String| PublishFailed {
-            subject: c.subject.clone(),
-            message,
-        };
-        let ack = self
-            .js
-            .publish_with_headers(c.subject.clone(), c.headers.clone(), c.payload.clone())
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        let limit = Duration::from_millis(self.cfg.publish_timeout_ms);
-        match tokio::time::timeout(limit, ack).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(fail(e.to_string())),
-            Err(_) => Err(fail(format!(
-                "no acknowledgement within {} ms",
-                self.cfg.publish_timeout_ms
-            ))),
-        }
+        let at = OffsetDateTime::now_utc();
+        self.publish_copy(
+            |cfg| build(cfg, &self.sink, m, why, at),
+            m.payload.len(),
+            m.stream,
+            m.sequence,
+        )
+        .await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dlq::copy::{
+        ERROR, ERROR_CLASS, ORIGINAL_SEQUENCE, ORIGINAL_STREAM, ORIGINAL_SUBJECT, PAYLOAD_OMITTED,
+        REASON, SINK,
+    };
 
     fn unreadable(block: &[u8]) -> Unreadable<'_> {
         Unreadable {
@@ -169,5 +148,10 @@ mod tests {
         assert!(c.payload.is_empty());
         assert!(c.headers.get(ORIGINAL_HEADERS_BASE64).is_none());
         assert!(c.headers.get(ERROR_CLASS).is_some());
+        // Marked like every copy without its payload, so `dlq replay` refuses it.
+        assert_eq!(
+            c.headers.get(PAYLOAD_OMITTED).map(|v| v.as_str()),
+            Some("7")
+        );
     }
 }

@@ -143,9 +143,25 @@ impl DeadLetters {
         reason: Reason,
     ) -> Result<(), PublishFailed> {
         let at = OffsetDateTime::now_utc();
-        let build = |cfg: &DeadLetterConfig| {
-            copy::build(cfg, &self.sink, envelope, class, error, reason.as_str(), at)
-        };
+        self.publish_copy(
+            |cfg| copy::build(cfg, &self.sink, envelope, class, error, reason.as_str(), at),
+            envelope.clear_payload().len(),
+            &envelope.stream,
+            envelope.stream_sequence,
+        )
+        .await
+    }
+
+    /// Publishes the copy `build` makes from the sink's settings, falling back to one
+    /// without its payload (`payload_len` bytes), then also without the original's
+    /// headers, when it is too large to publish whole.
+    async fn publish_copy(
+        &self,
+        build: impl Fn(&DeadLetterConfig) -> copy::Copy,
+        payload_len: usize,
+        stream: &str,
+        sequence: u64,
+    ) -> Result<(), PublishFailed> {
         let whole = build(&self.cfg);
         let max_payload = self.js.client().server_info().max_payload;
         let first = if whole.payload.is_empty() || copy::wire_size(&whole) <= max_payload {
@@ -166,14 +182,13 @@ impl DeadLetters {
             }
             Err(SendFailed::TooLarge(why)) => why,
         };
-        let len = envelope.clear_payload().len();
-        let mut bare = copy::without_payload(whole, len);
+        let mut bare = copy::without_payload(whole, payload_len);
         if copy::wire_size(&bare) > max_payload {
             let mut cfg = self.cfg.clone();
             cfg.include_headers = false;
-            bare = copy::without_payload(build(&cfg), len);
+            bare = copy::without_payload(build(&cfg), payload_len);
         }
-        tracing::warn!(sink = %self.sink, stream = %envelope.stream, stream_sequence = envelope.stream_sequence, payload_bytes = len, error = %why, "dead-letter copy too large; publishing it without its payload (Jetsink-Payload-Omitted)");
+        tracing::warn!(sink = %self.sink, stream = %stream, stream_sequence = sequence, payload_bytes = payload_len, error = %why, "dead-letter copy too large; publishing it without its payload (Jetsink-Payload-Omitted)");
         match self.send(&bare).await {
             Ok(()) => {
                 if let Some(c) = &self.omitted {
