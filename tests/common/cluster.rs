@@ -101,7 +101,47 @@ impl Cluster {
             }
         })
         .await;
+        cluster.wait_r3_placement().await;
         cluster
+    }
+
+    /// Waits until the meta group knows all three peers, so an R3 stream can be placed: a
+    /// meta leader is elected before the last peer has joined, and creating an R3 stream in
+    /// that window fails with "no suitable peers for placement" (10005). Proven by creating
+    /// and deleting a probe R3 stream.
+    async fn wait_r3_placement(&self) {
+        let js = self.js().await;
+        eventually(
+            Duration::from_secs(60),
+            "R3 placement on all three peers",
+            || {
+                let js = js.clone();
+                async move {
+                    let created = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        js.create_stream(jetstream::stream::Config {
+                            name: "PLACEMENT_PROBE".to_string(),
+                            subjects: vec!["placement.probe".to_string()],
+                            num_replicas: 3,
+                            ..Default::default()
+                        }),
+                    )
+                    .await;
+                    if !matches!(created, Ok(Ok(_))) {
+                        return false;
+                    }
+                    matches!(
+                        tokio::time::timeout(
+                            Duration::from_secs(5),
+                            js.delete_stream("PLACEMENT_PROBE")
+                        )
+                        .await,
+                        Ok(Ok(_))
+                    )
+                }
+            },
+        )
+        .await;
     }
 
     /// Every node's client URL, for the `nats.servers` list of a config.
