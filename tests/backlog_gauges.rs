@@ -6,7 +6,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use serde_json::json;
 
 const N: usize = 400;
 
@@ -16,34 +15,22 @@ async fn backlog_gauges_show_a_held_sink_and_its_drain() {
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "BACKLOG", "backlog.>").await;
-    let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = json!({
-        "nats": {"servers": [server.url()]},
-        "http": {"listen": listen},
-        "sinks": {
-            "db": {
-                "source": {"stream": "BACKLOG", "consumer": "to-db"},
-                "delivery": {"batch_size": 50, "batch_timeout_ms": 200},
-                "destination": {
-                    "type": "sqlite", "path": "data/b.db", "table": "events",
-                    "busy_timeout_ms": 600000
-                }
-            }
-        }
-    });
-    let path = write_config(dir.path(), &cfg);
-    let db = dir.path().join("data/b.db");
-    let mut daemon = Daemon::start(&path, dir.path());
-    publish_n(&js, "backlog.x", 1).await;
-    eventually(Duration::from_secs(30), "the first row", || async {
-        sqlite_count(&db, "events") == 1
-    })
-    .await;
-
     // Another writer holds the database: the sink holds its batch and the rest waits.
-    let blocker = rusqlite::Connection::open(&db).unwrap();
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    publish_n(&js, "backlog.x", N - 1).await;
+    let BlockedSqliteSink {
+        mut daemon,
+        db,
+        listen,
+        blocker,
+    } = blocked_sqlite_sink(
+        &js,
+        &server.url(),
+        dir.path(),
+        "BACKLOG",
+        "backlog.x",
+        None,
+        N - 1,
+    )
+    .await;
     let series = |name: &str| format!("{name}{{consumer=\"to-db\",sink=\"db\"}}");
     eventually(
         Duration::from_secs(60),

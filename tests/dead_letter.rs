@@ -88,22 +88,7 @@ fn dlq_config() -> serde_json::Value {
 async fn dlq_messages(
     js: &jetstream::Context,
 ) -> Vec<async_nats::jetstream::message::StreamMessage> {
-    let Ok(stream) = js.get_stream("DLQ").await else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let mut seq = 1;
-    while let Ok(m) = stream
-        .raw_message_builder()
-        .sequence(seq)
-        .next_by_subject("dlq.>".to_string())
-        .send()
-        .await
-    {
-        seq = m.sequence + 1;
-        out.push(m);
-    }
-    out
+    stream_messages(js, "DLQ", "dlq.>").await
 }
 
 /// The highest stream sequence below which every message is ACKed.

@@ -38,22 +38,7 @@ fn poison_table(db: &Path) {
 
 /// Every message of stream DLQ, in order.
 async fn dlq_messages(js: &jetstream::Context) -> Vec<jetstream::message::StreamMessage> {
-    let Ok(stream) = js.get_stream("DLQ").await else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let mut seq = 1;
-    while let Ok(m) = stream
-        .raw_message_builder()
-        .sequence(seq)
-        .next_by_subject("dlq.>".to_string())
-        .send()
-        .await
-    {
-        seq = m.sequence + 1;
-        out.push(m);
-    }
-    out
+    stream_messages(js, "DLQ", "dlq.>").await
 }
 
 /// Whether `consumer` exists and has nothing pending or unacknowledged.

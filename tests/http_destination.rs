@@ -282,27 +282,16 @@ async fn settled(js: &jetstream::Context, stream: &str) -> bool {
 
 /// Original sequences of the dead-letter copies.
 async fn dead_lettered(js: &jetstream::Context) -> Vec<String> {
-    let Ok(stream) = js.get_stream("DLQ").await else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let mut seq = 1;
-    while let Ok(m) = stream
-        .raw_message_builder()
-        .sequence(seq)
-        .next_by_subject("dlq.>".to_string())
-        .send()
+    stream_messages(js, "DLQ", "dlq.>")
         .await
-    {
-        seq = m.sequence + 1;
-        let original = m
-            .headers
-            .get("Jetsink-Original-Sequence")
-            .map(|v| v.as_str().to_string())
-            .unwrap_or_default();
-        out.push(original);
-    }
-    out
+        .into_iter()
+        .map(|m| {
+            m.headers
+                .get("Jetsink-Original-Sequence")
+                .map(|v| v.as_str().to_string())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// Runs `n` messages (one poison) through a faulty receiver in `mode` and checks the

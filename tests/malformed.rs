@@ -102,22 +102,11 @@ fn two_sinks(server: &NatsServer, listen: &str) -> serde_json::Value {
 
 /// Every dead-letter copy: (its headers, its payload).
 async fn dlq_copies(js: &jetstream::Context) -> Vec<(async_nats::HeaderMap, Vec<u8>)> {
-    let Ok(stream) = js.get_stream("DLQ").await else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let mut seq = 1;
-    while let Ok(m) = stream
-        .raw_message_builder()
-        .sequence(seq)
-        .next_by_subject("dlq.>".to_string())
-        .send()
+    stream_messages(js, "DLQ", "dlq.>")
         .await
-    {
-        seq = m.sequence + 1;
-        out.push((m.headers, m.payload.to_vec()));
-    }
-    out
+        .into_iter()
+        .map(|m| (m.headers, m.payload.to_vec()))
+        .collect()
 }
 
 async fn metric(listen: &str, series: &str) -> f64 {

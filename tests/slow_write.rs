@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use serde_json::json;
 
 const N: usize = 300;
 
@@ -17,34 +16,22 @@ async fn a_sqlite_write_blocked_past_ack_wait_is_kept_alive_and_nothing_is_redel
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "SLOW", "slow.>").await;
-    let listen = format!("127.0.0.1:{}", free_port());
-    let cfg = json!({
-        "nats": {"servers": [server.url()]},
-        "http": {"listen": listen},
-        "sinks": {
-            "db": {
-                "source": {"stream": "SLOW", "consumer": "to-db", "ack_wait_ms": 2000},
-                "delivery": {"batch_size": 50, "batch_timeout_ms": 200},
-                "destination": {
-                    "type": "sqlite", "path": "data/s.db", "table": "events",
-                    "busy_timeout_ms": 600000
-                }
-            }
-        }
-    });
-    let path = write_config(dir.path(), &cfg);
-    let db = dir.path().join("data/s.db");
-    let mut daemon = Daemon::start(&path, dir.path());
-    publish_n(&js, "slow.x", 1).await;
-    eventually(Duration::from_secs(30), "the first row", || async {
-        sqlite_count(&db, "events") == 1
-    })
-    .await;
-
     // Another writer takes the database's write lock and keeps it.
-    let blocker = rusqlite::Connection::open(&db).unwrap();
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    publish_n(&js, "slow.x", N - 1).await;
+    let BlockedSqliteSink {
+        mut daemon,
+        db,
+        listen,
+        blocker,
+    } = blocked_sqlite_sink(
+        &js,
+        &server.url(),
+        dir.path(),
+        "SLOW",
+        "slow.x",
+        Some(2000),
+        N - 1,
+    )
+    .await;
     let series = "jetsink_progress_acks_total{sink=\"db\"}";
     let before = metric_value(&listen, series).await.unwrap_or(0.0);
     // Four more +WPI rounds, one every half AckWait: the write has been blocked for two

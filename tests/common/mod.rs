@@ -461,6 +461,92 @@ where
     }
 }
 
+/// Every message of `stream` whose subject matches `filter`, in stream order (empty while
+/// the stream does not exist): what a dead-letter or target stream holds.
+pub async fn stream_messages(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    filter: &str,
+) -> Vec<async_nats::jetstream::message::StreamMessage> {
+    let Ok(stream) = js.get_stream(stream).await else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut seq = 1;
+    while let Ok(m) = stream
+        .raw_message_builder()
+        .sequence(seq)
+        .next_by_subject(filter.to_string())
+        .send()
+        .await
+    {
+        seq = m.sequence + 1;
+        out.push(m);
+    }
+    out
+}
+
+/// A daemon whose one SQLite sink `db` (consumer `to-db`, batch 50) has written a first
+/// message of `stream` and is then blocked: another connection holds the database's write
+/// lock (`BEGIN IMMEDIATE`) and `rest` more messages are published behind it. For tests of
+/// what a held sink does meanwhile; the lock lasts as long as the returned connection's
+/// transaction.
+pub struct BlockedSqliteSink {
+    pub daemon: Daemon,
+    pub db: PathBuf,
+    pub listen: String,
+    pub blocker: rusqlite::Connection,
+}
+
+pub async fn blocked_sqlite_sink(
+    js: &async_nats::jetstream::Context,
+    server_url: &str,
+    dir: &Path,
+    stream: &str,
+    subject: &str,
+    ack_wait_ms: Option<u64>,
+    rest: usize,
+) -> BlockedSqliteSink {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut source = serde_json::json!({"stream": stream, "consumer": "to-db"});
+    if let Some(ms) = ack_wait_ms {
+        source["ack_wait_ms"] = ms.into();
+    }
+    let cfg = serde_json::json!({
+        "nats": {"servers": [server_url]},
+        "http": {"listen": listen},
+        "sinks": {
+            "db": {
+                "source": source,
+                "delivery": {"batch_size": 50, "batch_timeout_ms": 200},
+                "destination": {
+                    "type": "sqlite", "path": "data/held.db", "table": "events",
+                    "busy_timeout_ms": 600000
+                }
+            }
+        }
+    });
+    let path = write_config(dir, &cfg);
+    let db = dir.join("data/held.db");
+    let daemon = Daemon::start(&path, dir);
+    publish_n(js, subject, 1).await;
+    eventually(Duration::from_secs(30), "the first row", || async {
+        sqlite_count(&db, "events") == 1
+    })
+    .await;
+    let blocker = rusqlite::Connection::open(&db).expect("open the database to lock it");
+    blocker
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect("take the write lock");
+    publish_n(js, subject, rest).await;
+    BlockedSqliteSink {
+        daemon,
+        db,
+        listen,
+        blocker,
+    }
+}
+
 /// Rows in a SQLite table (0 while the file does not exist or is locked).
 pub fn sqlite_count(path: &Path, table: &str) -> u64 {
     let Ok(conn) =
