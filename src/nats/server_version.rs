@@ -34,6 +34,13 @@ impl ServerVersion {
     pub fn has_consumer_filters_and_metadata(self) -> bool {
         self >= ServerVersion(2, 10, 0)
     }
+
+    /// Whether a stream may accept atomic batch publishes whose messages carry
+    /// `Nats-Msg-Id`: nats-server 2.12.1 and later (2.12.0 refuses that header in a
+    /// batch, error 10177; earlier versions have no atomic publish).
+    pub fn has_atomic_batches_with_message_ids(self) -> bool {
+        self >= ServerVersion(2, 12, 1)
+    }
 }
 
 impl fmt::Display for ServerVersion {
@@ -73,6 +80,15 @@ mod tests {
         assert!(ServerVersion(2, 10, 0).has_consumer_filters_and_metadata());
         assert!(ServerVersion(2, 14, 0).has_consumer_filters_and_metadata());
         assert!(ServerVersion(3, 0, 0).has_consumer_filters_and_metadata());
+    }
+
+    #[test]
+    fn atomic_batches_with_message_ids_start_at_2_12_1() {
+        assert!(!ServerVersion(2, 9, 10).has_atomic_batches_with_message_ids());
+        assert!(!ServerVersion(2, 11, 9).has_atomic_batches_with_message_ids());
+        assert!(!ServerVersion(2, 12, 0).has_atomic_batches_with_message_ids());
+        assert!(ServerVersion(2, 12, 1).has_atomic_batches_with_message_ids());
+        assert!(ServerVersion(2, 14, 0).has_atomic_batches_with_message_ids());
     }
 
     proptest! {

@@ -93,7 +93,7 @@ pub(crate) fn check_sink(
     delivery::check_randomizer(&raw.delivery, &raw.source, &p, issues);
     source::check(&raw.source, &raw.delivery, &p, issues);
     delivery::check(&raw.delivery, raw.source.ack_wait_ms, &p, issues);
-    let destination = destination::check(raw.destination, &p, issues)?;
+    let destination = destination::check(raw.destination, raw.delivery.batch_size, &p, issues)?;
     Some(SinkSpec {
         name,
         source: raw.source,

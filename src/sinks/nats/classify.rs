@@ -85,7 +85,7 @@ pub fn classify(outcomes: &[Outcome], target: &str) -> Result<(), SinkError> {
     }
 }
 
-fn failure(index: usize, kind: PublishErrorKind, code: Option<u64>, text: &str) -> SinkError {
+pub(super) fn failure(index: usize, kind: PublishErrorKind, code: Option<u64>, text: &str) -> SinkError {
     let what = format!("publish of message {index}: {text}");
     match kind {
         PublishErrorKind::MaxPayloadExceeded => SinkError::Permanent {

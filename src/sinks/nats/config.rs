@@ -55,6 +55,12 @@ pub struct NatsRepublishConfig {
     /// Path of a NATS `.creds` file.
     #[serde(default)]
     pub creds_file: Option<String>,
+    /// Publish each batch as one atomic batch (nats-server 2.12.1+, a target stream with
+    /// `allow_atomic`): the target stores all of its copies or none. Needs
+    /// `delivery.batch_size` at most 1000, the server's limit. Default false: each copy is
+    /// published on its own.
+    #[serde(default)]
+    pub atomic: bool,
 }
 
 impl NatsRepublishConfig {

@@ -5,7 +5,9 @@
 //! `Nats-Msg-Id` is replaced by `<stream>:<sequence>` of the original, so every
 //! redelivery of one source message publishes the same id and the target's duplicate
 //! window stores it once; the `Nats-Expected-*` publish expectations are dropped, since
-//! they were checked against the source stream and would refuse the copy on the target.
+//! they were checked against the source stream and would refuse the copy on the target,
+//! and the `Nats-Batch-*` headers of an atomic batch that filled the source are dropped,
+//! since the target would take the copy for part of a batch.
 //! Two headers name the original: `Jetsink-Source-Stream` and `Jetsink-Source-Sequence`.
 //! With payload encryption on, the copy carries the sealed payload and says so in
 //! `Jetsink-Payload-Encoding`, as the file records do in their `payload_encoding`.
@@ -31,6 +33,11 @@ fn dropped(name: &str) -> bool {
         || name
             .get(..14)
             .is_some_and(|p| p.eq_ignore_ascii_case("Nats-Expected-"))
+        // A source filled by atomic batches stores their headers; copied, they would make
+        // the target take each copy for part of a batch.
+        || name
+            .get(..11)
+            .is_some_and(|p| p.eq_ignore_ascii_case("Nats-Batch-"))
 }
 
 /// The copy's headers.
@@ -112,7 +119,11 @@ mod tests {
             ("Nats-Expected-Last-Sequence", vec!["3"]),
             ("nats-expected-stream", vec!["ORDERS"]),
             ("Jetsink-Source-Stream", vec!["OLDER"]),
+            ("Nats-Batch-Id", vec!["b"]),
+            ("nats-batch-sequence", vec!["2"]),
         ]));
+        assert!(values(&map, "Nats-Batch-Id").is_empty());
+        assert!(values(&map, "nats-batch-sequence").is_empty());
         assert_eq!(values(&map, MSG_ID_HEADER), ["ORDERS:42"]);
         assert!(values(&map, "Nats-Expected-Last-Sequence").is_empty());
         assert!(values(&map, "nats-expected-stream").is_empty());

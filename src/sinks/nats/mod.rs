@@ -7,6 +7,8 @@
 //! - [`copy`] (pure) builds a copy's headers: the original's, the source's stream and
 //!   sequence, and `Nats-Msg-Id` = `<stream>:<sequence>`;
 //! - [`classify`] (pure) turns the outcome of each publish into the batch's result;
+//! - [`batch`] (pure) marks the copies of an atomic batch and reads the server's replies
+//!   into the batch's verdict; `atomic` sends one atomic batch and collects its replies;
 //! - `sink` holds [`NatsRepublishSink`], the only part doing I/O: its own connection
 //!   (never the source's: a connection is a fault domain), the target and loop checks at
 //!   open, and the pipelined publish — every copy sent, then every PubAck awaited.
@@ -18,6 +20,8 @@
 //! same `Nats-Msg-Id`, and the target stores it once. Past the duplicate window a
 //! redelivery is stored again.
 
+mod atomic;
+pub mod batch;
 pub mod classify;
 pub mod config;
 pub mod copy;

@@ -10,6 +10,8 @@ use async_nats::jetstream::context::{
 };
 use async_trait::async_trait;
 
+use super::atomic::{self, Inbox, Outgoing};
+use super::batch::{mark, verdict, Verdict};
 use super::classify::{classify, Outcome};
 use super::config::NatsRepublishConfig;
 use super::copy::headers;
@@ -18,6 +20,7 @@ use crate::config::subject_match::overlap;
 use crate::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::nats::connect::{connect, ConnectError, Links};
+use crate::nats::server_version::ServerVersion;
 use crate::sinks::{Feed, Sink, SinkError};
 
 /// PubAcks one connection may wait for at once: two full batches (the largest batch is
@@ -35,6 +38,8 @@ pub struct NatsRepublishSink {
     template: Result<Template, String>,
     feed: Feed,
     js: Option<Context>,
+    /// Where the replies of atomic batches arrive, once the first one is sent.
+    inbox: Option<Inbox>,
     /// Source streams already checked for a loop on the target.
     checked: HashSet<String>,
     subject: String,
@@ -49,6 +54,7 @@ impl NatsRepublishSink {
             template,
             feed: Feed::default(),
             js: None,
+            inbox: None,
             checked: HashSet::new(),
             subject: String::new(),
         }
@@ -145,6 +151,86 @@ impl NatsRepublishSink {
             });
         }
         Ok(())
+    }
+
+    /// With `atomic`, the target server (2.12.1+: 2.12.0 refuses `Nats-Msg-Id` in a
+    /// batch, the header that absorbs redeliveries) and the target stream (`allow_atomic`)
+    /// must accept atomic batches.
+    async fn check_atomic(&self, js: &Context) -> Result<(), SinkError> {
+        let stream = &self.config.stream;
+        let reported = js.client().server_info().version;
+        let version = ServerVersion::parse(&reported);
+        if !version.is_some_and(ServerVersion::has_atomic_batches_with_message_ids) {
+            return Err(SinkError::Misconfigured {
+                message: format!(
+                    "destination.atomic needs nats-server 2.12.1 or later (atomic batch publish with Nats-Msg-Id); the target server is {reported:?}"
+                ),
+            });
+        }
+        let mut s = js
+            .get_stream(stream)
+            .await
+            .map_err(|e| SinkError::transient(format!("info of stream {stream}: {e}")))?;
+        let info = s
+            .info()
+            .await
+            .map_err(|e| SinkError::transient(format!("info of stream {stream}: {e}")))?;
+        if !info.config.allow_atomic_publish {
+            return Err(SinkError::Misconfigured {
+                message: format!(
+                    "destination.atomic needs a target stream that allows atomic publish; stream {stream} has allow_atomic false (set allow_atomic: true in its config)"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Publishes the batch as one atomic batch; a batch holding a copy the target already
+    /// stored (a redelivery after a commit whose ACK was lost) is refused whole by the
+    /// server and then published message by message, where the duplicate window drops
+    /// the copies already there.
+    async fn write_atomic(&mut self, js: &Context, batch: &[Envelope]) -> Result<(), SinkError> {
+        let id = nuid::next().to_string();
+        let n = batch.len();
+        let mut copies: Vec<Outgoing> = Vec::with_capacity(n);
+        {
+            let template = self.template()?;
+            for (i, e) in batch.iter().enumerate() {
+                let mut subject = String::new();
+                if let Err(r) = template.render(&e.subject, &self.feed.sink, &mut subject) {
+                    return Err(SinkError::Permanent {
+                        index: Some(i),
+                        message: format!("message {i}: {r}"),
+                    });
+                }
+                let mut h = headers(e);
+                mark(&mut h, &id, i + 1, i + 1 == n);
+                copies.push((subject, h, e.payload.clone()));
+            }
+        }
+        let client = js.client();
+        if self.inbox.is_none() {
+            self.inbox = Some(Inbox::open(&client).await?);
+        }
+        let Some(inbox) = self.inbox.as_mut() else {
+            return Err(SinkError::transient("no reply inbox"));
+        };
+        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        let attempt = atomic::publish(&client, inbox, &id, copies, timeout).await?;
+        match verdict(&attempt, n, &id, &self.config.stream) {
+            Verdict::Committed => Ok(()),
+            Verdict::Failed(e) => Err(e),
+            Verdict::Absorb => {
+                tracing::info!(
+                    sink = %self.feed.sink,
+                    stream = %self.config.stream,
+                    messages = n,
+                    "atomic batch holds a copy the target stream already stored (a redelivery); publishing it message by message so the duplicate window absorbs the stored copies"
+                );
+                let outcomes = self.publish(js, batch).await;
+                classify(&outcomes, &self.config.stream)
+            }
+        }
     }
 
     /// Refuses a template whose copies the source stream itself would capture: each copy
@@ -272,6 +358,11 @@ impl Sink for NatsRepublishSink {
         self.check_target(&js)
             .await
             .map_err(|e| e.with_context(&place))?;
+        if self.config.atomic {
+            self.check_atomic(&js)
+                .await
+                .map_err(|e| e.with_context(&place))?;
+        }
         if !self.feed.stream.is_empty() {
             let source = self.feed.stream.clone();
             self.check_loop(&js, &source)
@@ -294,6 +385,12 @@ impl Sink for NatsRepublishSink {
             self.check_loop(&js, source)
                 .await
                 .map_err(|e| e.with_context(&place))?;
+        }
+        if self.config.atomic {
+            return self
+                .write_atomic(&js, batch)
+                .await
+                .map_err(|e| e.with_context(&place));
         }
         let outcomes = self.publish(&js, batch).await;
         classify(&outcomes, &self.config.stream).map_err(|e| e.with_context(&place))
