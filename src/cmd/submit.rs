@@ -366,6 +366,8 @@ async fn prepare_and_submit(args: Args) -> Result<Answer, SubmitError> {
     let conn = crate::nats::connect(&cfg.nats, "submit", &links, &metrics)
         .await
         .map_err(|e| SubmitError::Unavailable(e.to_string()))?;
+    // A one-shot command: the connection closes when it is done.
+    links.closing();
     let js = jetstream::new(conn.client);
     let job = Job {
         subject,

@@ -104,6 +104,9 @@ pub struct Links {
     /// The first connection whose client stopped reconnecting (`nats.max_reconnects`
     /// exhausted) while jetsink was running.
     gone: Arc<tokio::sync::watch::Sender<Option<String>>>,
+    /// Whether a connection closed for good stops the daemon (the source connections) or
+    /// only its destination, which connects again at its next write (a republish target).
+    stops_daemon: bool,
 }
 
 impl Links {
@@ -114,6 +117,17 @@ impl Links {
             metrics: metrics.clone(),
             closing: Arc::default(),
             gone: Arc::new(tokio::sync::watch::Sender::new(None)),
+            stops_daemon: true,
+        }
+    }
+
+    /// The links of a destination's own connection (the republish target): a client that
+    /// gives up is reported in [`Links::gone`] for the destination to connect again, and
+    /// does not stop the daemon.
+    pub fn for_destination(metrics: &Metrics) -> Links {
+        Links {
+            stops_daemon: false,
+            ..Links::new(metrics)
         }
     }
 
@@ -135,7 +149,11 @@ impl Links {
             tracing::debug!(connection = %label, "NATS connection closed");
             return;
         }
-        tracing::error!(connection = %label, "NATS connection closed for good: the client stopped reconnecting (nats.max_reconnects reached); jetsink stops");
+        if self.stops_daemon {
+            tracing::error!(connection = %label, "NATS connection closed for good: the client stopped reconnecting (nats.max_reconnects reached); jetsink stops");
+        } else {
+            tracing::warn!(connection = %label, "NATS connection closed for good: the client stopped reconnecting (nats.max_reconnects reached); the destination connects again at its next write");
+        }
         self.gone.send_if_modified(|g| {
             if g.is_none() {
                 *g = Some(label.to_string());

@@ -38,11 +38,23 @@ pub struct NatsRepublishSink {
     template: Result<Template, String>,
     feed: Feed,
     js: Option<Context>,
+    /// The state of `js`'s connection: a client that gave up reconnecting is replaced at
+    /// the next write, and one closed by dropping the sink is expected.
+    links: Option<Links>,
     /// Where the replies of atomic batches arrive, once the first one is sent.
     inbox: Option<Inbox>,
     /// Source streams already checked for a loop on the target.
     checked: HashSet<String>,
     subject: String,
+}
+
+impl Drop for NatsRepublishSink {
+    /// The client's `Closed` event that follows is jetsink's own doing, not a failure.
+    fn drop(&mut self) {
+        if let Some(links) = &self.links {
+            links.closing();
+        }
+    }
 }
 
 impl NatsRepublishSink {
@@ -54,6 +66,7 @@ impl NatsRepublishSink {
             template,
             feed: Feed::default(),
             js: None,
+            links: None,
             inbox: None,
             checked: HashSet::new(),
             subject: String::new(),
@@ -80,6 +93,15 @@ impl NatsRepublishSink {
     }
 
     async fn connect(&mut self) -> Result<Context, SinkError> {
+        let given_up = self
+            .links
+            .as_ref()
+            .is_some_and(|l| l.gone().borrow().is_some());
+        if given_up {
+            self.js = None;
+            self.inbox = None;
+            self.links = None;
+        }
         if let Some(js) = &self.js {
             return Ok(js.clone());
         }
@@ -91,12 +113,8 @@ impl NatsRepublishSink {
         } else {
             format!("{}-republish", self.feed.sink)
         };
-        let conn = connect(
-            &self.config.connection(),
-            &label,
-            &Links::new(&metrics),
-            &metrics,
-        )
+        let links = Links::for_destination(&metrics);
+        let conn = connect(&self.config.connection(), &label, &links, &metrics)
         .await
         .map_err(|e| match e {
             ConnectError::Credentials { key, message } => SinkError::Misconfigured {
@@ -111,6 +129,7 @@ impl NatsRepublishSink {
             .max_ack_inflight(MAX_INFLIGHT)
             .build(conn.client);
         self.js = Some(js.clone());
+        self.links = Some(links);
         Ok(js)
     }
 
