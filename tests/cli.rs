@@ -501,3 +501,67 @@ async fn http_get(addr: &str, path: &str) -> (u16, String) {
     .await
     .unwrap_or((0, String::new()))
 }
+
+/// The `/readyz` bodies `docs/operations.md` lists for a NATS outage, in order (the block
+/// after `<!-- readyz-outage -->`).
+fn documented_outage_bodies() -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .expect("docs/operations.md");
+    let block = doc
+        .split("<!-- readyz-outage -->")
+        .nth(1)
+        .and_then(|rest| rest.split("```").nth(1))
+        .expect("the readyz-outage block in docs/operations.md");
+    block
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nats_outage_shows_in_readyz_stage_by_stage() {
+    let stages = documented_outage_bodies();
+    assert_eq!(stages.len(), 5, "{stages:?}");
+    let mut server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(
+        &server,
+        "OUTAGE",
+        "outage.>",
+        json!({"type": "sqlite", "path": "data/o.db"}),
+        json!({}),
+    );
+    // The doc's sink is the quickstart's; the connection is named after it.
+    let sink = cfg["sinks"]["main"].take();
+    cfg["sinks"] = json!({ "quickstart": sink });
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    let body_is = |want: &str| {
+        let (listen, want) = (listen.clone(), want.to_string());
+        move || {
+            let (listen, want) = (listen.clone(), want.clone());
+            async move { http_get(&listen, "/readyz").await.1 == want }
+        }
+    };
+    eventually(Duration::from_secs(30), &stages[0], body_is(&stages[0])).await;
+    server.kill();
+    eventually(Duration::from_secs(20), &stages[1], body_is(&stages[1])).await;
+    // Three failed pulls, then a failed re-binding.
+    eventually(Duration::from_secs(90), &stages[2], body_is(&stages[2])).await;
+    server.restart();
+    // Stage 4 (connection up, consumer not yet confirmed) lasts until the next pull
+    // succeeds, possibly too short to see: every body until ready is one of the stages.
+    let seen = std::sync::Mutex::new(Vec::new());
+    eventually(Duration::from_secs(60), &stages[4], || async {
+        let body = http_get(&listen, "/readyz").await.1;
+        let ready = body == stages[4];
+        seen.lock().unwrap().push(body);
+        ready
+    })
+    .await;
+    for body in seen.into_inner().unwrap() {
+        assert!(stages[1..].contains(&body), "undocumented body {body}");
+    }
+    d.stop_cleanly();
+}

@@ -383,3 +383,47 @@ async fn a_write_longer_than_ack_wait_is_kept_alive_and_nothing_is_redelivered()
     );
     daemon.stop_cleanly();
 }
+
+/// Drains 10 messages through the COPY path, whose staging table is re-created with
+/// `DROP TABLE IF EXISTS` (a server NOTICE the first time), with `RUST_LOG=rust_log`;
+/// the daemon's log.
+async fn copy_path_log(rust_log: &str, level: &str) -> String {
+    let tag = format!("notice{level}");
+    let db = Pg::create(&tag).await;
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    let stream = format!("PGNOTICE{}", level.to_uppercase());
+    let subject = format!("pgnotice{level}.>");
+    create_stream(&js, &stream, &subject).await;
+    publish_n(&js, &format!("pgnotice{level}.x"), 10).await;
+    let cfg = config(
+        &server,
+        &stream,
+        &subject,
+        db.destination(json!({"copy_threshold": 1})),
+        json!({}),
+    );
+    let mut daemon = Daemon::start_with_log(&write_config(dir.path(), &cfg), dir.path(), rust_log);
+    eventually(Duration::from_secs(30), "10 rows", || async {
+        db.count("events").await == 10
+    })
+    .await;
+    daemon.stop_cleanly();
+    daemon.log_text()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_notices_are_logged_at_debug_level_only() {
+    // What tokio-postgres itself does with a notice: INFO, as `NOTICE: <text>`.
+    let info = copy_path_log("info", "info").await;
+    assert!(!info.contains("does not exist, skipping"), "{info}");
+    assert!(!info.contains("NOTICE:"), "{info}");
+    let debug = copy_path_log("info,jetsink=debug", "debug").await;
+    let notice = debug
+        .lines()
+        .find(|l| l.contains("postgres server notice"))
+        .unwrap_or_else(|| panic!("no notice at debug level: {debug}"));
+    assert!(notice.contains("DEBUG"), "{notice}");
+    assert!(notice.contains("does not exist, skipping"), "{notice}");
+}

@@ -35,7 +35,7 @@ pub fn execute(args: Args) -> u8 {
             emit(&format!(
                 "{} is valid\n{}",
                 args.config.display(),
-                cfg.summary(&rates)
+                cfg.summary(&rates).trim_end()
             ));
             exit::OK
         }

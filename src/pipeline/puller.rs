@@ -188,6 +188,9 @@ pub(super) struct Puller {
     order: Order,
     /// Consecutive failed pulls.
     failed: u32,
+    /// A re-binding failed, so `/readyz` reports the consumer not bound until a pull
+    /// succeeds again.
+    unbound: bool,
     /// Bucket order and the backoff jitter after a failed pull.
     rng: StdRng,
     metrics: SinkMetrics,
@@ -239,6 +242,7 @@ impl Puller {
             drops,
             order,
             failed: 0,
+            unbound: false,
             rng: StdRng::from_os_rng(),
             metrics,
             health,
@@ -334,6 +338,13 @@ impl Puller {
         match pulled {
             Ok(p) => {
                 self.failed = 0;
+                if self.unbound {
+                    // The consumer answered a pull: it is bound again, typically after
+                    // the connection came back with the stream and consumer intact.
+                    self.unbound = false;
+                    self.health.set_bound(true);
+                    tracing::info!(sink = %self.spec.name, "pulls succeed again; consumer bound");
+                }
                 Pulled::Batch(p)
             }
             Err(e) => {
@@ -359,6 +370,7 @@ impl Puller {
             match bind(&self.js, &self.spec.name, &source, &Needs::of(&self.spec)).await {
                 Ok(b) => consumers.push(b.consumer),
                 Err(e) => {
+                    self.unbound = true;
                     self.health.set_bound(false);
                     tracing::warn!(sink = %self.spec.name, consumer = %source.consumer, error = %e, "re-binding the consumer failed");
                     return;
@@ -366,6 +378,7 @@ impl Puller {
             }
         }
         self.consumers = consumers;
+        self.unbound = false;
         self.health.set_bound(true);
     }
 }

@@ -186,6 +186,11 @@ pub fn jetsink_bin() -> &'static str {
 
 impl Daemon {
     pub fn start(config: &Path, dir: &Path) -> Daemon {
+        Daemon::start_with_log(config, dir, "info")
+    }
+
+    /// Like [`Daemon::start`] with `RUST_LOG` set to `rust_log` instead of `info`.
+    pub fn start_with_log(config: &Path, dir: &Path, rust_log: &str) -> Daemon {
         let log = dir.join(format!(
             "jetsink-{}.log",
             std::time::SystemTime::now()
@@ -198,7 +203,7 @@ impl Daemon {
             .args(["run", "--config"])
             .arg(config)
             .current_dir(dir)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::null())
             .stderr(err)
             .spawn()

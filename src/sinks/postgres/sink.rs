@@ -149,14 +149,43 @@ impl Postgres {
     }
 }
 
-async fn drive<S, T>(connection: tokio_postgres::Connection<S, T>)
+/// Runs the connection, taking its asynchronous messages ourselves: awaited as a future,
+/// tokio-postgres logs every server notice with its text at INFO (through `log`), and the
+/// routine ones jetsink causes (`DROP TABLE IF EXISTS` of the COPY staging table: "table
+/// does not exist, skipping") would fill the log. A notice's text is logged at DEBUG
+/// only, since a trigger's notice may quote row data; a server WARNING is also logged at
+/// WARN, by code without its text.
+async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    if let Err(e) = connection.await {
-        tracing::debug!(error = %e, "postgres connection ended");
+    use futures::StreamExt;
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(message) = messages.next().await {
+        match message {
+            Ok(tokio_postgres::AsyncMessage::Notice(n)) => {
+                let (severity, code) = (n.severity(), n.code().code());
+                if notice_is_warning(n.parsed_severity()) {
+                    tracing::warn!(code, "postgres server warning (its text is logged at debug level)");
+                }
+                tracing::debug!(severity, code, message = n.message(), "postgres server notice");
+            }
+            // LISTEN notifications: jetsink subscribes to none.
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "postgres connection ended");
+                return;
+            }
+        }
     }
+}
+
+/// Whether a server notice deserves a warning: `WARNING` does; `NOTICE`, `INFO`, `LOG`
+/// and `DEBUG` are routine. `None` (a server before 9.6 sends no parsed severity) is
+/// treated as routine.
+pub(super) fn notice_is_warning(severity: Option<tokio_postgres::error::Severity>) -> bool {
+    matches!(severity, Some(tokio_postgres::error::Severity::Warning))
 }
 
 /// Runs the insert with empty arrays: no row is written, but the executor checks the

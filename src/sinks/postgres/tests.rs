@@ -468,3 +468,20 @@ fn copy_data_is_postgres_binary_copy_format() {
     // message_id (9th column) is NULL: length -1 somewhere in the row
     assert!(body.windows(4).any(|w| w == (-1i32).to_be_bytes()));
 }
+
+#[test]
+fn only_a_server_warning_is_logged_above_debug_level() {
+    use super::sink::notice_is_warning;
+    use tokio_postgres::error::Severity;
+    assert!(notice_is_warning(Some(Severity::Warning)));
+    // "table \"jetsink_stage\" does not exist, skipping" is a NOTICE: debug level only.
+    for routine in [
+        Severity::Notice,
+        Severity::Info,
+        Severity::Log,
+        Severity::Debug,
+    ] {
+        assert!(!notice_is_warning(Some(routine)), "{routine:?}");
+    }
+    assert!(!notice_is_warning(None));
+}
