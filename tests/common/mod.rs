@@ -234,6 +234,12 @@ impl Daemon {
             status.is_some_and(|s| s.success()),
             "jetsink did not stop cleanly on SIGTERM ({status:?}):\n{}",
             self.log_text()
+        ); // Connections jetsink closes itself at shutdown (the sources' and a republish
+           // target's) are expected closes, never a client that gave up.
+        let log = self.log_text();
+        assert!(
+            !log.contains("closed for good"),
+            "a clean stop reported a connection closed for good:\n{log}"
         );
     }
 
