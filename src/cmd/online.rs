@@ -176,7 +176,12 @@ pub async fn check(config: &Config, only: Option<&str>) -> Report {
 }
 
 /// The server version against what the sink needs, the stream, and each consumer.
-async fn check_source(report: &mut Report, js: &jetstream::Context, version: &str, spec: &SinkSpec) {
+async fn check_source(
+    report: &mut Report,
+    js: &jetstream::Context,
+    version: &str,
+    spec: &SinkSpec,
+) {
     let sink = &spec.name;
     let bindings = spec.consumer_bindings();
     let mut modern = true;
@@ -314,7 +319,8 @@ async fn check_source(report: &mut Report, js: &jetstream::Context, version: &st
                 report.push(bind_outcome(&e), e.to_string());
             }
         }
-        for (field, server, config) in tunable_differences(c, &wanted_consumer(b, &BTreeMap::new())) {
+        for (field, server, config) in tunable_differences(c, &wanted_consumer(b, &BTreeMap::new()))
+        {
             drifted = true;
             report.push(
                 Outcome::Mismatch,
@@ -326,11 +332,15 @@ async fn check_source(report: &mut Report, js: &jetstream::Context, version: &st
         if !drifted {
             report.push(
                 Outcome::Ok,
-                format!("sink {sink}: consumer {consumer} on stream {stream_name} matches the config"),
+                format!(
+                    "sink {sink}: consumer {consumer} on stream {stream_name} matches the config"
+                ),
             );
         }
         if modern {
-            report.0.push(owner_check(sink, consumer, &c.metadata, &needs));
+            report
+                .0
+                .push(owner_check(sink, consumer, &c.metadata, &needs));
         }
     }
 }
@@ -385,12 +395,18 @@ async fn check_dead_letter(report: &mut Report, js: &jetstream::Context, spec: &
             Err(e) if matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND) => {
                 report.push(
                     Outcome::WouldCreate,
-                    format!("sink {sink}: dead-letter stream {} capturing {capture}", cs.name),
+                    format!(
+                        "sink {sink}: dead-letter stream {} capturing {capture}",
+                        cs.name
+                    ),
                 )
             }
             Err(e) => report.push(
                 Outcome::Unavailable,
-                format!("sink {sink}: looking up dead-letter stream {} failed: {e}", cs.name),
+                format!(
+                    "sink {sink}: looking up dead-letter stream {} failed: {e}",
+                    cs.name
+                ),
             ),
         }
         return;
@@ -499,7 +515,10 @@ mod tests {
         assert!(same.text.contains("h1 matches"), "{same}");
         let changed = owner_check("a", "c", &meta("a", "h0"), &needs);
         assert_eq!(changed.outcome, Outcome::Ok);
-        assert!(changed.text.contains("h0 differs from this config's h1"), "{changed}");
+        assert!(
+            changed.text.contains("h0 differs from this config's h1"),
+            "{changed}"
+        );
         let other = owner_check("a", "c", &meta("b", "h1"), &needs);
         assert_eq!(other.outcome, Outcome::Mismatch);
         assert!(other.text.contains("belongs to sink b"), "{other}");
