@@ -55,6 +55,11 @@ pub fn probe_directory(dir: &Path) -> Result<Probe, SinkError> {
                     None => return Err(io_error(&format!("cannot reach {shown}"), &e)),
                 };
             }
+            Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+                return Err(SinkError::Misconfigured {
+                    message: format!("cannot use {shown}: a parent is not a directory"),
+                })
+            }
             Err(e) => return Err(io_error(&format!("cannot access {}", at.display()), &e)),
         }
     }
