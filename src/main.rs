@@ -35,7 +35,8 @@ struct Cli {
 enum Command {
     /// Run the daemon until SIGTERM or SIGINT.
     Run(cmd::run::Args),
-    /// Check a config file offline and print what it would do.
+    /// Check a config file offline and print what it would do; with --online, against
+    /// the live servers too, changing nothing.
     Validate(cmd::validate::Args),
     /// Print the JSON Schema of the config file.
     Schema,
@@ -95,7 +96,7 @@ fn main() -> ExitCode {
 async fn dispatch(command: Command) -> u8 {
     match command {
         Command::Run(args) => cmd::run::execute(args).await,
-        Command::Validate(args) => cmd::validate::execute(args),
+        Command::Validate(args) => cmd::validate::execute(args).await,
         Command::Schema => cmd::schema::execute(),
         Command::Publish(args) => cmd::publish::execute(args).await,
         Command::Bench(args) => cmd::bench::execute(args).await,

@@ -1,4 +1,4 @@
-//! Per-lane consumer mode: each lane's subjects get their own filtered durable consumer
+//! Per-lane consumer mode: each lane gets its own durable consumer filtering its subjects
 //! and pulls alternate between lanes by weight, so urgent messages published behind a
 //! deep routine backlog are committed long before that backlog is drained.
 
@@ -96,5 +96,115 @@ fn per_lane_consumer_mode_needs_subjects_on_every_lane() {
     assert!(
         format!("{out}{err}").contains("sinks.w.delivery.priority_lanes.lanes[1].subjects"),
         "{out}{err}"
+    );
+}
+
+fn modern() -> bool {
+    nats_server_version().is_some_and(|v| v >= (2, 10, 0))
+}
+
+/// A per-lane config whose `urgent` lane reads two subjects, on stream LANES2 (which also
+/// captures `lane.other`).
+async fn two_subject_lane_setup(server: &NatsServer, dir: &std::path::Path) -> std::path::PathBuf {
+    let js = server.js().await;
+    create_stream(&js, "LANES2", "lane.>").await;
+    publish_n(&js, "lane.alert", 20).await;
+    publish_n(&js, "lane.page", 10).await;
+    publish_n(&js, "lane.routine", 30).await;
+    publish_n(&js, "lane.other", 5).await;
+    let mut cfg = config(
+        server,
+        "LANES2",
+        "lane.>",
+        json!({"type": "sqlite", "path": "data/l.db", "table": "events"}),
+        json!({
+            "batch_size": 20,
+            "priority_lanes": {
+                "enabled": true,
+                "default_lane": "routine",
+                "lanes": [
+                    {"name": "urgent", "weight": 3, "subjects": ["lane.alert", "lane.page"]},
+                    {"name": "routine", "weight": 1, "subjects": ["lane.routine"]}
+                ]
+            }
+        }),
+    );
+    let source = cfg["sinks"]["main"]["source"].as_object_mut().unwrap();
+    source.remove("subjects");
+    source.remove("create_stream");
+    write_config(dir, &cfg)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lane_with_several_subjects_reads_them_through_one_consumer_on_2_10_and_later() {
+    if !modern() {
+        eprintln!(
+            "skipped: a lane consumer with several subjects needs nats-server 2.10+, this one is {:?}",
+            nats_server_version()
+        );
+        return;
+    }
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = two_subject_lane_setup(&server, dir.path()).await;
+    let js = server.js().await;
+    let mut d = Daemon::start(&path, dir.path());
+    let db = dir.path().join("data/l.db");
+    eventually(Duration::from_secs(60), "every lane message", || async {
+        sqlite_count(&db, "events") == 60
+            && consumer_state(&js, "LANES2", "jetsink-lane-urgent-0").await == (0, 0)
+            && consumer_state(&js, "LANES2", "jetsink-lane-routine-0").await == (0, 0)
+    })
+    .await;
+    d.stop_cleanly();
+    let stream = js.get_stream("LANES2").await.unwrap();
+    assert_eq!(
+        stream.cached_info().state.consumer_count,
+        2,
+        "one consumer per lane"
+    );
+    let info = stream.consumer_info("jetsink-lane-urgent-0").await.unwrap();
+    let mut filters = info.config.filter_subjects.clone();
+    filters.sort();
+    assert_eq!(filters, vec!["lane.alert", "lane.page"]);
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let urgent: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM events WHERE lane = 'urgent' AND subject IN ('lane.alert', 'lane.page')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(urgent, 30);
+    assert_eq!(sqlite_count(&db, "events"), 60, "lane.other was not read");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lane_with_several_subjects_is_refused_on_2_9_naming_the_lane_and_the_version() {
+    if modern() {
+        eprintln!(
+            "skipped: this server ({:?}) filters several subjects; the refusal is for 2.9",
+            nats_server_version()
+        );
+        return;
+    }
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = two_subject_lane_setup(&server, dir.path()).await;
+    let mut d = Daemon::start(&path, dir.path());
+    let status = d.wait_exit(Duration::from_secs(30));
+    let log = d.log_text();
+    assert_eq!(status.and_then(|s| s.code()), Some(78), "{log}");
+    assert!(
+        log.contains("sinks.main.delivery.priority_lanes.lanes[0].subjects lists 2 subjects"),
+        "{log}"
+    );
+    assert!(log.contains("nats-server 2.9"), "{log}");
+    let js = server.js().await;
+    let stream = js.get_stream("LANES2").await.unwrap();
+    assert_eq!(
+        stream.cached_info().state.consumer_count,
+        0,
+        "nothing was created"
     );
 }

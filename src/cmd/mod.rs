@@ -17,6 +17,7 @@ pub mod decrypt;
 pub mod dlq_replay;
 pub mod keygen;
 pub mod metrics_show;
+pub mod online;
 pub mod publish;
 pub mod run;
 pub mod schema;

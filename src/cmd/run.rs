@@ -290,9 +290,9 @@ async fn bind_all(
     spec: &SinkSpec,
 ) -> Result<Vec<Bound>, AppError> {
     let mut bound = Vec::new();
-    for (source, _) in spec.consumer_bindings() {
+    for (source, lane) in spec.consumer_bindings() {
         bound.push(
-            bind(js, &spec.name, &source, &Needs::of(spec))
+            bind(js, &spec.name, &source, &Needs::of(spec, lane))
                 .await
                 .map_err(|e| {
                     if e.is_config() {

@@ -1,6 +1,7 @@
 //! `jetsink validate`: loads a config file offline (no server, no destination) and prints
 //! what it would do, so a config can be checked before a deploy; a problem is exit 78
-//! with the JSON path of every issue.
+//! with the JSON path of every issue. With `--online` it then checks the config against
+//! the live servers and destinations without changing anything ([`super::online`]).
 
 use std::path::PathBuf;
 
@@ -21,27 +22,54 @@ pub struct Args {
     /// Message rate (msg/s) for the randomizer's expected-window estimate; repeatable.
     #[arg(long = "rate")]
     rates: Vec<f64>,
+    /// Also connect to NATS and the destinations and check the streams, consumers,
+    /// dead-letter streams and destinations, changing nothing (exit 69 unreachable or
+    /// missing, 78 config and server disagree).
+    #[arg(long)]
+    online: bool,
+    /// With --online, check only this sink.
+    #[arg(long, requires = "online")]
+    sink: Option<String>,
 }
 
-/// Prints `<file> is valid` and the summary, or the error; the exit code.
-pub fn execute(args: Args) -> u8 {
-    match Config::load(&args.config) {
-        Ok(cfg) => {
-            let rates = if args.rates.is_empty() {
-                DEFAULT_RATES.to_vec()
-            } else {
-                args.rates
-            };
-            emit(&format!(
-                "{} is valid\n{}",
-                args.config.display(),
-                cfg.summary(&rates).trim_end()
-            ));
-            exit::OK
-        }
+/// Prints `<file> is valid` and the summary, or the error, then with `--online` one line
+/// per online check; the exit code.
+pub async fn execute(args: Args) -> u8 {
+    let cfg = match Config::load(&args.config) {
+        Ok(cfg) => cfg,
         Err(e) => {
             eprintln!("error: {e}");
-            exit::CONFIG
+            return exit::CONFIG;
+        }
+    };
+    if let Some(name) = &args.sink {
+        if !cfg.sinks.iter().any(|s| &s.name == name) {
+            let names: Vec<&str> = cfg.sinks.iter().map(|s| s.name.as_str()).collect();
+            eprintln!(
+                "error: --sink {name}: {} has no such sink (sinks: {})",
+                args.config.display(),
+                names.join(", ")
+            );
+            return exit::USAGE;
         }
     }
+    let rates = if args.rates.is_empty() {
+        DEFAULT_RATES.to_vec()
+    } else {
+        args.rates
+    };
+    emit(&format!(
+        "{} is valid\n{}",
+        args.config.display(),
+        cfg.summary(&rates).trim_end()
+    ));
+    if !args.online {
+        return exit::OK;
+    }
+    let report = super::online::check(&cfg, args.sink.as_deref()).await;
+    for line in &report.0 {
+        emit(&line.to_string());
+    }
+    emit(&report.totals());
+    report.exit_code()
 }

@@ -53,6 +53,11 @@ pub struct SinkSpec {
     pub results: Option<ResultsConfig>,
     /// Payload encryption, keys loaded; `None` stores payloads in clear.
     pub encryption: Option<Arc<Encryption>>,
+    /// JSON path of the source's filter subjects (`sinks.x.source.subjects`, or
+    /// `nats.subject` in the single-sink shape), for messages about them.
+    pub subjects_path: String,
+    /// JSON path of the sink's `priority_lanes` section, for messages about a lane.
+    pub lanes_path: String,
 }
 
 /// A validated configuration, whichever shape the file used.
@@ -196,6 +201,15 @@ impl SinkSpec {
         digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
     }
 
+    /// JSON path of the filter subjects of the consumer binding that feeds `lane` (from
+    /// [`SinkSpec::consumer_bindings`]): the lane's `subjects`, or the source's.
+    pub fn subjects_path_of(&self, lane: Option<usize>) -> String {
+        match lane {
+            Some(i) => format!("{}.lanes[{i}].subjects", self.lanes_path),
+            None => self.subjects_path.clone(),
+        }
+    }
+
     /// The connection this sink uses: its `connection_group`, or its own name. Sinks with
     /// the same label share one NATS connection; the label is the `connection` label of
     /// the connection metrics.
@@ -208,7 +222,8 @@ impl SinkSpec {
 
     /// The durable consumers this sink binds, each with the priority lane it feeds in
     /// per-lane consumer mode: one consumer, one per random subject bucket, or one per
-    /// lane subject (named `<consumer>-lane-<lane>-<i>`).
+    /// lane (named `<consumer>-lane-<lane>-0`, filtering every subject of the lane; several
+    /// subjects need nats-server 2.10+, which [`crate::nats::bind`] checks).
     pub fn consumer_bindings(&self) -> Vec<(SourceConfig, Option<usize>)> {
         let lanes = &self.delivery.priority_lanes;
         let per_lane = lanes.enabled && lanes.lanes.iter().any(|l| !l.subjects.is_empty());
@@ -227,17 +242,17 @@ impl SinkSpec {
             .collect();
         let mut out = Vec::new();
         for (li, lane) in lanes.lanes.iter().enumerate() {
-            for (si, subject) in lane.subjects.iter().enumerate() {
-                let mut s = self.source.clone();
-                s.consumer = format!("{}-lane-{}-{si}", self.source.consumer, lane.name);
-                s.subjects = vec![subject.clone()];
-                if let Some(cs) = s.create_stream.as_mut() {
-                    if cs.subjects.is_empty() {
-                        cs.subjects = all.clone();
-                    }
+            let mut s = self.source.clone();
+            // `-0`: the name the lane's consumer had when each lane subject got its own
+            // consumer, so a lane of one subject keeps its consumer (and its position).
+            s.consumer = format!("{}-lane-{}-0", self.source.consumer, lane.name);
+            s.subjects = lane.subjects.clone();
+            if let Some(cs) = s.create_stream.as_mut() {
+                if cs.subjects.is_empty() {
+                    cs.subjects = all.clone();
                 }
-                out.push((s, Some(li)));
             }
+            out.push((s, Some(li)));
         }
         out
     }

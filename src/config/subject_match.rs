@@ -26,6 +26,22 @@ pub fn overlap(a: &str, b: &str) -> bool {
     }
 }
 
+/// Whether every subject `narrow` matches also matches `wide`: a stream capturing `wide`
+/// stores everything a consumer filtering `narrow` reads.
+pub fn covers(wide: &str, narrow: &str) -> bool {
+    let mut x = wide.split('.');
+    let mut y = narrow.split('.');
+    loop {
+        match (x.next(), y.next()) {
+            (None, None) => return true,
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(t)) if t != ">" => {}
+            (Some(s), Some(t)) if s == t && s != ">" => {}
+            _ => return false,
+        }
+    }
+}
+
 /// Whether the concrete `subject` matches `filter`.
 pub fn matches(filter: &str, subject: &str) -> bool {
     !subject.split('.').any(|t| t == "*" || t == ">") && overlap(filter, subject)
@@ -35,6 +51,20 @@ pub fn matches(filter: &str, subject: &str) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_wider_filter_covers_a_narrower_one() {
+        assert!(covers("orders.>", "orders.eu.*"));
+        assert!(covers("orders.>", "orders.eu"));
+        assert!(covers("orders.*", "orders.eu"));
+        assert!(covers("a.b", "a.b"));
+        assert!(covers(">", "a.>"));
+        assert!(!covers("orders.*", "orders.>"));
+        assert!(!covers("orders.*", "orders.eu.x"));
+        assert!(!covers("orders.eu", "orders.*"));
+        assert!(!covers("orders.>", "orders"));
+        assert!(!covers("a.b", "a.c"));
+    }
 
     #[test]
     fn wildcards_follow_nats_rules() {
@@ -113,6 +143,21 @@ mod tests {
             let s = s.join(".");
             if matches(&a, &s) && matches(&b, &s) {
                 prop_assert!(overlap(&a, &b), "{} and {} both match {}", a, b, s);
+            }
+        }
+
+        #[test]
+        fn what_the_narrow_filter_matches_the_wide_one_matches(
+            a in filter(),
+            b in filter(),
+            s in prop::collection::vec("[abz]", 1..7),
+        ) {
+            let s = s.join(".");
+            if covers(&a, &b) && matches(&b, &s) {
+                prop_assert!(matches(&a, &s), "{} covers {} but not {}", a, b, s);
+            }
+            if covers(&a, &b) {
+                prop_assert!(overlap(&a, &b), "{} covers {} without overlapping", a, b);
             }
         }
 

@@ -117,12 +117,17 @@ pub struct Needs {
     /// What the consumer's `metadata` says about its owner (jetsink version, sink name,
     /// config hash), set on servers that keep consumer metadata (2.10+).
     pub owner: BTreeMap<String, String>,
+    /// JSON path of the consumer's filter subjects in the config (`source.subjects`, or a
+    /// lane's `subjects` in per-lane consumer mode), for messages about them.
+    pub subjects_path: String,
 }
 
 impl Needs {
-    /// What `spec`'s pulls and dead-letter copies need.
-    pub fn of(spec: &SinkSpec) -> Needs {
+    /// What `spec`'s pulls and dead-letter copies need, for the consumer binding that
+    /// feeds `lane` (see [`SinkSpec::consumer_bindings`]).
+    pub fn of(spec: &SinkSpec, lane: Option<usize>) -> Needs {
         Needs {
+            subjects_path: spec.subjects_path_of(lane),
             batch: spec.delivery.batch_size,
             max_bytes: spec.delivery.max_batch_bytes,
             expires: Duration::from_millis(spec.delivery.batch_timeout_ms),
@@ -245,19 +250,7 @@ pub async fn bind(
     needs: &Needs,
 ) -> Result<Bound, BindError> {
     let reported = js.client().server_info().version;
-    let version = ServerVersion::parse(&reported);
-    let modern = version.is_some_and(ServerVersion::has_consumer_filters_and_metadata);
-    if filters(source).len() > 1 && !modern {
-        return Err(BindError::ServerTooOld {
-            sink: sink.to_string(),
-            detail: format!(
-                "source.subjects lists {} subjects ({}), but nats-server {reported} filters a consumer by one subject only and would silently deliver every subject of stream {}; several subjects need nats-server 2.10 or later: upgrade the server, or give one subject (a wildcard such as orders.>)",
-                source.subjects.len(),
-                source.subjects.join(", "),
-                source.stream
-            ),
-        });
-    }
+    let modern = check_server_version(sink, source, needs, &reported)?;
     let owner = if modern {
         needs.owner.clone()
     } else {
@@ -345,12 +338,7 @@ pub async fn bind(
             check_limits(sink, source, &info.config, needs)?;
             let c = &info.config;
             let owner_differs = owner.iter().any(|(k, v)| c.metadata.get(k) != Some(v));
-            let tunables_differ = c.ack_wait != wanted.ack_wait
-                || c.max_deliver != wanted.max_deliver
-                || c.max_ack_pending != wanted.max_ack_pending
-                || c.backoff != wanted.backoff
-                || owner_differs;
-            if tunables_differ {
+            if !tunable_differences(c, &wanted).is_empty() || owner_differs {
                 tracing::info!(sink, consumer = %source.consumer, "updating consumer settings to the configured ones");
                 // Keep the settings that only matter at creation as the server has them,
                 // and the metadata others wrote (the server manages its own `_nats.` keys).
@@ -409,6 +397,69 @@ pub async fn bind(
         }
     };
     Ok(Bound { stream, consumer })
+}
+
+/// Whether the server (version `reported`, as its INFO states it) keeps consumer
+/// metadata and several filter subjects (2.10+); refuses a consumer that needs several
+/// subjects on an older server, which would silently drop the filters and deliver every
+/// subject of the stream, naming the config path of those subjects and the version.
+pub fn check_server_version(
+    sink: &str,
+    source: &SourceConfig,
+    needs: &Needs,
+    reported: &str,
+) -> Result<bool, BindError> {
+    let modern = ServerVersion::parse(reported)
+        .is_some_and(ServerVersion::has_consumer_filters_and_metadata);
+    let wanted = filters(source);
+    if wanted.len() > 1 && !modern {
+        return Err(BindError::ServerTooOld {
+            sink: sink.to_string(),
+            detail: format!(
+                "{} lists {} subjects ({}), but nats-server {reported} filters a consumer by one subject only and would silently deliver every subject of stream {}; several subjects need nats-server 2.10 or later: upgrade the server, or give one subject (a wildcard such as orders.>)",
+                needs.subjects_path,
+                wanted.len(),
+                wanted.join(", "),
+                source.stream
+            ),
+        });
+    }
+    Ok(modern)
+}
+
+/// The tunables of an existing consumer that differ from the wanted ones, as
+/// `(field, on the server, in the config)`; `bind` updates them to the configured values.
+pub fn tunable_differences(
+    existing: &consumer::Config,
+    wanted: &pull::Config,
+) -> Vec<(&'static str, String, String)> {
+    let ms = |d: Duration| format!("{} ms", d.as_millis());
+    let list = |b: &[Duration]| {
+        let v: Vec<String> = b.iter().map(|d| d.as_millis().to_string()).collect();
+        format!("[{}] ms", v.join(", "))
+    };
+    let mut out = Vec::new();
+    if existing.ack_wait != wanted.ack_wait {
+        out.push(("ack_wait", ms(existing.ack_wait), ms(wanted.ack_wait)));
+    }
+    if existing.max_deliver != wanted.max_deliver {
+        out.push((
+            "max_deliver",
+            existing.max_deliver.to_string(),
+            wanted.max_deliver.to_string(),
+        ));
+    }
+    if existing.max_ack_pending != wanted.max_ack_pending {
+        out.push((
+            "max_ack_pending",
+            existing.max_ack_pending.to_string(),
+            wanted.max_ack_pending.to_string(),
+        ));
+    }
+    if existing.backoff != wanted.backoff {
+        out.push(("backoff", list(&existing.backoff), list(&wanted.backoff)));
+    }
+    out
 }
 
 /// The source's filter subjects; an empty string (a one-element list holding "") is no
@@ -696,6 +747,7 @@ mod tests {
             expires: Duration::from_millis(1_000),
             dead_letter: None,
             owner: BTreeMap::new(),
+            subjects_path: "sinks.x.source.subjects".into(),
         }
     }
 

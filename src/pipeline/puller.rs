@@ -366,8 +366,9 @@ impl Puller {
 
     async fn rebind(&mut self) {
         let mut consumers = Vec::with_capacity(self.consumers.len());
-        for (source, _) in self.spec.consumer_bindings() {
-            match bind(&self.js, &self.spec.name, &source, &Needs::of(&self.spec)).await {
+        for (source, lane) in self.spec.consumer_bindings() {
+            let needs = Needs::of(&self.spec, lane);
+            match bind(&self.js, &self.spec.name, &source, &needs).await {
                 Ok(b) => consumers.push(b.consumer),
                 Err(e) => {
                     self.unbound = true;

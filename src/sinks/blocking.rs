@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 
-use super::{Sink, SinkError};
+use super::{Probe, Sink, SinkError};
 use crate::envelope::Envelope;
 
 /// A destination whose calls block: the synchronous form of [`Sink`], with the same
@@ -34,6 +34,10 @@ pub trait BlockingSink: Send {
 
     /// Cheap check that the open destination is still usable; see [`Sink::health`].
     fn health_blocking(&mut self) -> Result<(), SinkError>;
+
+    /// Checks, creating and writing nothing, whether `open_blocking` could succeed; see
+    /// [`Sink::probe`].
+    fn probe_blocking(&mut self) -> Result<Probe, SinkError>;
 }
 
 #[async_trait]
@@ -52,6 +56,10 @@ impl<T: BlockingSink> Sink for T {
             }
             self.write_blocking(batch)
         })
+    }
+
+    async fn probe(&mut self) -> Result<Probe, SinkError> {
+        tokio::task::block_in_place(|| self.probe_blocking())
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {

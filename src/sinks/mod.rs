@@ -164,12 +164,31 @@ pub trait Sink: Send {
     /// write outcomes; this is for tools and tests that want to probe without writing.
     async fn health(&mut self) -> Result<(), SinkError>;
 
+    /// Checks, creating and writing nothing, whether [`Sink::open`] could succeed now: the
+    /// server answers, the table or directory exists and fits (or would be created), the
+    /// process may write there. `jetsink validate --online` calls it instead of `open`.
+    /// The default says the destination has no such check.
+    async fn probe(&mut self) -> Result<Probe, SinkError> {
+        Ok(Probe::Ready(
+            "not checked: this destination has no read-only check".into(),
+        ))
+    }
+
     /// Distinct idempotency keys of `stream` the destination holds, so `jetsink bench` can
     /// prove that a pass lost nothing. `None` when the destination cannot tell (a custom
     /// column mapping without the key or the stream).
     async fn stored_keys(&mut self, _stream: &str) -> Result<Option<u64>, SinkError> {
         Ok(None)
     }
+}
+
+/// What a read-only check of a destination found ([`Sink::probe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// Usable as it is; what was checked.
+    Ready(String),
+    /// Usable once `open` creates what is missing; what it would create.
+    WouldCreate(String),
 }
 
 #[cfg(test)]

@@ -419,8 +419,10 @@ async fn pipeline_pass(
                 busy_timeout_ms: 0,
             })),
         results: None,
+        subjects_path: "source.subjects".into(),
+        lanes_path: "delivery.priority_lanes".into(),
     };
-    let bound = bind(js, &spec.name, &spec.source, &Needs::of(&spec))
+    let bound = bind(js, &spec.name, &spec.source, &Needs::of(&spec, None))
         .await
         .map_err(|e| BenchError::Nats(e.to_string()))?;
     let lags = Arc::new(Mutex::new(Vec::with_capacity(opts.messages as usize)));

@@ -47,12 +47,7 @@ pub(crate) fn check(d: &DeliveryConfig, source: &SourceConfig, p: &SinkPaths, is
     // matching lane, so it would be written once per lane.
     let mut seen: Vec<(&String, String)> = Vec::new();
     for (i, lane) in d.priority_lanes.lanes.iter().enumerate() {
-        let name = format!(
-            "{}-lane-{}-{}",
-            source.consumer,
-            lane.name,
-            lane.subjects.len()
-        );
+        let name = format!("{}-lane-{}-0", source.consumer, lane.name);
         if name.len() > 255 {
             issues.push(
                 p.consumer.clone(),

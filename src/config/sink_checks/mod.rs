@@ -103,5 +103,7 @@ pub(crate) fn check_sink(
         destination,
         results: raw.results,
         encryption: encryption.map(|(e, _)| e),
+        subjects_path: p.subjects.clone(),
+        lanes_path: p.lanes(),
     })
 }

@@ -11,7 +11,7 @@ use super::settings::DatabaseSettings;
 use super::util::Phase;
 use crate::envelope::Envelope;
 use crate::sinks::database::columns::Mapping;
-use crate::sinks::SinkError;
+use crate::sinks::{Probe, SinkError};
 
 /// What one database engine decides; everything else is [`DatabaseSink`]'s.
 ///
@@ -40,6 +40,11 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         mapping: &Mapping,
         phase: Phase,
     ) -> impl Future<Output = Result<Self::Conn, SinkError>> + Send;
+
+    /// Connects and checks the table against `mapping` as [`Dialect::connect`] does at
+    /// start-up, creating and writing nothing: the table is ready, would be created, or
+    /// is refused (errors classified as at start-up).
+    fn probe(&self, mapping: &Mapping) -> impl Future<Output = Result<Probe, SinkError>> + Send;
 
     /// Writes and commits `batch` (never empty) as one transaction: all rows or none.
     fn write(

@@ -20,7 +20,7 @@ use super::util::Phase;
 use crate::envelope::Envelope;
 use crate::sinks::database::columns::Mapping;
 use crate::sinks::database::config::WriteMode;
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::{Probe, Sink, SinkError};
 
 /// Writes envelopes as rows of one database table, a transaction per batch, idempotent on a
 /// unique key (the jetsink layout's `idempotency_key`), through the engine's dialect `D`.
@@ -170,6 +170,23 @@ impl<D: Dialect> Sink for DatabaseSink<D> {
 
     async fn health(&mut self) -> Result<(), SinkError> {
         self.check().await
+    }
+
+    async fn probe(&mut self) -> Result<Probe, SinkError> {
+        let mapping = self
+            .mapping
+            .clone()
+            .map_err(|message| SinkError::Misconfigured { message })?;
+        let limit = self.limits.connect;
+        bounded(limit, self.dialect.probe(&mapping), || {
+            format!(
+                "{}: connecting and checking the table took longer than {} ms",
+                D::NAME,
+                limit.as_millis()
+            )
+        })
+        .await
+        .map_err(|e| e.with_context(&self.target))
     }
 
     async fn stored_keys(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {

@@ -18,7 +18,7 @@ use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::blocking::BlockingSink;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
-use crate::sinks::SinkError;
+use crate::sinks::{Probe, SinkError};
 
 /// Where the sink reads the time: file names, rotation by age and `written_at`.
 pub type Clock = Box<dyn Fn() -> SystemTime + Send + Sync>;
@@ -423,6 +423,11 @@ impl BlockingSink for FileSink {
         let current = self.create_file(now, after)?;
         self.current = Some(current);
         Ok(())
+    }
+
+    /// The directory: there and writable, or creatable. The lock is not taken.
+    fn probe_blocking(&mut self) -> Result<Probe, SinkError> {
+        crate::sinks::util::probe_directory(&self.directory)
     }
 
     /// Appends the batch with one write and, when `fsync` is on, one fdatasync.

@@ -23,7 +23,7 @@ use super::classify::{classify, retry_after, Verdict};
 use super::client::{prepare, Prepared};
 use super::config::{HttpConfig, HttpMethod, HttpMode};
 use crate::envelope::{rfc3339, Envelope};
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::{Probe, Sink, SinkError};
 
 /// Sends messages to one HTTP endpoint; committed on 2xx.
 pub struct HttpSink {
@@ -333,6 +333,40 @@ impl Sink for HttpSink {
             HttpMode::Message => self.write_each(batch, &written_at).await,
         };
         result.map_err(|e| e.with_context(&endpoint))
+    }
+
+    /// The client settings (secrets, certificates) and a TCP connection to the host; no
+    /// request is sent, so the endpoint's answers and TLS are first seen by a write.
+    async fn probe(&mut self) -> Result<Probe, SinkError> {
+        let endpoint = self.endpoint.clone();
+        self.ensure().map_err(|e| e.with_context(&endpoint))?;
+        let url = reqwest::Url::parse(&self.config.url).map_err(|e| SinkError::Misconfigured {
+            message: format!("url: {e}"),
+        })?;
+        // An IPv6 host comes bracketed, as in the URL.
+        let host = url
+            .host_str()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+            .ok_or_else(|| SinkError::Misconfigured {
+                message: "url has no host".into(),
+            })?;
+        let port = url.port_or_known_default().unwrap_or(80);
+        let limit = Duration::from_millis(self.config.connect_timeout_ms);
+        let place = format!("{host}:{port}");
+        match tokio::time::timeout(limit, tokio::net::TcpStream::connect((host.as_str(), port)))
+            .await
+        {
+            Ok(Ok(_)) => Ok(Probe::Ready(format!(
+                "{place} accepts TCP connections (TLS and the endpoint's answers are first checked by a write)"
+            ))),
+            Ok(Err(e)) => Err(SinkError::transient(format!("cannot connect to {place}: {e}"))
+                .with_context(&endpoint)),
+            Err(_) => Err(SinkError::transient(format!(
+                "no TCP connection to {place} within connect_timeout_ms = {}",
+                limit.as_millis()
+            ))
+            .with_context(&endpoint)),
+        }
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {

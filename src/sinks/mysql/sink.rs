@@ -28,7 +28,7 @@ use crate::sinks::database::columns::{
 use crate::sinks::database::config::WriteMode;
 use crate::sinks::database::util::{read_password, Phase};
 use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
-use crate::sinks::SinkError;
+use crate::sinks::{Probe, SinkError};
 
 /// Prepared statements the driver keeps per connection (one per distinct row count).
 const STATEMENT_CACHE: usize = 64;
@@ -81,6 +81,45 @@ impl Mysql {
         Ok(b.stmt_cache_size(STATEMENT_CACHE)
             .init(schema::SESSION_INIT.to_vec())
             .into())
+    }
+
+    /// [`Dialect::probe`] on a connection: the table, its keys, the insert prepared.
+    async fn probe_on(&self, conn: &mut Conn, mapping: &Mapping) -> Result<Probe, SinkError> {
+        let db = |e: mysql_async::Error| classify(&e, Phase::Open, None);
+        let columns = read_columns(conn, &self.config.table).await.map_err(db)?;
+        if columns.is_empty() {
+            let default_layout = self.config.columns.is_none();
+            if default_layout && self.config.auto_create {
+                Ok(Probe::WouldCreate(format!("table {}", self.config.table)))
+            } else {
+                Err(SinkError::Misconfigured {
+                    message: format!(
+                        "table {} does not exist (or the user may not see it){}",
+                        self.config.table,
+                        if default_layout {
+                            " and auto_create is false"
+                        } else {
+                            "; with `columns` the table must be created beforehand"
+                        }
+                    ),
+                })
+            }
+        } else {
+            let keys = read_keys(conn, &self.config.table).await.map_err(db)?;
+            let plan = plan_table(mapping, &columns, &keys, true).map_err(|problem| {
+                SinkError::Misconfigured {
+                    message: format!("table {} cannot be used: {problem}", self.config.table),
+                }
+            })?;
+            self.check_payload_type(&plan)?;
+            // Preparing checks the INSERT (and UPDATE) privileges and writes nothing.
+            let sql = schema::insert_sql(&self.table_sql, &plan, 1, self.config.mode);
+            conn.prep(sql).await.map_err(db)?;
+            Ok(Probe::Ready(format!(
+                "table {} fits and this user may write it",
+                self.config.table
+            )))
+        }
     }
 
     fn check_payload_type(&self, plan: &TablePlan) -> Result<(), SinkError> {
@@ -315,6 +354,14 @@ impl Dialect for Mysql {
             plan,
             max_bytes,
         })
+    }
+
+    async fn probe(&self, mapping: &Mapping) -> Result<Probe, SinkError> {
+        let db = |e: mysql_async::Error| classify(&e, Phase::Open, None);
+        let mut conn = Conn::new(self.opts()?).await.map_err(db)?;
+        let result = self.probe_on(&mut conn, mapping).await;
+        let _ = conn.disconnect().await;
+        result
     }
 
     async fn write(&self, live: &mut Live, batch: &[Envelope]) -> Result<(), SinkError> {

@@ -21,7 +21,7 @@ use crate::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::nats::connect::{connect, ConnectError, Links};
 use crate::nats::server_version::ServerVersion;
-use crate::sinks::{Feed, Sink, SinkError};
+use crate::sinks::{Feed, Probe, Sink, SinkError};
 
 /// PubAcks one connection may wait for at once: two full batches (the largest batch is
 /// 10,000), since the copies of a failed batch keep their slots until their PubAck
@@ -389,6 +389,17 @@ impl Sink for NatsRepublishSink {
                 .map_err(|e| e.with_context(&place))?;
         }
         Ok(())
+    }
+
+    /// What `open` checks is already read-only: the connection, the target stream and
+    /// what it captures, and the loop check.
+    async fn probe(&mut self) -> Result<Probe, SinkError> {
+        self.open().await?;
+        Ok(Probe::Ready(format!(
+            "target stream {} exists and captures {}",
+            self.config.stream,
+            self.filter()?
+        )))
     }
 
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {

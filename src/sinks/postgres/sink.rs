@@ -34,7 +34,7 @@ use crate::sinks::database::columns::{
 use crate::sinks::database::config::{DatabaseTlsConfig, WriteMode};
 use crate::sinks::database::util::{read_password, Phase};
 use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
-use crate::sinks::SinkError;
+use crate::sinks::{Probe, SinkError};
 
 /// Size of the `COPY` data messages a batch is sent in.
 const COPY_CHUNK: usize = 1 << 20;
@@ -72,6 +72,58 @@ impl Drop for Conn {
 impl Postgres {
     fn where_(&self) -> String {
         self.config.target()
+    }
+
+    /// A connected client (and its driver task) with the statement timeout and UTC set.
+    async fn client(&self, phase: Phase) -> Result<(Client, JoinHandle<()>), SinkError> {
+        let c = &self.config;
+        let mut pg = match &c.url {
+            Some(url) => {
+                url.parse::<tokio_postgres::Config>()
+                    .map_err(|e| SinkError::Misconfigured {
+                        message: format!("url is not a PostgreSQL connection URL: {e}"),
+                    })?
+            }
+            None => {
+                let mut pg = tokio_postgres::Config::new();
+                pg.host(c.host.as_deref().unwrap_or("127.0.0.1"))
+                    .port(c.port.unwrap_or(5432))
+                    .user(c.user.as_deref().unwrap_or("postgres"))
+                    .dbname(c.database.as_deref().unwrap_or("postgres"));
+                pg
+            }
+        };
+        if let Some(pw) = read_password(c.password_env.as_deref(), c.password_file.as_deref())? {
+            pg.password(pw);
+        }
+        pg.application_name("jetsink")
+            .connect_timeout(Duration::from_millis(c.connect_timeout_ms));
+        let (client, driver) = if c.tls.enabled {
+            pg.ssl_mode(SslMode::Require);
+            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(&c.tls)?);
+            let (client, connection) = pg
+                .connect(tls)
+                .await
+                .map_err(|e| classify(&e, phase, None))?;
+            (client, tokio::spawn(drive(connection)))
+        } else {
+            pg.ssl_mode(SslMode::Disable);
+            let (client, connection) = pg
+                .connect(NoTls)
+                .await
+                .map_err(|e| classify(&e, phase, None))?;
+            (client, tokio::spawn(drive(connection)))
+        };
+        let db = |e: tokio_postgres::Error| classify(&e, phase, None);
+        // Values are integers from the config, not data.
+        client
+            .batch_execute(&format!(
+                "SET statement_timeout = {}; SET TimeZone = 'UTC'",
+                c.statement_timeout_ms
+            ))
+            .await
+            .map_err(db)?;
+        Ok((client, driver))
     }
 
     /// Finds the table's oid, creating the default table the first time when allowed.
@@ -351,52 +403,8 @@ impl Dialect for Postgres {
 
     async fn connect(&self, mapping: &Mapping, phase: Phase) -> Result<Conn, SinkError> {
         let c = &self.config;
-        let mut pg = match &c.url {
-            Some(url) => {
-                url.parse::<tokio_postgres::Config>()
-                    .map_err(|e| SinkError::Misconfigured {
-                        message: format!("url is not a PostgreSQL connection URL: {e}"),
-                    })?
-            }
-            None => {
-                let mut pg = tokio_postgres::Config::new();
-                pg.host(c.host.as_deref().unwrap_or("127.0.0.1"))
-                    .port(c.port.unwrap_or(5432))
-                    .user(c.user.as_deref().unwrap_or("postgres"))
-                    .dbname(c.database.as_deref().unwrap_or("postgres"));
-                pg
-            }
-        };
-        if let Some(pw) = read_password(c.password_env.as_deref(), c.password_file.as_deref())? {
-            pg.password(pw);
-        }
-        pg.application_name("jetsink")
-            .connect_timeout(Duration::from_millis(c.connect_timeout_ms));
-        let (client, driver) = if c.tls.enabled {
-            pg.ssl_mode(SslMode::Require);
-            let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(&c.tls)?);
-            let (client, connection) = pg
-                .connect(tls)
-                .await
-                .map_err(|e| classify(&e, phase, None))?;
-            (client, tokio::spawn(drive(connection)))
-        } else {
-            pg.ssl_mode(SslMode::Disable);
-            let (client, connection) = pg
-                .connect(NoTls)
-                .await
-                .map_err(|e| classify(&e, phase, None))?;
-            (client, tokio::spawn(drive(connection)))
-        };
+        let (client, driver) = self.client(phase).await?;
         let db = |e: tokio_postgres::Error| classify(&e, phase, None);
-        // Values are integers from the config, not data.
-        client
-            .batch_execute(&format!(
-                "SET statement_timeout = {}; SET TimeZone = 'UTC'",
-                c.statement_timeout_ms
-            ))
-            .await
-            .map_err(db)?;
         if phase == Phase::Open {
             let row = client
                 .query_one("SELECT current_setting('synchronous_commit')", &[])
@@ -461,6 +469,67 @@ impl Dialect for Postgres {
         })
     }
 
+    async fn probe(&self, mapping: &Mapping) -> Result<Probe, SinkError> {
+        let phase = Phase::Open;
+        let (client, driver) = self.client(phase).await?;
+        let _stop = AbortOnDrop(driver);
+        let db = |e: tokio_postgres::Error| classify(&e, phase, None);
+        let oid = client
+            .query_one(schema::RESOLVE_SQL, &[&self.table_sql])
+            .await
+            .map_err(db)?
+            .get::<_, Option<u32>>(0);
+        let Some(oid) = oid else {
+            let default_layout =
+                self.config.columns.is_none() && *mapping == Mapping::default_layout();
+            return if default_layout && self.config.auto_create {
+                Ok(Probe::WouldCreate(format!("table {}", self.table_sql)))
+            } else {
+                Err(SinkError::Misconfigured {
+                    message: format!(
+                        "table {} does not exist{}",
+                        self.table_sql,
+                        if default_layout {
+                            " and auto_create is false"
+                        } else {
+                            "; with `columns` the table must be created beforehand"
+                        }
+                    ),
+                })
+            };
+        };
+        let (columns, _) = read_columns(&client, oid).await.map_err(db)?;
+        let keys = read_keys(&client, oid).await.map_err(db)?;
+        let plan = plan_table(mapping, &columns, &keys, false).map_err(|problem| {
+            SinkError::Misconfigured {
+                message: format!("table {} cannot be used: {problem}", self.table_sql),
+            }
+        })?;
+        self.check_payload_type(&plan)?;
+        let privilege = if self.config.mode == WriteMode::Upsert {
+            "INSERT, UPDATE"
+        } else {
+            "INSERT"
+        };
+        let allowed: bool = client
+            .query_one("SELECT has_table_privilege($1::oid, $2)", &[&oid, &privilege])
+            .await
+            .map_err(db)?
+            .get(0);
+        if !allowed {
+            return Err(SinkError::Misconfigured {
+                message: format!(
+                    "this role lacks the {privilege} privilege on table {}",
+                    self.table_sql
+                ),
+            });
+        }
+        Ok(Probe::Ready(format!(
+            "table {} fits and this role may write it",
+            self.table_sql
+        )))
+    }
+
     async fn write(&self, conn: &mut Conn, batch: &[Envelope]) -> Result<(), SinkError> {
         write_batch(conn, batch, self.config.mode, self.config.copy_threshold).await
     }
@@ -496,5 +565,14 @@ impl Dialect for Postgres {
 
     fn is_closed(conn: &Conn) -> bool {
         conn.client.is_closed()
+    }
+}
+
+/// Stops a connection's driver task when a short-lived client is dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

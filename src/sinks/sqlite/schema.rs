@@ -161,7 +161,45 @@ pub(crate) fn ensure_table(conn: &Connection, table: &str, db_path: &str) -> Res
     if added {
         columns = table_info(conn, table).map_err(|e| in_db(classify(&e, None)))?;
     }
-    if let Some(problem) = column_problems(&columns) {
+    usable(conn, table, db_path, &columns)
+}
+
+/// What [`ensure_table`] would do to `table`, found without changing anything: `None`
+/// when the table is ready, else what it would create or add. A table that exists and
+/// cannot be used is refused as `ensure_table` refuses it.
+pub(crate) fn probe_table(
+    conn: &Connection,
+    table: &str,
+    db_path: &str,
+) -> Result<Option<String>, SinkError> {
+    let in_db = |e: SinkError| e.with_context(&format!("table {table} in {db_path}"));
+    let columns = table_info(conn, table).map_err(|e| in_db(classify(&e, None)))?;
+    if columns.is_empty() {
+        return Ok(Some(format!("table {table} in {db_path}")));
+    }
+    let missing: Vec<&str> = ADDED_COLUMNS
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| !columns.iter().any(|c| c.name.eq_ignore_ascii_case(name)))
+        .collect();
+    if !missing.is_empty() {
+        return Ok(Some(format!(
+            "columns {} of table {table} in {db_path}",
+            missing.join(", ")
+        )));
+    }
+    usable(conn, table, db_path, &columns).map(|()| None)
+}
+
+/// Refuses an existing table whose columns or keys cannot take jetsink's insert.
+fn usable(
+    conn: &Connection,
+    table: &str,
+    db_path: &str,
+    columns: &[ColumnInfo],
+) -> Result<(), SinkError> {
+    let in_db = |e: SinkError| e.with_context(&format!("table {table} in {db_path}"));
+    if let Some(problem) = column_problems(columns) {
         return Err(SinkError::Misconfigured {
             message: format!(
                 "table {table} in sqlite database {db_path} cannot be used: {problem} \

@@ -21,8 +21,8 @@ use super::schema;
 use crate::envelope::{rfc3339, write_rfc3339, Envelope, RFC3339_LEN};
 use crate::sinks::blocking::BlockingSink;
 use crate::sinks::util::file_identity::FileIdentity;
-use crate::sinks::util::io_error;
-use crate::sinks::SinkError;
+use crate::sinks::util::{io_error, probe_directory};
+use crate::sinks::{Probe, SinkError};
 
 /// Writes envelopes as rows of one SQLite table, a transaction per batch, idempotent on
 /// [`Envelope::idempotency_key`].
@@ -355,6 +355,53 @@ impl BlockingSink for SqliteSink {
             "sqlite destination open"
         );
         Ok(())
+    }
+
+    /// The file's directory, the file (writable, never created here), and the table, read
+    /// through a read-only connection.
+    fn probe_blocking(&mut self) -> Result<Probe, SinkError> {
+        let path_text = self.path.display().to_string();
+        let table = &self.config.table;
+        if self.path.is_dir() {
+            return Err(SinkError::Misconfigured {
+                message: format!("sqlite path {path_text} is a directory, not a database file"),
+            });
+        }
+        let exists = self
+            .path
+            .try_exists()
+            .map_err(|e| io_error(&format!("checking {path_text}"), &e))?;
+        if !exists {
+            let parent = self
+                .path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            let dir = match probe_directory(parent)? {
+                Probe::Ready(_) => String::new(),
+                Probe::WouldCreate(d) => format!("{d}, "),
+            };
+            return Ok(Probe::WouldCreate(format!(
+                "{dir}sqlite database {path_text} with table {table}"
+            )));
+        }
+        // Opening for writing without create or truncate changes nothing, and proves the
+        // file is writable.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| io_error(&format!("opening {path_text} for writing"), &e))?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&self.path, flags)
+            .map_err(|e| classify(&e, None).with_context(&format!("opening {path_text}")))?;
+        Ok(match schema::probe_table(&conn, table, &path_text)? {
+            None => Probe::Ready(format!(
+                "sqlite database {path_text} is writable and table {table} fits"
+            )),
+            Some(what) => Probe::WouldCreate(what),
+        })
     }
 
     fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {

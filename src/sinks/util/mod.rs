@@ -4,11 +4,114 @@
 
 pub mod file_identity;
 
-use super::SinkError;
+use std::io;
+use std::path::Path;
+
+use super::{Probe, SinkError};
 
 /// Classifies a filesystem error. Everything the operating system reports for a local
 /// file (permissions, read-only filesystem, disk full, missing directory) can be fixed
 /// outside the process, so it is transient: the batch is kept and retried, never dropped.
 pub fn io_error(context: &str, err: &std::io::Error) -> SinkError {
     SinkError::transient(format!("{context}: {err}"))
+}
+
+/// Whether this process may create files in the existing directory `dir` (write and
+/// search permission, as the kernel decides for this user, read-only mounts included),
+/// checked without creating anything.
+fn may_create_in(dir: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call; access(2) only
+    // reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Checks, creating nothing, that `dir` is a directory this process may create files in,
+/// or that the nearest existing ancestor is one, so that `dir` could be created: what a
+/// destination's `probe` says about the directory its files go to.
+pub fn probe_directory(dir: &Path) -> Result<Probe, SinkError> {
+    let shown = dir.display();
+    let mut missing = Vec::new();
+    let mut at = dir;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(meta) if meta.is_dir() => break,
+            Ok(_) => {
+                return Err(SinkError::Misconfigured {
+                    message: format!("{} exists and is not a directory", at.display()),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                missing.push(at);
+                at = match at.parent() {
+                    Some(p) if p.as_os_str().is_empty() => Path::new("."),
+                    Some(p) => p,
+                    None => return Err(io_error(&format!("cannot reach {shown}"), &e)),
+                };
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+                return Err(SinkError::Misconfigured {
+                    message: format!("cannot use {shown}: a parent is not a directory"),
+                })
+            }
+            Err(e) => return Err(io_error(&format!("cannot access {}", at.display()), &e)),
+        }
+    }
+    may_create_in(at).map_err(|e| {
+        io_error(
+            &format!("directory {} is not writable by this user", at.display()),
+            &e,
+        )
+    })?;
+    if missing.is_empty() {
+        Ok(Probe::Ready(format!(
+            "directory {shown} exists and is writable"
+        )))
+    } else {
+        Ok(Probe::WouldCreate(format!(
+            "directory {shown} (in {}, which is writable)",
+            at.display()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_is_ready_or_would_be_created_and_nothing_is_created() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert!(matches!(probe_directory(tmp.path()), Ok(Probe::Ready(_))));
+        let deep = tmp.path().join("a/b");
+        assert!(matches!(probe_directory(&deep), Ok(Probe::WouldCreate(_))));
+        assert!(!tmp.path().join("a").exists(), "nothing was created");
+        let file = tmp.path().join("f");
+        std::fs::write(&file, b"x").expect("file");
+        let e = probe_directory(&file.join("d")).unwrap_err();
+        assert!(matches!(e, SinkError::Misconfigured { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_read_only_directory_is_refused_naming_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ro = tmp.path().join("ro");
+        std::fs::create_dir(&ro).expect("dir");
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+        // root may write anyway; the check follows what the kernel allows this user.
+        let root = may_create_in(&ro).is_ok();
+        let result = probe_directory(&ro.join("sub"));
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        if !root {
+            let e = result.unwrap_err();
+            assert!(e.to_string().contains("not writable"), "{e}");
+        }
+    }
 }
