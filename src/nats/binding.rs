@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{self, pull, AckPolicy, PullConsumer};
+use async_nats::jetstream::consumer::{self, pull, AckPolicy, PriorityPolicy, PullConsumer};
 use async_nats::jetstream::context::{
     ConsumerInfoErrorKind, CreateStreamError, CreateStreamErrorKind, GetStreamErrorKind,
 };
@@ -258,6 +258,17 @@ pub async fn bind(
             ),
         });
     }
+    if let Some(pinned) = &source.pinned {
+        if !version.is_some_and(ServerVersion::has_priority_groups) {
+            return Err(BindError::ServerTooOld {
+                sink: sink.to_string(),
+                detail: format!(
+                    "sinks.{sink}.source.pinned asks for active/standby through a pinned priority group ({}), but nats-server {reported} has no priority groups and would deliver to every instance sharing consumer {}; pinned needs nats-server 2.11 or later: upgrade the server, or remove source.pinned and run one instance",
+                    pinned.group, source.consumer
+                ),
+            });
+        }
+    }
     let owner = if modern {
         needs.owner.clone()
     } else {
@@ -349,6 +360,7 @@ pub async fn bind(
                 || c.max_deliver != wanted.max_deliver
                 || c.max_ack_pending != wanted.max_ack_pending
                 || c.backoff != wanted.backoff
+                || c.priority_timeout != wanted.priority_timeout
                 || owner_differs;
             if tunables_differ {
                 tracing::info!(sink, consumer = %source.consumer, "updating consumer settings to the configured ones");
@@ -450,6 +462,17 @@ pub fn wanted_consumer(source: &SourceConfig, owner: &BTreeMap<String, String>) 
             DeliverPolicy::Last => consumer::DeliverPolicy::Last,
             DeliverPolicy::LastPerSubject => consumer::DeliverPolicy::LastPerSubject,
         },
+        priority_policy: if source.pinned.is_some() {
+            PriorityPolicy::PinnedClient
+        } else {
+            PriorityPolicy::None
+        },
+        priority_groups: source.pinned.iter().map(|p| p.group.clone()).collect(),
+        priority_timeout: source
+            .pinned
+            .as_ref()
+            .map(|p| Duration::from_millis(p.timeout_ms))
+            .unwrap_or_default(),
         ..Default::default()
     }
 }
@@ -481,6 +504,41 @@ pub fn check_drift(
             format!("{:?}", existing.ack_policy).to_lowercase(),
             "explicit".into(),
         ));
+    }
+    // The server cannot switch a consumer into or out of a priority policy, nor change
+    // its groups: both are refused here, naming both values.
+    let pinned_group = source.pinned.as_ref().map(|p| p.group.as_str());
+    let existing_pinned = existing.priority_policy == PriorityPolicy::PinnedClient;
+    if existing.priority_policy != PriorityPolicy::None && !existing_pinned {
+        return Err(drift(
+            "priority_policy",
+            format!("{:?}", existing.priority_policy).to_lowercase(),
+            pinned_group.map_or("none".into(), |_| "pinned_client".into()),
+        ));
+    }
+    match (existing_pinned, pinned_group) {
+        (false, Some(g)) => {
+            return Err(drift(
+                "priority_policy",
+                "none".into(),
+                format!("pinned_client with group {g} (source.pinned); a consumer cannot be switched to it, so delete it and let jetsink create it"),
+            ))
+        }
+        (true, None) => {
+            return Err(drift(
+                "priority_policy",
+                format!("pinned_client (groups {})", existing.priority_groups.join(", ")),
+                "none (no source.pinned); a consumer cannot be switched out of it".into(),
+            ))
+        }
+        (true, Some(g)) if existing.priority_groups != [g] => {
+            return Err(drift(
+                "priority_groups",
+                existing.priority_groups.join(", "),
+                g.to_string(),
+            ))
+        }
+        _ => {}
     }
     let wanted = filters(source);
     let wanted_filters: BTreeSet<&str> = wanted.iter().map(String::as_str).collect();
