@@ -114,7 +114,8 @@ impl Instance {
 /// (every stream sequence committed, commits in all) of one instance's audit.
 fn audit(db: &Path) -> (BTreeSet<u64>, u64) {
     let conn = rusqlite::Connection::open(db).expect("db");
-    conn.busy_timeout(Duration::from_secs(5)).expect("busy timeout");
+    conn.busy_timeout(Duration::from_secs(5))
+        .expect("busy timeout");
     let mut stmt = conn.prepare("SELECT seq FROM writes").expect("select");
     let seqs: Vec<u64> = stmt
         .query_map([], |r| r.get::<_, i64>(0))
@@ -133,7 +134,11 @@ async fn ready(listen: &str) -> u16 {
             .timeout_global(Some(Duration::from_secs(5)))
             .build()
             .into();
-        agent.get(&url).call().map(|r| r.status().as_u16()).unwrap_or(0)
+        agent
+            .get(&url)
+            .call()
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
     })
     .await
     .unwrap_or(0)
@@ -157,9 +162,11 @@ async fn the_standby_takes_over_after_the_active_instance_is_killed_and_every_me
     // A starts alone and is pinned by the first delivery.
     let mut daemon_a = a.start();
     let publisher = publish_paced(&js, SUBJECT, MESSAGES, 400);
-    eventually(Duration::from_secs(30), "A holds the pin and writes", || async {
-        a.pinned().await == Some(1.0) && a.rows() > 0
-    })
+    eventually(
+        Duration::from_secs(30),
+        "A holds the pin and writes",
+        || async { a.pinned().await == Some(1.0) && a.rows() > 0 },
+    )
     .await;
 
     // B starts with the same sink and stands by: ready, not pinned, writing nothing.
@@ -219,7 +226,10 @@ async fn the_standby_takes_over_after_the_active_instance_is_killed_and_every_me
     let (sb, commits_b) = audit(&b.db());
     let union: BTreeSet<u64> = sa.union(&sb).copied().collect();
     let expected: BTreeSet<u64> = (1..=MESSAGES as u64).collect();
-    assert_eq!(union, expected, "every message committed by one of the pair");
+    assert_eq!(
+        union, expected,
+        "every message committed by one of the pair"
+    );
     let both = sa.intersection(&sb).count() as u64;
     let rewrites = (commits_a - sa.len() as u64) + (commits_b - sb.len() as u64);
     println!(

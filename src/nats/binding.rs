@@ -670,6 +670,43 @@ mod tests {
     }
 
     #[test]
+    fn switching_a_consumer_into_or_out_of_the_pinned_policy_is_refused_naming_both() {
+        let mut pinned = source("a.>");
+        pinned.pinned = Some(Default::default());
+        let plain = existing("a.>", AckPolicy::Explicit);
+        let t = check_drift("x", &pinned, &plain).unwrap_err().to_string();
+        assert!(
+            t.contains("priority_policy = none")
+                && t.contains("wants pinned_client with group jetsink"),
+            "{t}"
+        );
+        let wanted = wanted_consumer(&pinned, &BTreeMap::new());
+        assert_eq!(wanted.priority_policy, PriorityPolicy::PinnedClient);
+        assert_eq!(wanted.priority_groups, vec!["jetsink".to_string()]);
+        assert_eq!(wanted.priority_timeout, Duration::from_secs(30));
+        let wanted = consumer::Config {
+            priority_policy: PriorityPolicy::PinnedClient,
+            priority_groups: vec!["jetsink".into()],
+            ..plain.clone()
+        };
+        assert!(check_drift("x", &pinned, &wanted).is_ok());
+        let t = check_drift("x", &source("a.>"), &wanted)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            t.contains("priority_policy = pinned_client (groups jetsink)"),
+            "{t}"
+        );
+        let mut other = wanted.clone();
+        other.priority_groups = vec!["blue".into()];
+        let t = check_drift("x", &pinned, &other).unwrap_err().to_string();
+        assert!(
+            t.contains("priority_groups = blue, but the config wants jetsink"),
+            "{t}"
+        );
+    }
+
+    #[test]
     fn same_filter_and_explicit_ack_is_accepted() {
         assert!(check_drift("x", &source("a.>"), &existing("a.>", AckPolicy::Explicit)).is_ok());
     }
