@@ -17,7 +17,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{self, pull, AckPolicy, PriorityPolicy, PullConsumer};
+#[cfg(test)]
+use async_nats::jetstream::consumer::PriorityPolicy;
+use async_nats::jetstream::consumer::{self, pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::context::{
     ConsumerInfoErrorKind, CreateStreamError, CreateStreamErrorKind, GetStreamErrorKind,
 };
@@ -26,6 +28,7 @@ use async_nats::jetstream::stream::{
 };
 use async_nats::jetstream::{self, ErrorCode};
 
+use super::pin;
 use super::server_version::ServerVersion;
 use crate::config::subject_match::overlap;
 use crate::config::{DeliverPolicy, Retention, SinkSpec, SourceConfig, StorageKind};
@@ -442,6 +445,8 @@ pub fn wanted_consumer(source: &SourceConfig, owner: &BTreeMap<String, String>) 
         [one] => (one.clone(), Vec::new()),
         many => (String::new(), many.to_vec()),
     };
+    let (priority_policy, priority_groups, priority_timeout) =
+        pin::consumer_priority(source.pinned.as_ref());
     pull::Config {
         durable_name: Some(source.consumer.clone()),
         filter_subject,
@@ -462,17 +467,9 @@ pub fn wanted_consumer(source: &SourceConfig, owner: &BTreeMap<String, String>) 
             DeliverPolicy::Last => consumer::DeliverPolicy::Last,
             DeliverPolicy::LastPerSubject => consumer::DeliverPolicy::LastPerSubject,
         },
-        priority_policy: if source.pinned.is_some() {
-            PriorityPolicy::PinnedClient
-        } else {
-            PriorityPolicy::None
-        },
-        priority_groups: source.pinned.iter().map(|p| p.group.clone()).collect(),
-        priority_timeout: source
-            .pinned
-            .as_ref()
-            .map(|p| Duration::from_millis(p.timeout_ms))
-            .unwrap_or_default(),
+        priority_policy,
+        priority_groups,
+        priority_timeout,
         ..Default::default()
     }
 }
@@ -505,40 +502,8 @@ pub fn check_drift(
             "explicit".into(),
         ));
     }
-    // The server cannot switch a consumer into or out of a priority policy, nor change
-    // its groups: both are refused here, naming both values.
-    let pinned_group = source.pinned.as_ref().map(|p| p.group.as_str());
-    let existing_pinned = existing.priority_policy == PriorityPolicy::PinnedClient;
-    if existing.priority_policy != PriorityPolicy::None && !existing_pinned {
-        return Err(drift(
-            "priority_policy",
-            format!("{:?}", existing.priority_policy).to_lowercase(),
-            pinned_group.map_or("none".into(), |_| "pinned_client".into()),
-        ));
-    }
-    match (existing_pinned, pinned_group) {
-        (false, Some(g)) => {
-            return Err(drift(
-                "priority_policy",
-                "none".into(),
-                format!("pinned_client with group {g} (source.pinned); a consumer cannot be switched to it, so delete it and let jetsink create it"),
-            ))
-        }
-        (true, None) => {
-            return Err(drift(
-                "priority_policy",
-                format!("pinned_client (groups {})", existing.priority_groups.join(", ")),
-                "none (no source.pinned); a consumer cannot be switched out of it".into(),
-            ))
-        }
-        (true, Some(g)) if existing.priority_groups != [g] => {
-            return Err(drift(
-                "priority_groups",
-                existing.priority_groups.join(", "),
-                g.to_string(),
-            ))
-        }
-        _ => {}
+    if let Some((field, has, wants)) = pin::drift(source.pinned.as_ref(), existing) {
+        return Err(drift(field, has, wants));
     }
     let wanted = filters(source);
     let wanted_filters: BTreeSet<&str> = wanted.iter().map(String::as_str).collect();

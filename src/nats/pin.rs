@@ -14,7 +14,10 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use async_nats::jetstream::consumer::{self, PriorityPolicy};
 use serde::Serialize;
+
+use crate::config::PinnedConfig;
 
 /// The header the server stamps on each message it delivers to the pinned client.
 pub const PIN_HEADER: &str = "Nats-Pin-Id";
@@ -139,6 +142,54 @@ impl<'a> PullRequest<'a> {
     pub fn body(&self) -> Vec<u8> {
         // A struct of numbers, booleans and strings always serializes.
         serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// The consumer's priority policy, groups and timeout for `pinned` (none without it).
+pub fn consumer_priority(pinned: Option<&PinnedConfig>) -> (PriorityPolicy, Vec<String>, Duration) {
+    match pinned {
+        Some(p) => (
+            PriorityPolicy::PinnedClient,
+            vec![p.group.clone()],
+            Duration::from_millis(p.timeout_ms),
+        ),
+        None => (PriorityPolicy::None, Vec::new(), Duration::ZERO),
+    }
+}
+
+/// How an existing consumer's priority settings differ from what `pinned` asks, in a way
+/// the server cannot update (its policy, its groups): (field, its value, what the config
+/// wants). The priority timeout is a tunable, updated instead.
+pub fn drift(
+    pinned: Option<&PinnedConfig>,
+    existing: &consumer::Config,
+) -> Option<(&'static str, String, String)> {
+    let group = pinned.map(|p| p.group.as_str());
+    let existing_pinned = existing.priority_policy == PriorityPolicy::PinnedClient;
+    if existing.priority_policy != PriorityPolicy::None && !existing_pinned {
+        return Some((
+            "priority_policy",
+            format!("{:?}", existing.priority_policy).to_lowercase(),
+            group.map_or("none".into(), |_| "pinned_client".into()),
+        ));
+    }
+    match (existing_pinned, group) {
+        (false, Some(g)) => Some((
+            "priority_policy",
+            "none".into(),
+            format!("pinned_client with group {g} (source.pinned); a consumer cannot be switched to it, so delete it and let jetsink create it"),
+        )),
+        (true, None) => Some((
+            "priority_policy",
+            format!("pinned_client (groups {})", existing.priority_groups.join(", ")),
+            "none (no source.pinned); a consumer cannot be switched out of it".into(),
+        )),
+        (true, Some(g)) if existing.priority_groups != [g] => Some((
+            "priority_groups",
+            existing.priority_groups.join(", "),
+            g.to_string(),
+        )),
+        _ => None,
     }
 }
 
