@@ -41,6 +41,7 @@ pub struct Metrics {
     randomizer_delayed: IntCounterVec,
     randomizer_redelivered: IntCounterVec,
     randomizer_window: IntGaugeVec,
+    pinned: IntGaugeVec,
     nats_connected: IntGauge,
     nats_connection_up: IntGaugeVec,
     nats_reconnects: IntCounterVec,
@@ -157,6 +158,15 @@ impl Metrics {
             Box::new(randomizer_window.clone()),
             "jetsink_randomizer_window",
         );
+        let pinned = IntGaugeVec::new(
+            Opts::new(
+                "jetsink_pinned",
+                "1 while this instance holds the pin of the sink's priority group (it is the active one of an active/standby pair), 0 while it stands by; only sinks with source.pinned.",
+            ),
+            &["sink"],
+        )
+        .unwrap_or_else(|e| panic!("pinned gauge: {e}"));
+        register(r, Box::new(pinned.clone()), "jetsink_pinned");
 
         Metrics {
             randomizer_delayed: counter(
@@ -172,6 +182,7 @@ impl Metrics {
                 &["sink"],
             ),
             randomizer_window,
+            pinned,
             dlq_published: counter(
                 r,
                 "jetsink_dlq_published_total",
@@ -374,6 +385,7 @@ impl Metrics {
             randomizer_delayed: self.randomizer_delayed.with_label_values(&[name]),
             randomizer_redelivered: self.randomizer_redelivered.with_label_values(&[name]),
             randomizer_window: self.randomizer_window.with_label_values(&[name]),
+            pinned: self.pinned.clone(),
             malformed: self.malformed.with_label_values(&[name]),
             jobs_committed: self.jobs_finished.with_label_values(&[name, "committed"]),
             jobs_dead_lettered: self
@@ -489,6 +501,7 @@ pub struct SinkMetrics {
     pub jobs_dead_lettered: IntCounter,
     /// Results the results stream did not acknowledge.
     pub result_failures: IntCounter,
+    pinned: IntGaugeVec,
     name: String,
 }
 
@@ -502,6 +515,12 @@ pub struct ConnectionMetrics {
 }
 
 impl SinkMetrics {
+    /// The `jetsink_pinned` gauge of this sink; only sinks with `source.pinned` create it,
+    /// so a sink without one exports no such series.
+    pub fn pinned(&self) -> IntGauge {
+        self.pinned.with_label_values(&[self.name.as_str()])
+    }
+
     /// The counter of dead-letter copies stored for `reason`.
     pub fn dlq_published(&self, reason: crate::dlq::Reason) -> IntCounter {
         self.dlq_published

@@ -19,6 +19,7 @@ mod model;
 mod mutation_tests;
 pub mod names;
 pub mod nats_security;
+pub mod pinned;
 pub mod randomizer;
 pub mod raw;
 pub mod results;
@@ -36,6 +37,7 @@ pub(crate) use issue::deserialize_at;
 pub use issue::Issue;
 pub use model::{Config, NatsConfig, SinkSpec};
 pub use nats_security::{NatsAuth, NatsTls, SecretSource};
+pub use pinned::PinnedConfig;
 pub use raw::{
     CreateStreamConfig, DeliverPolicy, DeliveryConfig, HttpConfig, IdempotencyKey, Jitter,
     LogFormat, LoggingConfig, RawConfig, Retention, RetryConfig, SourceConfig, StorageKind,

@@ -125,6 +125,12 @@ impl Config {
                     .collect();
                 out.push_str(&format!("    consumers:   {}\n", names.join(", ")));
             }
+            if let Some(p) = &s.source.pinned {
+                out.push_str(&format!(
+                    "    pinned:      group {}, priority timeout {} ms (active/standby; nats-server 2.11+)\n",
+                    p.group, p.timeout_ms
+                ));
+            }
             let r = &s.delivery.randomizer;
             if r.enabled {
                 out.push_str(&format!(

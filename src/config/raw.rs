@@ -210,6 +210,12 @@ pub struct SourceConfig {
     /// of the connection metrics, so it must not be another sink's name.
     #[serde(default)]
     pub connection_group: Option<String>,
+    /// Active/standby (nats-server 2.11+): instances sharing this consumer pull in one
+    /// priority group with a pinned client, so the server delivers to one instance at a
+    /// time and pins another when it stops pulling. Off by default; on older servers
+    /// start-up refuses it (exit 78). See docs/operations.md, "Running two instances".
+    #[serde(default)]
+    pub pinned: Option<super::pinned::PinnedConfig>,
 }
 
 impl SourceConfig {

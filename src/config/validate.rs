@@ -271,6 +271,7 @@ fn single_sink(
         create_stream: nats.create_stream.clone(),
         buckets: None,
         connection_group: None,
+        pinned: None,
     };
     let raw = RawSink {
         source,

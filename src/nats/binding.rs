@@ -17,6 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+#[cfg(test)]
+use async_nats::jetstream::consumer::PriorityPolicy;
 use async_nats::jetstream::consumer::{self, pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::context::{
     ConsumerInfoErrorKind, CreateStreamError, CreateStreamErrorKind, GetStreamErrorKind,
@@ -26,6 +28,7 @@ use async_nats::jetstream::stream::{
 };
 use async_nats::jetstream::{self, ErrorCode};
 
+use super::pin;
 use super::server_version::ServerVersion;
 use crate::config::subject_match::overlap;
 use crate::config::{DeliverPolicy, Retention, SinkSpec, SourceConfig, StorageKind};
@@ -424,6 +427,17 @@ pub fn check_server_version(
             ),
         });
     }
+    if let Some(pinned) = &source.pinned {
+        if !ServerVersion::parse(reported).is_some_and(ServerVersion::has_priority_groups) {
+            return Err(BindError::ServerTooOld {
+                sink: sink.to_string(),
+                detail: format!(
+                    "sinks.{sink}.source.pinned asks for active/standby through a pinned priority group ({}), but nats-server {reported} has no priority groups and would deliver to every instance sharing consumer {}; pinned needs nats-server 2.11 or later: upgrade the server, or remove source.pinned and run one instance",
+                    pinned.group, source.consumer
+                ),
+            });
+        }
+    }
     Ok(modern)
 }
 
@@ -459,6 +473,13 @@ pub fn tunable_differences(
     if existing.backoff != wanted.backoff {
         out.push(("backoff", list(&existing.backoff), list(&wanted.backoff)));
     }
+    if existing.priority_timeout != wanted.priority_timeout {
+        out.push((
+            "priority_timeout",
+            ms(existing.priority_timeout),
+            ms(wanted.priority_timeout),
+        ));
+    }
     out
 }
 
@@ -481,6 +502,8 @@ pub fn wanted_consumer(source: &SourceConfig, owner: &BTreeMap<String, String>) 
         [one] => (one.clone(), Vec::new()),
         many => (String::new(), many.to_vec()),
     };
+    let (priority_policy, priority_groups, priority_timeout) =
+        pin::consumer_priority(source.pinned.as_ref());
     pull::Config {
         durable_name: Some(source.consumer.clone()),
         filter_subject,
@@ -501,6 +524,9 @@ pub fn wanted_consumer(source: &SourceConfig, owner: &BTreeMap<String, String>) 
             DeliverPolicy::Last => consumer::DeliverPolicy::Last,
             DeliverPolicy::LastPerSubject => consumer::DeliverPolicy::LastPerSubject,
         },
+        priority_policy,
+        priority_groups,
+        priority_timeout,
         ..Default::default()
     }
 }
@@ -532,6 +558,9 @@ pub fn check_drift(
             format!("{:?}", existing.ack_policy).to_lowercase(),
             "explicit".into(),
         ));
+    }
+    if let Some((field, has, wants)) = pin::drift(source.pinned.as_ref(), existing) {
+        return Err(drift(field, has, wants));
     }
     let wanted = filters(source);
     let wanted_filters: BTreeSet<&str> = wanted.iter().map(String::as_str).collect();
@@ -660,6 +689,43 @@ mod tests {
             ack_policy: ack,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn switching_a_consumer_into_or_out_of_the_pinned_policy_is_refused_naming_both() {
+        let mut pinned = source("a.>");
+        pinned.pinned = Some(Default::default());
+        let plain = existing("a.>", AckPolicy::Explicit);
+        let t = check_drift("x", &pinned, &plain).unwrap_err().to_string();
+        assert!(
+            t.contains("priority_policy = none")
+                && t.contains("wants pinned_client with group jetsink"),
+            "{t}"
+        );
+        let wanted = wanted_consumer(&pinned, &BTreeMap::new());
+        assert_eq!(wanted.priority_policy, PriorityPolicy::PinnedClient);
+        assert_eq!(wanted.priority_groups, vec!["jetsink".to_string()]);
+        assert_eq!(wanted.priority_timeout, Duration::from_secs(30));
+        let wanted = consumer::Config {
+            priority_policy: PriorityPolicy::PinnedClient,
+            priority_groups: vec!["jetsink".into()],
+            ..plain.clone()
+        };
+        assert!(check_drift("x", &pinned, &wanted).is_ok());
+        let t = check_drift("x", &source("a.>"), &wanted)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            t.contains("priority_policy = pinned_client (groups jetsink)"),
+            "{t}"
+        );
+        let mut other = wanted.clone();
+        other.priority_groups = vec!["blue".into()];
+        let t = check_drift("x", &pinned, &other).unwrap_err().to_string();
+        assert!(
+            t.contains("priority_groups = blue, but the config wants jetsink"),
+            "{t}"
+        );
     }
 
     #[test]

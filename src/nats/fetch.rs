@@ -21,6 +21,10 @@
 //! backlog never got a batch (each pull failed, its messages came back only after AckWait).
 //! Here that 409 is read as "the full count is on its way".
 //!
+//! With a pinned priority group (`source.pinned`), every pull is sent here, carrying the
+//! group and the pin id (see `pin.rs`): the client refuses its own pulls on such a
+//! consumer because they cannot carry the id.
+//!
 //! A pull also ends the moment its connection drops (the client drops it when it cannot
 //! read a delivered message's headers, for one): what it received before is returned, and
 //! the error says the connection dropped, which is how a caller tells a pull cut short
@@ -28,7 +32,6 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::pull::BatchConfig;
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{Context, Message};
 use async_nats::{StatusCode, Subject};
@@ -37,6 +40,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::connect::Drops;
+use super::pin::{Pin, PullRequest, PIN_HEADER};
 
 /// Bounds of one batch.
 #[derive(Debug, Clone, Copy)]
@@ -61,34 +65,64 @@ const NO_WAIT_LIMIT: Duration = Duration::from_millis(3_000);
 
 /// Pulls up to `limits` messages. An empty result means the stream had nothing for this
 /// consumer during `limits.wait`.
+///
+/// With `pin` (a pinned priority group), every pull carries the group, and the pin id
+/// while this instance holds the pin; a standby (no pin id) skips the no-wait pull, which
+/// the server would only hold, and waits in the long poll until the server pins it.
 pub async fn fetch_batch(
     js: &Context,
     consumer: &PullConsumer,
     limits: FetchLimits,
     drops: &Drops,
+    pin: Option<&Pin>,
 ) -> Result<Vec<Message>, async_nats::Error> {
-    let (ready, err) = no_wait(js, consumer, limits.max_messages, limits.max_bytes, drops).await?;
-    if !ready.is_empty() {
-        return Ok(ready);
-    }
-    if let Some(e) = err {
-        if !is_size_limit(&e) {
-            return Err(e);
+    if pin.is_none_or(Pin::held) {
+        let (ready, err) = no_wait(
+            js,
+            consumer,
+            limits.max_messages,
+            limits.max_bytes,
+            drops,
+            pin,
+        )
+        .await?;
+        if !ready.is_empty() {
+            return Ok(ready);
+        }
+        if let Some(e) = err {
+            if !is_size_limit(&e) {
+                return Err(e);
+            }
         }
     }
-    let dropped = drops.watch();
-    let batch = consumer
-        .batch()
-        .max_messages(1)
-        .expires(limits.wait)
-        .messages()
-        .await?;
-    let (mut first, err) = drain(batch, limits.wait + GRACE, limits.max_messages, dropped).await;
+    let mut first = match pin {
+        // The client refuses `batch()` on a pinned consumer (it cannot carry the pin id).
+        Some(_) => {
+            let request = PullRequest::new(1, 0, Some(limits.wait), pin);
+            let (first, err) = pull(js, consumer, request, limits.wait + GRACE, drops, pin).await?;
+            match err {
+                Some(e) if first.is_empty() => return Err(e),
+                _ => first,
+            }
+        }
+        None => {
+            let dropped = drops.watch();
+            let batch = consumer
+                .batch()
+                .max_messages(1)
+                .expires(limits.wait)
+                .messages()
+                .await?;
+            let (first, err) =
+                drain(batch, limits.wait + GRACE, limits.max_messages, dropped).await;
+            match err {
+                Some(e) if first.is_empty() => return Err(e),
+                _ => first,
+            }
+        }
+    };
     if first.is_empty() {
-        return match err {
-            Some(e) => Err(e),
-            None => Ok(first),
-        };
+        return Ok(first);
     }
     let used: usize = first.iter().map(|m| m.payload.len()).sum();
     if limits.max_messages > 1 && used < limits.max_bytes {
@@ -99,6 +133,7 @@ pub async fn fetch_batch(
             limits.max_messages - 1,
             limits.max_bytes - used,
             drops,
+            pin,
         )
         .await
         {
@@ -114,19 +149,37 @@ async fn no_wait(
     max_messages: usize,
     max_bytes: usize,
     drops: &Drops,
+    pin: Option<&Pin>,
 ) -> Result<(Vec<Message>, Option<async_nats::Error>), async_nats::Error> {
+    let request = PullRequest::new(max_messages, max_bytes, None, pin);
+    pull(js, consumer, request, NO_WAIT_LIMIT, drops, pin).await
+}
+
+/// Sends `request` and reads its replies for up to `limit`: the messages received, and
+/// why the pull ended early, if it did. With `pin`, each message's `Nats-Pin-Id` is noted
+/// and a `423` drops the pin id (the pull then simply ends empty).
+async fn pull(
+    js: &Context,
+    consumer: &PullConsumer,
+    request: PullRequest<'_>,
+    limit: Duration,
+    drops: &Drops,
+    pin: Option<&Pin>,
+) -> Result<(Vec<Message>, Option<async_nats::Error>), async_nats::Error> {
+    let max_messages = request.batch;
     let mut dropped = drops.watch();
     let client = js.client();
     let inbox = Subject::from(client.new_inbox());
     let mut replies = client.subscribe(inbox.clone()).await?;
-    let request = BatchConfig {
-        batch: max_messages,
-        max_bytes,
-        no_wait: true,
-        ..Default::default()
-    };
-    consumer.request_batch(request, inbox).await?;
-    let deadline = Instant::now() + NO_WAIT_LIMIT;
+    let info = consumer.cached_info();
+    let subject = format!(
+        "$JS.API.CONSUMER.MSG.NEXT.{}.{}",
+        info.stream_name, info.name
+    );
+    client
+        .publish_with_reply(subject, inbox, request.body().into())
+        .await?;
+    let deadline = Instant::now() + limit;
     let mut out = Vec::new();
     loop {
         let next = tokio::select! {
@@ -141,12 +194,18 @@ async fn no_wait(
             Ok(Some(reply)) => reply,
             Ok(None) => return Ok((out, None)),
             Err(_) => {
-                let e = format!("pull did not finish within {NO_WAIT_LIMIT:?}");
+                let e = format!("pull did not finish within {limit:?}");
                 return Ok((out, Some(e.into())));
             }
         };
         match pull_reply(reply.status, reply.description.as_deref()) {
             PullReply::Message => {
+                if let (Some(pin), Some(id)) = (
+                    pin,
+                    reply.headers.as_ref().and_then(|h| h.get_last(PIN_HEADER)),
+                ) {
+                    pin.delivered(id.as_str());
+                }
                 if out.is_empty() {
                     out.reserve(max_messages.min(MAX_PRESIZE));
                 }
@@ -160,6 +219,12 @@ async fn no_wait(
             }
             PullReply::Ignore => {}
             PullReply::End => return Ok((out, None)),
+            PullReply::PinLost => {
+                if let Some(pin) = pin {
+                    pin.lost();
+                }
+                return Ok((out, None));
+            }
             PullReply::Fail => {
                 let e = format!(
                     "error while processing messages from the stream: {}, {:?}",
@@ -182,6 +247,9 @@ enum PullReply {
     Ignore,
     /// The pull is over: nothing (more) ready, or it expired.
     End,
+    /// `423`: the pull carried a pin id that is not the current pin of its priority group
+    /// (the server pinned another client); the pull is over.
+    PinLost,
     /// Any other status: the pull failed (the text says why, for example MaxBytes).
     Fail,
 }
@@ -191,6 +259,7 @@ fn pull_reply(status: Option<StatusCode>, description: Option<&str>) -> PullRepl
         None | Some(StatusCode::OK) => PullReply::Message,
         Some(StatusCode::IDLE_HEARTBEAT) => PullReply::Ignore,
         Some(StatusCode::NOT_FOUND) | Some(StatusCode::TIMEOUT) => PullReply::End,
+        Some(StatusCode::PIN_ID_MISMATCH) => PullReply::PinLost,
         Some(StatusCode::REQUEST_TERMINATED)
             if description.is_some_and(|d| d.eq_ignore_ascii_case("batch completed")) =>
         {
@@ -277,7 +346,7 @@ pub async fn fetch_any(
     for &i in order {
         let Some(c) = consumers.get(i) else { continue };
         let started = Instant::now();
-        let res = no_wait(js, c, limits.max_messages, limits.max_bytes, drops).await;
+        let res = no_wait(js, c, limits.max_messages, limits.max_bytes, drops, None).await;
         tracing::debug!(bucket = i, elapsed_ms = started.elapsed().as_millis() as u64, ok = res.is_ok(), messages = res.as_ref().map(|r| r.0.len()).unwrap_or(0), err = ?res.as_ref().ok().and_then(|r| r.1.as_ref().map(|e| e.to_string())), "bucket pull");
         match res {
             Ok((m, _)) if !m.is_empty() => return Ok(m),
@@ -294,7 +363,7 @@ pub async fn fetch_any(
     let wait = (limits.wait / consumers.len().max(1) as u32)
         .max(IDLE_ROUND_MIN)
         .min(limits.wait);
-    match fetch_batch(js, first, FetchLimits { wait, ..limits }, drops).await {
+    match fetch_batch(js, first, FetchLimits { wait, ..limits }, drops, None).await {
         Ok(m) => Ok(m),
         Err(e) => Err(last_err.unwrap_or(e)),
     }
@@ -336,6 +405,12 @@ mod pull_reply_tests {
             );
         }
         assert_eq!(pull_reply(conflict, None), PullReply::Fail);
+        for description in ["Nats-Pin-Id mismatch", "Nats-Wrong-Pin-Id"] {
+            assert_eq!(
+                pull_reply(Some(StatusCode::PIN_ID_MISMATCH), Some(description)),
+                PullReply::PinLost
+            );
+        }
         assert_eq!(
             pull_reply(Some(StatusCode::NO_RESPONDERS), None),
             PullReply::Fail

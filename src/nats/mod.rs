@@ -1,6 +1,6 @@
 //! Everything that talks to NATS before the runner takes over: connecting, binding a
 //! sink's stream and durable consumer, pulling one bounded batch, reading the delivery
-//! metadata of what was pulled, and reading stored messages raw when the client cannot
+//! metadata of what was pulled, holding the pin of an active/standby priority group, and reading stored messages raw when the client cannot
 //! (with the rule that says which header blocks it cannot read).
 
 pub mod backlog;
@@ -9,6 +9,7 @@ pub mod connect;
 pub mod credentials;
 pub mod fetch;
 pub mod header_block;
+pub mod pin;
 pub mod raw_read;
 pub mod reply;
 pub mod server_version;
@@ -16,3 +17,4 @@ pub mod server_version;
 pub use binding::{bind, BindError, Bound, Needs};
 pub use connect::{connect, ConnectError, Connection, Drops, Links};
 pub use fetch::{fetch_any, fetch_batch, FetchLimits};
+pub use pin::{Pin, PinChange};

@@ -3,7 +3,8 @@
 //! nats-server 2.9 accepts a consumer config with `filter_subjects` or `metadata` and
 //! silently drops what it does not know: a consumer meant to read two subjects would read
 //! every subject of the stream. So features that need 2.10 are decided from the version the
-//! server states, never by trying them. Pure.
+//! server states, never by trying them; so are priority groups with a pinned client
+//! (2.11), which 2.9 and 2.10 ignore the same way. Pure.
 
 use std::fmt;
 
@@ -40,6 +41,13 @@ impl ServerVersion {
     /// batch, error 10177; earlier versions have no atomic publish).
     pub fn has_atomic_batches_with_message_ids(self) -> bool {
         self >= ServerVersion(2, 12, 1)
+    }
+
+    /// Whether a consumer may have priority groups with a pinned client
+    /// (`priority_policy: pinned_client`): nats-server 2.11 and later. Older servers
+    /// ignore the fields and would deliver to every instance.
+    pub fn has_priority_groups(self) -> bool {
+        self >= ServerVersion(2, 11, 0)
     }
 }
 
@@ -89,6 +97,14 @@ mod tests {
         assert!(!ServerVersion(2, 12, 0).has_atomic_batches_with_message_ids());
         assert!(ServerVersion(2, 12, 1).has_atomic_batches_with_message_ids());
         assert!(ServerVersion(2, 14, 0).has_atomic_batches_with_message_ids());
+    }
+
+    #[test]
+    fn pinned_priority_groups_start_at_2_11() {
+        assert!(!ServerVersion(2, 9, 10).has_priority_groups());
+        assert!(!ServerVersion(2, 10, 29).has_priority_groups());
+        assert!(ServerVersion(2, 11, 0).has_priority_groups());
+        assert!(ServerVersion(2, 14, 0).has_priority_groups());
     }
 
     proptest! {

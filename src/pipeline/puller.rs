@@ -28,7 +28,7 @@ use super::retry::backoff;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
 use crate::metrics::SinkMetrics;
-use crate::nats::{bind, fetch_any, fetch_batch, Drops, FetchLimits, Needs};
+use crate::nats::{bind, fetch_any, fetch_batch, Drops, FetchLimits, Needs, Pin};
 
 /// Consecutive failed pulls after which the runner re-binds its consumer (it may have been
 /// lost with a memory-storage server restart).
@@ -195,6 +195,38 @@ pub(super) struct Puller {
     rng: StdRng,
     metrics: SinkMetrics,
     health: SinkHealth,
+    /// With `source.pinned`: the pin this instance holds or waits for, whether it held it
+    /// at the last pull, and the `jetsink_pinned` gauge.
+    pinned: Option<Pinned>,
+}
+
+/// This sink's side of an active/standby priority group.
+struct Pinned {
+    pin: Arc<Pin>,
+    was_held: bool,
+    gauge: prometheus::IntGauge,
+}
+
+impl Pinned {
+    /// Logs and shows a change of the pin since the last pull. A standby is healthy and
+    /// ready: it only has nothing to write.
+    fn note(&mut self, sink: &str) {
+        let held = self.pin.held();
+        if held == self.was_held {
+            return;
+        }
+        self.was_held = held;
+        self.gauge.set(i64::from(held));
+        if held {
+            tracing::info!(
+                sink,
+                group = self.pin.group(),
+                "this instance holds the pin: it is the active one and writes"
+            );
+        } else {
+            tracing::info!(sink, group = self.pin.group(), "the pin moved to another instance: standing by (what this instance pulled is still written and ACKed)");
+        }
+    }
 }
 
 impl Puller {
@@ -233,6 +265,16 @@ impl Puller {
             },
             None => Order::Buckets,
         };
+        let pinned = spec.source.pinned.as_ref().map(|p| {
+            let gauge = metrics.pinned();
+            gauge.set(0);
+            tracing::info!(sink = %spec.name, group = %p.group, "active/standby: standing by until the server pins this instance");
+            Pinned {
+                pin: Arc::new(Pin::new(&p.group)),
+                was_held: false,
+                gauge,
+            }
+        });
         Puller {
             spec,
             js,
@@ -246,6 +288,7 @@ impl Puller {
             rng: StdRng::from_os_rng(),
             metrics,
             health,
+            pinned,
         }
     }
 
@@ -280,8 +323,10 @@ impl Puller {
             Order::Single => {
                 let consumer = self.consumers[0].clone();
                 let js = self.js.clone();
+                let pin = self.pinned.as_ref().map(|p| p.pin.clone());
                 return tokio::spawn(async move {
-                    let messages = fetch_batch(&js, &consumer, limits, &drops).await?;
+                    let messages =
+                        fetch_batch(&js, &consumer, limits, &drops, pin.as_deref()).await?;
                     into.put(prepare.prepare(messages));
                     Ok(())
                 });
@@ -335,6 +380,9 @@ impl Puller {
                 r.map(|()| ahead.waiting.take().unwrap_or_default())
             }
         };
+        if let Some(p) = self.pinned.as_mut() {
+            p.note(&self.spec.name);
+        }
         match pulled {
             Ok(p) => {
                 self.failed = 0;

@@ -304,7 +304,7 @@ async fn ceiling_pass(
     let feeder = feed(opts, js, subject);
     let started = Instant::now();
     while done < opts.messages {
-        let batch = fetch_batch(js, &consumer, lim, &Default::default())
+        let batch = fetch_batch(js, &consumer, lim, &Default::default(), None)
             .await
             .map_err(|e| BenchError::Nats(format!("ceiling pull: {e}")))?;
         let now = OffsetDateTime::now_utc();
@@ -399,6 +399,7 @@ async fn pipeline_pass(
             create_stream: None,
             buckets: None,
             connection_group: None,
+            pinned: None,
         },
         delivery: delivery_of(opts),
         metadata: match &opts.target {

@@ -4,6 +4,7 @@
 use super::paths::SinkPaths;
 use crate::config::issue::Issues;
 use crate::config::names::{check_subject, is_valid_name};
+use crate::config::pinned;
 use crate::config::randomizer;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
 use crate::config::subject_match::overlap;
@@ -86,6 +87,30 @@ pub(crate) fn check(s: &SourceConfig, d: &DeliveryConfig, p: &SinkPaths, issues:
                 format!("connection group names must be 1-64 letters, digits, `_` or `-` (they become metric labels), got {g:?}"),
             );
         }
+    }
+    if let Some(pinned) = &s.pinned {
+        let per_lane = d.priority_lanes.enabled
+            && d.priority_lanes
+                .lanes
+                .iter()
+                .any(|l| !l.subjects.is_empty());
+        let several = if s.buckets.is_some() {
+            Some(format!("{}.buckets", p.source))
+        } else if per_lane {
+            Some(format!(
+                "per-lane consumers ({}.lanes[].subjects)",
+                p.lanes()
+            ))
+        } else {
+            None
+        };
+        pinned::check(
+            pinned,
+            &format!("{}.pinned", p.source),
+            d.batch_timeout_ms,
+            several.as_deref(),
+            issues,
+        );
     }
     if let Some(b) = &s.buckets {
         let path = format!("{}.buckets", p.source);
