@@ -133,10 +133,11 @@ impl<A: Acknowledger> Settler<A> {
                 }
             }
             if !done_r.is_empty() {
-                self.health.destination_ok();
                 self.committed(&done_e, &done_r, &done_ids, &outputs).await;
             }
             let Some(err) = held_error else {
+                // Every message got an answer from the destination, good or bad.
+                self.health.destination_ok();
                 self.healthy = true;
                 break;
             };
