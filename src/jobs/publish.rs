@@ -19,6 +19,7 @@ use crate::config::results::ResultsConfig;
 use crate::config::{IdempotencyKey, StorageKind};
 use crate::envelope::{Envelope, MSG_ID_HEADER};
 use crate::metrics::SinkMetrics;
+use crate::sinks::Output;
 
 /// The header carrying a result's status, so a reader can tell outcomes apart without
 /// parsing the body.
@@ -113,16 +114,39 @@ impl ResultPublisher {
         status: Status,
         error: Option<&str>,
     ) -> Vec<bool> {
+        self.publish_with(jobs, status, error, &[]).await
+    }
+
+    /// [`ResultPublisher::publish_all`] for committed jobs, with what each job's worker
+    /// produced (`outputs[i]` for `jobs[i]`; missing entries have none).
+    pub async fn publish_committed(
+        &self,
+        jobs: &[Job<'_>],
+        outputs: &[Option<Output>],
+    ) -> Vec<bool> {
+        self.publish_with(jobs, Status::Committed, None, outputs)
+            .await
+    }
+
+    async fn publish_with(
+        &self,
+        jobs: &[Job<'_>],
+        status: Status,
+        error: Option<&str>,
+        outputs: &[Option<Output>],
+    ) -> Vec<bool> {
         let at = OffsetDateTime::now_utc();
-        let finish = Finish {
-            status,
-            error,
-            output: None,
-            max_output: self.cfg.max_output_bytes,
-            at,
-        };
         let mut pending = Vec::with_capacity(jobs.len());
-        for (e, id) in jobs {
+        for (i, (e, id)) in jobs.iter().enumerate() {
+            let output = outputs.get(i).and_then(Option::as_ref);
+            let finish = Finish {
+                status,
+                error,
+                output: output.map(|o| o.text.as_str()),
+                output_truncated: output.is_some_and(|o| o.truncated),
+                max_output: self.cfg.max_output_bytes,
+                at,
+            };
             let result = build(&self.sink, id, e, finish);
             let body = match serde_json::to_vec(&result) {
                 Ok(b) => b,

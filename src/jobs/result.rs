@@ -46,8 +46,8 @@ pub struct JobResult {
     /// Why it was dead-lettered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// What a worker destination printed, cut to `results.max_output_bytes`; no
-    /// destination produces output yet.
+    /// What a worker destination printed (`exec`: its standard output), cut to
+    /// `results.max_output_bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
     /// Set when `output` was cut.
@@ -64,6 +64,8 @@ pub struct Finish<'a> {
     pub error: Option<&'a str>,
     /// A worker's output, if any.
     pub output: Option<&'a str>,
+    /// Whether the worker already cut `output` to its own bound.
+    pub output_truncated: bool,
     /// `results.max_output_bytes`.
     pub max_output: usize,
     /// The clock.
@@ -75,7 +77,7 @@ pub fn build(sink: &str, id: &str, e: &Envelope, f: Finish<'_>) -> JobResult {
     let (output, output_truncated) = match f.output {
         Some(o) => {
             let (kept, cut) = bound(o, f.max_output);
-            (Some(kept.to_string()), cut)
+            (Some(kept.to_string()), cut || f.output_truncated)
         }
         None => (None, false),
     };
@@ -146,6 +148,7 @@ mod tests {
                 status: Status::DeadLettered,
                 error: Some("refused"),
                 output: Some("héllo"),
+                output_truncated: false,
                 max_output: 2,
                 at: OffsetDateTime::UNIX_EPOCH,
             },

@@ -252,6 +252,20 @@ impl<A: Acknowledger> KeepAlive<A> {
         }
     }
 
+    /// Narrows what the clock keeps alive to `replies` (all of them) without moving the
+    /// next `+WPI`: the messages of a per-message write still held after the others
+    /// settled. An empty list disarms it. Waits for a `+WPI` being sent, like
+    /// [`KeepAlive::disarm`].
+    pub(super) async fn narrow(&self, replies: Vec<Subject>) {
+        let mut held = self.held.lock().await;
+        if replies.is_empty() {
+            held.take();
+        } else if let Some(h) = held.as_mut() {
+            h.range = 0..replies.len();
+            h.replies = Arc::new(replies);
+        }
+    }
+
     /// Stops the clock; waits for a `+WPI` being sent, so none follows the acknowledgement
     /// the caller sends next.
     pub(super) async fn disarm(&self) {

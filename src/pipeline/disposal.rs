@@ -215,6 +215,31 @@ impl<A: Acknowledger> Disposal<A> {
         }
     }
 
+    /// A job that asked to run again later (a per-message `Later` outcome): handed back
+    /// with the sink's redelivery delay, or, on its last allowed delivery, dead-lettered
+    /// (with a queue) since the server would not deliver it again.
+    pub(super) async fn later(&self, e: &Envelope, reply: &Subject, why: &str) {
+        if self.dead_letters.is_some() && self.last_delivery(e) {
+            return self
+                .dead_letter(e, reply, "transient", Reason::LastDelivery, why)
+                .await;
+        }
+        let delay = self.policy.redelivery.after(e.delivered);
+        tracing::info!(
+            sink = %self.sink,
+            subject = %e.subject,
+            stream = %e.stream,
+            stream_sequence = e.stream_sequence,
+            delivered = e.delivered,
+            error = %why,
+            "job handed back to run again in {}",
+            format_delay(delay)
+        );
+        self.acks
+            .send(vec![reply.clone()], AckKind::Nak(Some(delay)))
+            .await;
+    }
+
     /// Messages of a batch given up at shutdown: those on their last allowed delivery are
     /// dead-lettered (the server would drop them), the rest are NAKed for another instance.
     pub(super) async fn abandoned(&self, envelopes: &[Envelope], replies: &[Subject]) {

@@ -33,9 +33,11 @@ use crate::config::RetryConfig;
 use crate::dlq::Reason;
 use crate::envelope::Envelope;
 use crate::health::SinkHealth;
-use crate::jobs::{ResultPublisher, Status, INVALID_JOB_ID};
+use crate::jobs::{ResultPublisher, INVALID_JOB_ID};
 use crate::metrics::SinkMetrics;
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::{Output, Sink, SinkError};
+
+mod each;
 
 /// The shutdown signal of one runner, and the deadline it sets for the batch in hand.
 pub(super) struct Stop {
@@ -213,6 +215,9 @@ impl<A: Acknowledger> Settler<A> {
         if envelopes.is_empty() {
             return;
         }
+        if self.sink.per_message() {
+            return self.settle_each(envelopes, replies, ids, ahead, stop).await;
+        }
         // Shared with the keep-alive's task for as long as a part is written.
         let replies = Arc::new(replies);
         // Ranges still to write, in order; pushed in reverse so they pop in order.
@@ -226,7 +231,7 @@ impl<A: Acknowledger> Settler<A> {
             match written {
                 Written::Committed => {
                     let ids = ids.get(range.clone()).unwrap_or_default();
-                    self.committed(&envelopes[range.clone()], &replies[range], ids)
+                    self.committed(&envelopes[range.clone()], &replies[range], ids, &[])
                         .await
                 }
                 Written::Abandoned => {
@@ -279,8 +284,15 @@ impl<A: Acknowledger> Settler<A> {
     }
 
     /// Records commit latency and hands the ACKs to a background task; in job-queue mode
-    /// only once the results stream stored each job's result (`ids` are the job ids).
-    async fn committed(&mut self, envelopes: &[Envelope], replies: &[Subject], ids: &[String]) {
+    /// only once the results stream stored each job's result (`ids` are the job ids,
+    /// `outputs` what a worker destination produced for each, or empty).
+    async fn committed(
+        &mut self,
+        envelopes: &[Envelope],
+        replies: &[Subject],
+        ids: &[String],
+        outputs: &[Option<Output>],
+    ) {
         let now = OffsetDateTime::now_utc();
         for e in envelopes {
             self.metrics
@@ -295,7 +307,7 @@ impl<A: Acknowledger> Settler<A> {
             .zip(ids)
             .map(|(e, id)| (e, id.as_str()))
             .collect();
-        let stored = results.publish_all(&jobs, Status::Committed, None).await;
+        let stored = results.publish_committed(&jobs, outputs).await;
         if stored.iter().all(|s| *s) {
             return self.acks.committed(replies.to_vec()).await;
         }

@@ -631,3 +631,90 @@ async fn without_a_dead_letter_queue_an_unclassified_culprit_is_handed_back_and_
     acked.sort_unstable();
     assert_eq!(acked, vec![1, 2, 4, 5, 6]);
 }
+
+/// A per-message destination: sequence 2 asks to run later, 3 is refused, 4 cannot be
+/// started the first time; the others commit with an output. Each call takes 12 s.
+struct EachSink {
+    log: Log,
+    calls: usize,
+}
+
+#[async_trait]
+impl Sink for EachSink {
+    async fn open(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+    async fn write_batch(&mut self, _batch: &[Envelope]) -> Result<(), SinkError> {
+        unreachable!("a per-message destination is written through write_each")
+    }
+    fn per_message(&self) -> bool {
+        true
+    }
+    async fn write_each(&mut self, batch: &[Envelope]) -> Vec<crate::sinks::Outcome> {
+        use crate::sinks::{Outcome, Output};
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        self.calls += 1;
+        self.log.push_write(batch, true);
+        let first = self.calls == 1;
+        batch
+            .iter()
+            .map(|e| match e.stream_sequence {
+                2 => Outcome::Later {
+                    message: "exit 75".into(),
+                },
+                3 => Outcome::Failed(SinkError::Permanent {
+                    index: None,
+                    message: "exit 1".into(),
+                }),
+                4 if first => Outcome::Failed(SinkError::transient("cannot start")),
+                _ => Outcome::Committed {
+                    output: Some(Output {
+                        text: "out".into(),
+                        truncated: false,
+                    }),
+                },
+            })
+            .collect()
+    }
+    async fn health(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_message_outcomes_settle_each_message_alone_and_keep_only_the_held_alive() {
+    let log = Log::default();
+    let sink = EachSink {
+        log: log.clone(),
+        calls: 0,
+    };
+    let mut r = rig_waiting(&log, Box::new(sink), true, false, ACK_WAIT);
+    r.settle(1..=5, &mut Ahead::new("t")).await;
+    let events = log.events();
+    // The committed ones are ACKed after the first call, without waiting for 4.
+    let first_ack = events
+        .iter()
+        .position(|e| *e == Event::Ack(vec![1, 5]))
+        .expect("1 and 5 ACKed together");
+    let retry = events
+        .iter()
+        .position(|e| matches!(e, Event::Write { seqs, .. } if *seqs == vec![4]))
+        .expect("4 written again alone");
+    assert!(first_ack < retry, "{events:?}");
+    assert_eq!(r.acked(), vec![1, 5, 4]);
+    // 2 handed back with the redelivery delay; 3 dead-lettered then ACKed.
+    assert_eq!(r.sent(Kind::Nak(Some(HAND_BACK))), vec![vec![2]]);
+    assert!(events.contains(&Event::DeadLetter {
+        seq: 3,
+        reason: Reason::Destination
+    }));
+    assert_eq!(r.sent(Kind::Ack), vec![vec![3]]);
+    // +WPI for the whole batch during the 12 s call, then only for the held one.
+    let progress = r.sent(Kind::Progress);
+    assert_eq!(progress[..2], [vec![1, 2, 3, 4, 5], vec![1, 2, 3, 4, 5]]);
+    assert!(progress.len() > 2);
+    for p in &progress[2..] {
+        assert_eq!(*p, vec![4], "{progress:?}");
+    }
+    assert_eq!(r.metrics.batches_isolated.get(), 1);
+}

@@ -26,6 +26,8 @@ registry::destinations! {
     Nats = "nats" in nats: NatsRepublishConfig => NatsRepublishSink;
     /// An HTTP endpoint, one request per batch or per message, committed on 2xx.
     Http = "http" in http: HttpConfig => HttpSink;
+    /// A program run once per message (a job), payload on stdin; exit 0 commits it.
+    Exec = "exec" in exec: ExecConfig => ExecSink;
 }
 
 /// Destination types a later release adds; naming one is "not supported yet", not
@@ -34,6 +36,7 @@ pub const PLANNED: &[&str] = &["s3"];
 
 use async_trait::async_trait;
 
+use crate::config::results::JobIdSource;
 use crate::envelope::Envelope;
 
 /// Why a write or open failed, classified so the runner knows what redelivery means.
@@ -135,6 +138,44 @@ pub struct Feed {
     pub sink: String,
     /// The stream the sink reads.
     pub stream: String,
+    /// Job-queue mode (`results` set): where each message's job id comes from, for the
+    /// destinations that hand it to the job (`exec`'s `JETSINK_JOB_ID`).
+    pub job_id: Option<JobIdSource>,
+}
+
+/// What a worker produced for a committed message (`exec`: its standard output).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Output {
+    /// The text, already cut to the destination's own bound (lossy UTF-8).
+    pub text: String,
+    /// Whether the destination cut it.
+    pub truncated: bool,
+}
+
+/// The outcome of one message, for destinations that work message by message
+/// ([`Sink::per_message`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Durable: the runner may ACK it (in job-queue mode after its result, which carries
+    /// `output`, is stored).
+    Committed {
+        /// What the worker produced, if anything.
+        output: Option<Output>,
+    },
+    /// The job itself asked to be run again later (`exec`: a transient exit code). The
+    /// runner hands it back with the sink's redelivery delay, so it comes back as a
+    /// redelivery, to this or another instance; on its last allowed delivery it is
+    /// dead-lettered instead (with a dead-letter queue).
+    Later {
+        /// Why, without payload contents.
+        message: String,
+    },
+    /// The message failed: `Permanent` / `Unclassified` follow the refusal path (dead
+    /// letter on the delivery the policy says, else handed back); `Transient` /
+    /// `Misconfigured` mean the destination itself is unavailable (the program cannot be
+    /// started), so the runner holds the message and retries it with backoff, like a
+    /// failed batch, without holding the messages that did commit.
+    Failed(SinkError),
 }
 
 /// A durable destination.
@@ -159,6 +200,23 @@ pub trait Sink: Send {
     /// leave the destination as if it was written once (idempotency on
     /// [`Envelope::idempotency_key`]).
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError>;
+
+    /// Whether the runner settles each message by its own [`Outcome`] through
+    /// [`Sink::write_each`] instead of the batch through [`Sink::write_batch`]. Default
+    /// false: the batch path, unchanged.
+    fn per_message(&self) -> bool {
+        false
+    }
+
+    /// Writes each envelope on its own and returns one outcome per envelope, in order.
+    /// Only called when [`Sink::per_message`] is true. The default runs
+    /// [`Sink::write_batch`] and gives its result to every envelope.
+    async fn write_each(&mut self, batch: &[Envelope]) -> Vec<Outcome> {
+        match self.write_batch(batch).await {
+            Ok(()) => vec![Outcome::Committed { output: None }; batch.len()],
+            Err(e) => vec![Outcome::Failed(e); batch.len()],
+        }
+    }
 
     /// Cheap check that the destination is still usable. The runner reports readiness from
     /// write outcomes; this is for tools and tests that want to probe without writing.

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use crate::envelope::Envelope;
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::{Outcome, Sink, SinkError};
 
 /// Wraps a destination and records, per committed message, seconds from publish to commit.
 pub struct Timed {
@@ -43,6 +43,25 @@ impl Sink for Timed {
             );
         }
         Ok(())
+    }
+
+    fn per_message(&self) -> bool {
+        self.inner.per_message()
+    }
+
+    async fn write_each(&mut self, batch: &[Envelope]) -> Vec<Outcome> {
+        let outcomes = self.inner.write_each(batch).await;
+        let now = OffsetDateTime::now_utc();
+        if let Ok(mut lags) = self.lags.lock() {
+            lags.extend(
+                batch
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, o)| matches!(o, Outcome::Committed { .. }))
+                    .map(|(e, _)| (now - e.published_at).as_seconds_f64().max(0.0)),
+            );
+        }
+        outcomes
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {

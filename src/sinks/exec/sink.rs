@@ -1,0 +1,289 @@
+//! Runs the jobs: one child per message, payload on stdin, bounded stdout, a timeout that
+//! kills the child's whole process group, up to `concurrency` children at once.
+
+use std::io::ErrorKind;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use super::capture::Bounded;
+use super::classify::{classify, ended, Ended, Verdict};
+use super::config::ExecConfig;
+use crate::envelope::Envelope;
+use crate::jobs::id::job_id;
+use crate::sinks::{Feed, Outcome, Probe, Sink, SinkError};
+
+/// How long a killed child may take to be reaped before jetsink stops waiting for it.
+const REAP_WAIT: Duration = Duration::from_secs(5);
+
+/// The `exec` destination.
+pub struct ExecSink {
+    config: ExecConfig,
+    feed: Feed,
+    /// `env` plus the `pass_env` variables found at open.
+    base_env: Vec<(String, String)>,
+}
+
+impl ExecSink {
+    /// A sink running `config.command`; nothing is checked until `open`.
+    pub fn new(config: ExecConfig) -> ExecSink {
+        ExecSink {
+            config,
+            feed: Feed::default(),
+            base_env: Vec::new(),
+        }
+    }
+
+    fn program(&self) -> &str {
+        self.config.command.first().map_or("", String::as_str)
+    }
+
+    /// The program is an executable regular file.
+    /// The program exists and is executable, and the working directory is one.
+    fn check_setup(&self) -> Result<(), SinkError> {
+        self.check_program()?;
+        if let Some(dir) = &self.config.working_dir {
+            if !std::path::Path::new(dir).is_dir() {
+                return Err(SinkError::Misconfigured {
+                    message: format!("working_dir {dir}: not a directory"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn check_program(&self) -> Result<(), SinkError> {
+        let prog = self.program();
+        let meta = std::fs::metadata(prog).map_err(|e| {
+            let message = format!("command[0] {prog}: {e}");
+            match e.kind() {
+                ErrorKind::NotFound | ErrorKind::PermissionDenied => {
+                    SinkError::Misconfigured { message }
+                }
+                _ => SinkError::transient(message),
+            }
+        })?;
+        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+            return Err(SinkError::Misconfigured {
+                message: format!("command[0] {prog}: not an executable file"),
+            });
+        }
+        Ok(())
+    }
+
+    /// The child for `e`, with its environment and pipes.
+    fn command(&self, e: &Envelope) -> Command {
+        let argv = &self.config.command;
+        let mut cmd = Command::new(self.program());
+        cmd.args(argv.iter().skip(1))
+            .env_clear()
+            .envs(self.base_env.iter().map(|(k, v)| (k, v)))
+            .env("JETSINK_SINK", &self.feed.sink)
+            .env("JETSINK_SUBJECT", &e.subject)
+            .env("JETSINK_STREAM", &e.stream)
+            .env("JETSINK_SEQUENCE", e.stream_sequence.to_string())
+            .env("JETSINK_DELIVERED", e.delivered.to_string())
+            .env("JETSINK_IDEMPOTENCY_KEY", &e.idempotency_key)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so a timeout kills what it started too.
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(Ok(id)) = self.feed.job_id.as_ref().map(|s| job_id(e, s)) {
+            cmd.env("JETSINK_JOB_ID", id);
+        }
+        if let Some(dir) = &self.config.working_dir {
+            cmd.current_dir(dir);
+        }
+        cmd
+    }
+
+    /// Runs one job to its outcome.
+    async fn run(&self, e: &Envelope) -> Outcome {
+        let started = Instant::now();
+        let mut child = match self.command(e).spawn() {
+            Ok(c) => c,
+            Err(err) => {
+                let message = format!("cannot start {}: {err}", self.program());
+                return Outcome::Failed(match err.kind() {
+                    ErrorKind::NotFound | ErrorKind::PermissionDenied => {
+                        SinkError::Misconfigured { message }
+                    }
+                    _ => SinkError::transient(message),
+                });
+            }
+        };
+        let timeout = Duration::from_millis(self.config.timeout_ms);
+        let ran = tokio::time::timeout(timeout, self.drive(&mut child, e)).await;
+        let (how, out, err_bytes) = match ran {
+            Ok(Ok((status, out, err_bytes))) => {
+                (ended(status.code(), unix_signal(&status)), Some(out), err_bytes)
+            }
+            Ok(Err(err)) => {
+                kill(&mut child).await;
+                return Outcome::Failed(SinkError::transient(format!(
+                    "waiting for {}: {err}",
+                    self.program()
+                )));
+            }
+            Err(_) => {
+                kill(&mut child).await;
+                (Ended::TimedOut, None, 0)
+            }
+        };
+        let out_bytes = out.as_ref().map_or(0, Bounded::total);
+        tracing::debug!(
+            sink = %self.feed.sink,
+            stream = %e.stream,
+            stream_sequence = e.stream_sequence,
+            delivered = e.delivered,
+            ended = ?how,
+            stdout_bytes = out_bytes,
+            stderr_bytes = err_bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "job finished"
+        );
+        match classify(how, &self.config.transient_exit_codes, self.config.timeout_ms) {
+            Verdict::Committed => Outcome::Committed {
+                output: out.map(Bounded::finish),
+            },
+            Verdict::Later(message) => Outcome::Later { message },
+            Verdict::Refused(message) => Outcome::Failed(SinkError::Permanent {
+                index: None,
+                message,
+            }),
+        }
+    }
+
+    /// Feeds stdin, reads stdout (bounded) and stderr (counted), then reaps the child.
+    async fn drive(
+        &self,
+        child: &mut Child,
+        e: &Envelope,
+    ) -> std::io::Result<(std::process::ExitStatus, Bounded, u64)> {
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let payload = e.payload.clone();
+        let feed = async move {
+            if let Some(mut s) = stdin {
+                // A program that does not read its input closes the pipe: not an error.
+                let _ = s.write_all(&payload).await;
+            }
+        };
+        let mut out = Bounded::new(self.config.max_output_bytes);
+        let mut err = Bounded::new(0);
+        let ((), r1, r2) = tokio::join!(feed, read_into(stdout, &mut out), read_into(stderr, &mut err));
+        r1?;
+        r2?;
+        let status = child.wait().await?;
+        Ok((status, out, err.total()))
+    }
+}
+
+/// Reads `from` to its end into `into`.
+async fn read_into<R: AsyncRead + Unpin>(from: Option<R>, into: &mut Bounded) -> std::io::Result<()> {
+    let Some(mut r) = from else { return Ok(()) };
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        into.push(&buf[..n]);
+    }
+}
+
+/// The signal that ended a child, if one did.
+fn unix_signal(status: &std::process::ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(status)
+}
+
+/// Kills the child's process group (what it started too) and the child, and reaps it.
+async fn kill(child: &mut Child) {
+    if let Some(pid) = child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = child.start_kill();
+    let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
+}
+
+#[async_trait]
+impl Sink for ExecSink {
+    fn attach(&mut self, feed: &Feed) {
+        self.feed = feed.clone();
+    }
+
+    async fn open(&mut self) -> Result<(), SinkError> {
+        self.check_setup()?;
+        let mut env: Vec<(String, String)> = self
+            .config
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for name in &self.config.pass_env {
+            match std::env::var(name) {
+                Ok(v) => env.push((name.clone(), v)),
+                Err(_) => tracing::warn!(sink = %self.feed.sink, variable = %name, "pass_env: not set in jetsink's environment (or not UTF-8); the program runs without it"),
+            }
+        }
+        self.base_env = env;
+        Ok(())
+    }
+
+    /// What `open` checks, which writes nothing: the program and the working directory.
+    async fn probe(&mut self) -> Result<Probe, SinkError> {
+        self.check_setup()?;
+        Ok(Probe::Ready(format!(
+            "program {} exists and is executable",
+            self.program()
+        )))
+    }
+
+    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        for (i, o) in self.write_each(batch).await.into_iter().enumerate() {
+            match o {
+                Outcome::Committed { .. } => {}
+                Outcome::Later { message } => return Err(SinkError::transient(message)),
+                Outcome::Failed(SinkError::Permanent { message, .. }) => {
+                    return Err(SinkError::Permanent {
+                        index: Some(i),
+                        message,
+                    })
+                }
+                Outcome::Failed(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn per_message(&self) -> bool {
+        true
+    }
+
+    async fn write_each(&mut self, batch: &[Envelope]) -> Vec<Outcome> {
+        // Boxed in a loop, not mapped by a closure: the trait's future must be Send for
+        // every lifetime, which a closure returning a borrowing future cannot promise.
+        let mut jobs: Vec<futures::future::BoxFuture<'_, Outcome>> =
+            Vec::with_capacity(batch.len());
+        for e in batch {
+            jobs.push(Box::pin(self.run(e)));
+        }
+        futures::stream::iter(jobs)
+            .buffered(self.config.concurrency.max(1))
+            .collect()
+            .await
+    }
+
+    async fn health(&mut self) -> Result<(), SinkError> {
+        self.check_program()
+    }
+}

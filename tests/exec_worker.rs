@@ -1,0 +1,452 @@
+//! The `exec` worker destination against a real nats-server, job-queue mode on: a job's
+//! standard output becomes its result's `output`; exit 75 hands a job back and its
+//! redelivery succeeds; a poison job (exit 1 every time) is dead-lettered with a
+//! `dead_lettered` result and `submit` exits 65; a job over its timeout is killed with
+//! what it started; in a batch where one job asks to run later the others are ACKed at
+//! once; a job running past AckWait is kept alive with `+WPI` and not redelivered to a
+//! second instance.
+//!
+//! The job programs are small `/bin/sh` scripts written into each test's directory: the
+//! configs give `command` as an argv (`["/bin/sh", "<script>"]`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use common::*;
+use serde_json::json;
+
+/// A worker sink `worker` on work-queue stream JOBS (`jobs.run`), results in RESULTS,
+/// dead letters in JOBS_DLQ; `destination` is the exec settings.
+fn config(
+    url: &str,
+    listen: &str,
+    destination: serde_json::Value,
+    source: serde_json::Value,
+) -> serde_json::Value {
+    let mut src = json!({
+        "stream": "JOBS",
+        "subjects": "jobs.run",
+        "consumer": "workers",
+        "ack_wait_ms": 30000,
+        "max_deliver": 5,
+        "create_stream": {"subjects": ["jobs.run"], "retention": "workqueue"}
+    });
+    for (k, v) in source.as_object().unwrap() {
+        src[k] = v.clone();
+    }
+    let mut dest = json!({"type": "exec"});
+    for (k, v) in destination.as_object().unwrap() {
+        dest[k] = v.clone();
+    }
+    json!({
+        "nats": {"servers": [url], "connect_timeout_ms": 2000},
+        "http": {"listen": listen},
+        "logging": {"level": "info"},
+        "sinks": {"worker": {
+            "source": src,
+            "delivery": {"batch_size": 4, "batch_timeout_ms": 200,
+                         "retry": {"initial_backoff_ms": 50, "max_backoff_ms": 500,
+                                   "refused_delay_ms": 100}},
+            "destination": dest,
+            "results": {"subject_prefix": "jobs.results", "create_stream": {"name": "RESULTS"}},
+            "dead_letter": {"subject": "jobs.dlq", "max_attempts": 3,
+                            "create_stream": {"name": "JOBS_DLQ"}}
+        }}
+    })
+}
+
+/// Writes a shell script `name` into `dir`; the argv that runs it.
+fn script(dir: &Path, name: &str, body: &str) -> serde_json::Value {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    json!(["/bin/sh", path.to_string_lossy()])
+}
+
+fn write(dir: &Path, name: &str, cfg: &serde_json::Value) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_vec_pretty(cfg).unwrap()).unwrap();
+    path
+}
+
+fn submit(dir: &Path, cfg: &Path, data: &str, id: &str) -> (i32, serde_json::Value, String) {
+    let cfg = cfg.to_string_lossy().into_owned();
+    let (code, out, err) = jetsink(
+        &[
+            "submit",
+            "--config",
+            &cfg,
+            "--sink",
+            "worker",
+            "--data",
+            data,
+            "--id",
+            id,
+            "--timeout-ms",
+            "20000",
+        ],
+        dir,
+    );
+    (code, serde_json::from_str(&out).unwrap_or(json!(null)), err)
+}
+
+async fn stored_result(js: &jetstream::Context, id: &str) -> Option<serde_json::Value> {
+    let s = js.get_stream("RESULTS").await.ok()?;
+    let m = s
+        .get_last_raw_message_by_subject(&format!("jobs.results.{id}"))
+        .await
+        .ok()?;
+    serde_json::from_slice(&m.payload).ok()
+}
+
+async fn stream_messages(js: &jetstream::Context, name: &str) -> u64 {
+    match js.get_stream(name).await {
+        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+async fn started(js: &jetstream::Context, d: &Daemon) {
+    eventually(Duration::from_secs(20), "the streams exist", || async {
+        stream_messages(js, "JOBS").await == 0
+            && js.get_stream("RESULTS").await.is_ok()
+            && js.get_stream("JOBS_DLQ").await.is_ok()
+    })
+    .await;
+    assert!(!d.log_text().contains("ERROR"), "{}", d.log_text());
+}
+
+async fn publish_job(js: &jetstream::Context, id: &str, payload: &str) {
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("Nats-Msg-Id", id);
+    js.publish_with_headers("jobs.run", h, payload.to_string().into())
+        .await
+        .expect("publish")
+        .await
+        .expect("puback");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_committed_job_carries_the_programs_stdout_as_output() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = script(
+        dir.path(),
+        "echo.sh",
+        "printf '%s:' \"$JETSINK_JOB_ID\"; cat\n",
+    );
+    let listen = format!("127.0.0.1:{}", free_port());
+    let path = write(
+        dir.path(),
+        "c.json",
+        &config(&server.url(), &listen, json!({"command": cmd}), json!({})),
+    );
+    let d = Daemon::start(&path, dir.path());
+    let js = server.js().await;
+    started(&js, &d).await;
+    let (code, result, err) = submit(dir.path(), &path, "hello world", "j-ok");
+    assert_eq!(code, 0, "{err}\n{}", d.log_text());
+    assert_eq!(result["status"], "committed");
+    assert_eq!(result["output"], "j-ok:hello world");
+    assert_eq!(result["delivered"], 1);
+    assert!(result.get("output_truncated").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exit_75_hands_the_job_back_and_its_redelivery_succeeds() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let body = format!(
+        "m=\"{}/$JETSINK_JOB_ID\"\nif [ ! -e \"$m\" ]; then : > \"$m\"; exit 75; fi\necho \"second try, delivery $JETSINK_DELIVERED\"\n",
+        marks.display()
+    );
+    let cmd = script(dir.path(), "flaky.sh", &body);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let path = write(
+        dir.path(),
+        "c.json",
+        &config(&server.url(), &listen, json!({"command": cmd}), json!({})),
+    );
+    let d = Daemon::start(&path, dir.path());
+    let js = server.js().await;
+    started(&js, &d).await;
+    let (code, result, err) = submit(dir.path(), &path, "x", "j-flaky");
+    assert_eq!(code, 0, "{err}\n{}", d.log_text());
+    assert_eq!(result["status"], "committed");
+    assert_eq!(result["delivered"], 2);
+    assert_eq!(result["output"], "second try, delivery 2\n");
+    assert!(marks.join("j-flaky").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poison_job_is_dead_lettered_with_a_result_and_submit_exits_65() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = script(dir.path(), "poison.sh", "cat > /dev/null; exit 1\n");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let path = write(
+        dir.path(),
+        "c.json",
+        &config(
+            &server.url(),
+            &listen,
+            json!({"command": cmd}),
+            json!({"max_deliver": 3}),
+        ),
+    );
+    let d = Daemon::start(&path, dir.path());
+    let js = server.js().await;
+    started(&js, &d).await;
+    let (code, result, err) = submit(dir.path(), &path, "POISON", "j-poison");
+    assert_eq!(code, 65, "{err}\n{}", d.log_text());
+    assert_eq!(result["status"], "dead_lettered");
+    assert_eq!(
+        result["delivered"], 3,
+        "dead-lettered on its last allowed delivery"
+    );
+    assert!(
+        result["error"].as_str().unwrap().contains("exited with 1"),
+        "{result}"
+    );
+    assert_eq!(stream_messages(&js, "JOBS_DLQ").await, 1);
+    eventually(
+        Duration::from_secs(10),
+        "the job is gone from the work queue",
+        || async { stream_messages(&js, "JOBS").await == 0 },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_over_its_timeout_is_killed_with_what_it_started_and_refused() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("sleeper.pid");
+    let body = format!("sleep 300 &\necho $! > {}\nwait\n", pidfile.display());
+    let cmd = script(dir.path(), "slow.sh", &body);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let path = write(
+        dir.path(),
+        "c.json",
+        &config(
+            &server.url(),
+            &listen,
+            json!({"command": cmd, "timeout_ms": 500}),
+            json!({"max_deliver": 1}),
+        ),
+    );
+    let d = Daemon::start(&path, dir.path());
+    let js = server.js().await;
+    started(&js, &d).await;
+    let (code, result, err) = submit(dir.path(), &path, "x", "j-slow");
+    assert_eq!(code, 65, "{err}\n{}", d.log_text());
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("timeout_ms (500 ms)"),
+        "{result}"
+    );
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    eventually(
+        Duration::from_secs(10),
+        "the job's own child is killed too",
+        || async {
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Err(_) => true,
+                // Killed and waiting for its (foreign) parent to reap it.
+                Ok(stat) => stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z')),
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_batch_the_jobs_that_succeed_are_acked_while_one_that_asks_for_later_comes_back() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let release = dir.path().join("release");
+    let body = format!(
+        "read -r what\nif [ \"$what\" = later ] && [ ! -e {} ]; then exit 75; fi\necho \"$what\"\n",
+        release.display()
+    );
+    let cmd = script(dir.path(), "mixed.sh", &body);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let path = write(
+        dir.path(),
+        "c.json",
+        &config(
+            &server.url(),
+            &listen,
+            json!({"command": cmd, "concurrency": 4}),
+            json!({"max_deliver": -1}),
+        ),
+    );
+    let js = server.js().await;
+    // The four jobs wait in the stream before the worker starts, so one pull takes them.
+    jetstream_stream(&js).await;
+    for (id, what) in [("a", "ok"), ("b", "later"), ("c", "ok"), ("d", "ok")] {
+        publish_job(&js, id, what).await;
+    }
+    let d = Daemon::start(&path, dir.path());
+    eventually(
+        Duration::from_secs(20),
+        "the three good jobs are committed and ACKed",
+        || async {
+            let mut found = 0;
+            for id in ["a", "c", "d"] {
+                if stored_result(&js, id)
+                    .await
+                    .is_some_and(|r| r["status"] == "committed")
+                {
+                    found += 1;
+                }
+            }
+            found == 3 && stream_messages(&js, "JOBS").await == 1
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "the later job is redelivered, alone unacked",
+        || async {
+            let s = js.get_stream("JOBS").await.unwrap();
+            let info = s.consumer_info("workers").await.unwrap();
+            info.num_redelivered >= 1
+                && info.num_ack_pending <= 1
+                && info.ack_floor.stream_sequence >= 1
+        },
+    )
+    .await;
+    assert!(stored_result(&js, "b").await.is_none());
+    std::fs::write(&release, b"").unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the later job finally commits",
+        || async {
+            stored_result(&js, "b")
+                .await
+                .is_some_and(|r| r["status"] == "committed" && r["output"] == "later\n")
+        },
+    )
+    .await;
+    let b = stored_result(&js, "b").await.unwrap();
+    assert!(b["delivered"].as_u64().unwrap() >= 2, "{b}");
+    for id in ["a", "c", "d"] {
+        assert_eq!(
+            stored_result(&js, id).await.unwrap()["delivered"],
+            1,
+            "{id}"
+        );
+    }
+    eventually(
+        Duration::from_secs(10),
+        "the work queue is empty",
+        || async { stream_messages(&js, "JOBS").await == 0 },
+    )
+    .await;
+    drop(d);
+}
+
+/// Creates the work-queue stream the way the config would, so jobs can wait in it
+/// before the worker starts.
+async fn jetstream_stream(js: &jetstream::Context) {
+    js.get_or_create_stream(jetstream::stream::Config {
+        name: "JOBS".into(),
+        subjects: vec!["jobs.run".into()],
+        retention: jetstream::stream::RetentionPolicy::WorkQueue,
+        ..Default::default()
+    })
+    .await
+    .expect("stream");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_longer_than_ack_wait_is_kept_alive_and_not_redelivered_to_a_second_instance() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("gate");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let runs = dir.path().join("runs");
+    let body = format!(
+        "echo \"$JETSINK_DELIVERED\" >> {runs}\nread -r _ < {fifo}\necho finished\n",
+        runs = runs.display(),
+        fifo = fifo.display()
+    );
+    let cmd = script(dir.path(), "long.sh", &body);
+    let js = server.js().await;
+    let listen_a = format!("127.0.0.1:{}", free_port());
+    let listen_b = format!("127.0.0.1:{}", free_port());
+    let source = json!({"ack_wait_ms": 2000, "max_deliver": -1});
+    let dest = json!({"command": cmd, "timeout_ms": 60000});
+    let a = write(
+        dir.path(),
+        "a.json",
+        &config(&server.url(), &listen_a, dest.clone(), source.clone()),
+    );
+    let b = write(
+        dir.path(),
+        "b.json",
+        &config(&server.url(), &listen_b, dest, source),
+    );
+    let da = Daemon::start(&a, dir.path());
+    started(&js, &da).await;
+    let db = Daemon::start(&b, dir.path());
+    publish_job(&js, "long", "x").await;
+    eventually(Duration::from_secs(20), "the job started", || async {
+        runs.exists()
+    })
+    .await;
+    // Three +WPI rounds from whichever instance runs it: 1.5 × AckWait have passed, so
+    // without them the server would have redelivered the job to the idle instance.
+    eventually(
+        Duration::from_secs(30),
+        "three +WPI rounds for the running job",
+        || async {
+            let pa = metric_value(&listen_a, "jetsink_progress_acks_total{sink=\"worker\"}")
+                .await
+                .unwrap_or(0.0);
+            let pb = metric_value(&listen_b, "jetsink_progress_acks_total{sink=\"worker\"}")
+                .await
+                .unwrap_or(0.0);
+            pa + pb >= 3.0
+        },
+    )
+    .await;
+    let s = js.get_stream("JOBS").await.unwrap();
+    let info = s.consumer_info("workers").await.unwrap();
+    assert_eq!(info.num_redelivered, 0, "no redelivery while it runs");
+    let gate = fifo.clone();
+    tokio::task::spawn_blocking(move || std::fs::write(gate, b"go\n"))
+        .await
+        .unwrap()
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the job's result is stored",
+        || async { stored_result(&js, "long").await.is_some() },
+    )
+    .await;
+    let r = stored_result(&js, "long").await.unwrap();
+    assert_eq!(r["status"], "committed");
+    assert_eq!(r["delivered"], 1);
+    assert_eq!(r["output"], "finished\n");
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap(),
+        "1\n",
+        "the job ran once"
+    );
+    drop((da, db));
+}
