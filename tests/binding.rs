@@ -68,6 +68,10 @@ async fn a_headers_only_consumer_is_refused_with_exit_78() {
     assert_eq!(code, 78, "{out}");
     assert!(out.contains("headers_only = true"), "{out}");
     assert!(out.contains("headers_only = false"), "{out}");
+    assert!(
+        !out.contains("closed for good"),
+        "a start-up refusal closes its connection as its own doing: {out}"
+    );
     assert_eq!(
         consumer_state(&js, "ORDERS", "jetsink").await,
         (3, 0),

@@ -56,6 +56,9 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
     let metrics = Metrics::new();
     let links = Links::new(&metrics);
     let connections = open_connections(&config, &metrics, &links).await?;
+    // Declared after the connections so it drops first: a start-up refusal below (exit 78,
+    // 69) closes them as jetsink's own doing, not as a client that gave up.
+    let _quiet_close = links.closing_on_drop();
     // A client that stops reconnecting (`nats.max_reconnects`) leaves its sinks unable to
     // pull or acknowledge: stop them all, and exit 69 so the service manager restarts.
     let mut gone = links.gone();

@@ -109,6 +109,15 @@ pub struct Links {
     stops_daemon: bool,
 }
 
+/// See [`Links::closing_on_drop`].
+pub struct ClosingOnDrop(Links);
+
+impl Drop for ClosingOnDrop {
+    fn drop(&mut self) {
+        self.0.closing();
+    }
+}
+
 impl Links {
     /// No connection yet.
     pub fn new(metrics: &Metrics) -> Links {
@@ -136,6 +145,12 @@ impl Links {
     pub fn closing(&self) {
         self.closing
             .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// A guard that marks the connections as closed on purpose when it is dropped, so a
+    /// function that returns early (a start-up refusal) closes them quietly too.
+    pub fn closing_on_drop(&self) -> ClosingOnDrop {
+        ClosingOnDrop(self.clone())
     }
 
     /// Sees the first connection that closed for good while jetsink was running: the
