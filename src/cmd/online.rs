@@ -476,13 +476,13 @@ mod tests {
     #[test]
     fn unavailable_wins_over_mismatch_and_creating_is_fine() {
         use Outcome::*;
-        assert_eq!(report(&[Ok, WouldCreate]).exit_code(), 0);
+        assert_eq!(report(&[Ok, WouldCreate, WouldUpdate]).exit_code(), 0);
         assert_eq!(report(&[Ok, Mismatch]).exit_code(), 78);
         assert_eq!(report(&[Mismatch, Unavailable]).exit_code(), 69);
         assert_eq!(report(&[]).exit_code(), 0);
         assert_eq!(
-            report(&[Ok, WouldCreate, Mismatch, Unavailable]).totals(),
-            "online checks: 1 ok, 1 would create, 2 failed"
+            report(&[Ok, WouldCreate, WouldUpdate, Mismatch, Unavailable]).totals(),
+            "online checks: 1 ok, 1 would create, 1 would update, 2 failed"
         );
     }
 
@@ -497,6 +497,7 @@ mod tests {
         };
         assert_eq!(line(Outcome::Ok), "ok: sink a: stream S");
         assert_eq!(line(Outcome::WouldCreate), "would create: sink a: stream S");
+        assert_eq!(line(Outcome::WouldUpdate), "would update: sink a: stream S");
         assert_eq!(line(Outcome::Mismatch), "FAIL: sink a: stream S");
         assert_eq!(line(Outcome::Unavailable), "FAIL: sink a: stream S");
     }
