@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull::BatchConfig;
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::{Context, Message};
-use async_nats::{StatusCode, Subject};
+use async_nats::jetstream::Context;
+use async_nats::{Message, StatusCode, Subject};
 use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -60,7 +60,10 @@ const GRACE: Duration = Duration::from_millis(2_000);
 const NO_WAIT_LIMIT: Duration = Duration::from_millis(3_000);
 
 /// Pulls up to `limits` messages. An empty result means the stream had nothing for this
-/// consumer during `limits.wait`.
+/// consumer during `limits.wait`. The messages are the client's plain messages: the
+/// pipeline needs only their payload, headers and reply subject, so no JetStream context
+/// is cloned into each of them (`jetstream::Message { message, context }` makes one when
+/// a caller needs its `ack()`).
 pub async fn fetch_batch(
     js: &Context,
     consumer: &PullConsumer,
@@ -83,6 +86,7 @@ pub async fn fetch_batch(
         .expires(limits.wait)
         .messages()
         .await?;
+    let batch = batch.map(|m| m.map(|m| m.message));
     let (mut first, err) = drain(batch, limits.wait + GRACE, limits.max_messages, dropped).await;
     if first.is_empty() {
         return match err {
@@ -126,21 +130,26 @@ async fn no_wait(
         ..Default::default()
     };
     consumer.request_batch(request, inbox).await?;
-    let deadline = Instant::now() + NO_WAIT_LIMIT;
+    // One timer and one drop watch for the whole pull, not one per message.
+    let deadline = tokio::time::sleep_until(Instant::now() + NO_WAIT_LIMIT);
+    tokio::pin!(deadline);
+    let dropped = connection_dropped(&mut dropped);
+    tokio::pin!(dropped);
     let mut out = Vec::new();
     loop {
         let next = tokio::select! {
             // Messages already received come out before the drop is noticed.
             biased;
-            next = tokio::time::timeout_at(deadline, replies.next()) => next,
-            _ = connection_dropped(&mut dropped) => {
+            next = replies.next() => Ok(next),
+            () = &mut deadline => Err(()),
+            () = &mut dropped => {
                 return Ok((out, Some(DROPPED_MID_PULL.into())));
             }
         };
         let reply = match next {
             Ok(Some(reply)) => reply,
             Ok(None) => return Ok((out, None)),
-            Err(_) => {
+            Err(()) => {
                 let e = format!("pull did not finish within {NO_WAIT_LIMIT:?}");
                 return Ok((out, Some(e.into())));
             }
@@ -150,10 +159,7 @@ async fn no_wait(
                 if out.is_empty() {
                     out.reserve(max_messages.min(MAX_PRESIZE));
                 }
-                out.push(Message {
-                    message: reply,
-                    context: js.clone(),
-                });
+                out.push(reply);
                 if out.len() >= max_messages {
                     return Ok((out, None));
                 }
@@ -213,14 +219,18 @@ async fn drain<S>(
 where
     S: futures::Stream<Item = Result<Message, async_nats::Error>> + Unpin,
 {
-    let deadline = Instant::now() + limit;
+    let deadline = tokio::time::sleep_until(Instant::now() + limit);
+    tokio::pin!(deadline);
+    let dropped = connection_dropped(&mut dropped);
+    tokio::pin!(dropped);
     let mut out = Vec::new();
     loop {
         let next = tokio::select! {
             // Messages already received come out before the drop is noticed.
             biased;
-            next = tokio::time::timeout_at(deadline, batch.next()) => next,
-            _ = connection_dropped(&mut dropped) => {
+            next = batch.next() => Ok(next),
+            () = &mut deadline => Err(()),
+            () = &mut dropped => {
                 return (out, Some(DROPPED_MID_PULL.into()));
             }
         };
