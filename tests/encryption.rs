@@ -408,3 +408,119 @@ async fn mysql_rows_hold_no_plaintext_and_decrypt() {
     .await;
     mysql(&format!("DROP DATABASE {db}"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn key_rules_seal_two_subjects_with_two_keys_both_decrypt_and_start_up_logs_the_setup() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    create_stream(&server.js().await, "RULES", "rules.>").await;
+    let key_a = keygen(dir.path(), "a.key");
+    let key_eu = keygen(dir.path(), "eu.key");
+    let out = dir.path().join("out");
+    let mut enc = encryption("a", &[("a", &key_a), ("eu", &key_eu)]);
+    enc["rules"] = json!([{"subjects": ["rules.eu.>"], "key_id": "eu"}]);
+    let cfg = with_encryption(
+        config(
+            &server,
+            "RULES",
+            "rules.>",
+            json!({"type": "file", "directory": out}),
+            json!({"batch_size": 10}),
+        ),
+        enc,
+    );
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    publish_secrets(&server, "rules.eu.pay", 0, 3).await;
+    publish_secrets(&server, "rules.us.pay", 3, 3).await;
+    eventually(Duration::from_secs(20), "6 records", || {
+        let out = out.clone();
+        async move { jsonl_lines(&out).len() == 6 }
+    })
+    .await;
+    daemon.stop_cleanly();
+    let log = daemon.log_text();
+    let validated = {
+        let (code, out, err) = jetsink(
+            &["validate", "--config", path.to_str().unwrap()],
+            dir.path(),
+        );
+        assert_eq!(code, 0, "{out}{err}");
+        out
+    };
+    let line = log
+        .lines()
+        .find(|l| l.contains("payload encryption on"))
+        .unwrap_or_else(|| panic!("no encryption start-up line in:\n{log}"));
+    for part in ["AES-256-GCM", "active_key=a", "keys=2", "rules=1"] {
+        assert!(line.contains(part), "{part} missing from {line}");
+    }
+    let fp = line
+        .split("active_fingerprint")
+        .nth(1)
+        .and_then(|rest| {
+            rest.split(|c: char| !c.is_ascii_hexdigit())
+                .find(|t| t.len() == 16)
+        })
+        .unwrap_or_else(|| panic!("no fingerprint in {line}"));
+    assert!(
+        validated.contains(&format!("a (fingerprint {fp})")),
+        "the logged fingerprint is the active key's: {line}\n{validated}"
+    );
+    for key in [&key_a, &key_eu] {
+        let text = std::fs::read_to_string(key).unwrap();
+        assert!(!log.contains(text.trim()), "key material in the log");
+    }
+
+    let lines = jsonl_lines(&out);
+    use base64::Engine as _;
+    for l in &lines {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(l["payload"].as_str().unwrap())
+            .unwrap();
+        let id = String::from_utf8_lossy(&bytes[5..5 + bytes[4] as usize]).into_owned();
+        let subject = l["subject"].as_str().unwrap();
+        let want = if subject.starts_with("rules.eu.") {
+            "eu"
+        } else {
+            "a"
+        };
+        assert_eq!(id, want, "key of {subject}");
+    }
+    assert_no_plaintext(
+        lines
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<String>()
+            .as_bytes(),
+    );
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let (code, records, err) = decrypt(dir.path(), &path, &text);
+    assert_eq!(code, 0, "{err}");
+    assert_clear(&records, 6);
+}
+
+#[test]
+fn a_key_rule_naming_an_unknown_key_stops_start_up_with_exit_78_naming_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path(), "a.key");
+    let cfg = json!({
+        "nats": {"servers": ["nats://127.0.0.1:1"]},
+        "http": {"enabled": false},
+        "sinks": {"main": {
+            "source": {"stream": "S", "consumer": "c"},
+            "encryption": {"active_key": "a", "keys": [{"id": "a", "file": key}],
+                           "rules": [{"subjects": ["s.eu.>"], "key_id": "nope"}]},
+            "destination": {"type": "file", "directory": dir.path().join("out")}
+        }}
+    });
+    let path = write_config(dir.path(), &cfg);
+    for command in ["run", "validate"] {
+        let (code, out, err) = jetsink(&[command, "--config", path.to_str().unwrap()], dir.path());
+        assert_eq!(code, 78, "{command}: {out}{err}");
+        assert!(
+            err.contains("sinks.main.encryption.rules[0].key_id") && err.contains("\"nope\""),
+            "{command}: {err}"
+        );
+    }
+}

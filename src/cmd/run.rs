@@ -101,6 +101,20 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         let sink = open_destination(spec).await?;
         sink_health.destination_ok();
         tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
+        if let Some(enc) = &spec.encryption {
+            // Ids and fingerprints only: key material never reaches a log.
+            tracing::info!(
+                sink = %spec.name,
+                algorithm = "AES-256-GCM",
+                active_key = %enc.ring().active_id(),
+                active_fingerprint = %enc.ring().active_fingerprint(),
+                keys = enc.ring().len(),
+                rules = enc.rules().len(),
+                sealed_headers = enc.sealed_headers().len(),
+                subjects = %if enc.subjects().is_empty() { "all".to_string() } else { enc.subjects().join(",") },
+                "payload encryption on"
+            );
+        }
         let stages = Stages::for_sink(spec);
         let sink_metrics = metrics.sink(&spec.name);
         let dead_letters = match &spec.dead_letter {

@@ -15,6 +15,7 @@ use super::issue::Issues;
 use crate::crypto::keys::KeyRing;
 use crate::crypto::load::{self, KeySource};
 use crate::crypto::sealed::valid_key_id;
+use crate::crypto::stage::KeyRule;
 use crate::crypto::Encryption;
 
 /// Payload encryption at rest (AES-256-GCM, bound to the message).
@@ -38,6 +39,21 @@ pub struct EncryptionConfig {
     /// Encrypt only messages on these subjects (NATS wildcards). Default: every subject.
     #[serde(default)]
     pub subjects: Vec<String>,
+    /// Choose the key by subject: the first rule whose `subjects` match a message's subject
+    /// names the key that seals it; a message no rule matches uses `active_key`. Default
+    /// none (every message uses `active_key`). A jetsink extension.
+    #[serde(default)]
+    pub rules: Vec<KeyRuleConfig>,
+}
+
+/// One key rule: messages on these subjects are sealed with this key.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRuleConfig {
+    /// Subject filters (NATS wildcards); at least one.
+    pub subjects: Vec<String>,
+    /// The id of a key in `keys`.
+    pub key_id: String,
 }
 
 fn yes() -> bool {
@@ -122,11 +138,17 @@ pub(crate) fn build(
             );
         }
     }
-    for (i, s) in cfg.subjects.iter().enumerate() {
-        if s.is_empty() || s.split('.').any(str::is_empty) {
+    check_filters(&cfg.subjects, &format!("{path}.subjects"), issues);
+    for (i, rule) in cfg.rules.iter().enumerate() {
+        let at = format!("{path}.rules[{i}]");
+        if rule.subjects.is_empty() {
+            issues.push(format!("{at}.subjects"), "must list at least one subject");
+        }
+        check_filters(&rule.subjects, &format!("{at}.subjects"), issues);
+        if !ids.contains(&rule.key_id) {
             issues.push(
-                format!("{path}.subjects[{i}]"),
-                format!("must be a subject or wildcard filter, got {s:?}"),
+                format!("{at}.key_id"),
+                format!("{:?} is not the id of a key in `keys`", rule.key_id),
             );
         }
     }
@@ -134,11 +156,29 @@ pub(crate) fn build(
         return None;
     }
     let ring = KeyRing::new(material, &cfg.active_key).ok()?;
-    Some(Arc::new(Encryption::new(
-        ring,
-        cfg.headers.clone(),
-        cfg.subjects.clone(),
-    )))
+    let rules = cfg
+        .rules
+        .iter()
+        .map(|r| KeyRule {
+            subjects: r.subjects.clone(),
+            key_id: r.key_id.clone(),
+        })
+        .collect();
+    Encryption::new(ring, cfg.headers.clone(), cfg.subjects.clone())
+        .with_rules(rules)
+        .ok()
+        .map(Arc::new)
+}
+
+fn check_filters(filters: &[String], path: &str, issues: &mut Issues) {
+    for (i, s) in filters.iter().enumerate() {
+        if s.is_empty() || s.split('.').any(str::is_empty) {
+            issues.push(
+                format!("{path}[{i}]"),
+                format!("must be a subject or wildcard filter, got {s:?}"),
+            );
+        }
+    }
 }
 
 /// Refuses destination settings that cannot hold a sealed payload: a JSON payload column
@@ -285,5 +325,49 @@ mod tests {
             has("sinks.a.encryption.headers[0]: ", "Nats-Msg-Id"),
             "{errs:?}"
         );
+    }
+
+    #[test]
+    fn key_rules_are_checked_at_their_json_path_and_choose_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k.key");
+        std::fs::write(&key, encode_key(&[1u8; KEY_LEN])).unwrap();
+        let eu = dir.path().join("eu.key");
+        std::fs::write(&eu, encode_key(&[2u8; KEY_LEN])).unwrap();
+        let keys = format!(
+            r#""active_key": "k1", "keys": [{{"id": "k1", "file": "{}"}}, {{"id": "eu", "file": "{}"}}]"#,
+            key.display(),
+            eu.display()
+        );
+        let bad = format!(
+            r#""encryption": {{{keys}, "rules": [
+                {{"subjects": ["pay.eu.>"], "key_id": "nope"}},
+                {{"subjects": [], "key_id": "eu"}},
+                {{"subjects": ["pay..x"], "key_id": "eu"}}]}},"#
+        );
+        let errs = config(dir.path(), &bad, "").unwrap_err();
+        let has = |prefix: &str| errs.iter().any(|e| e.starts_with(prefix));
+        assert!(
+            has("sinks.a.encryption.rules[0].key_id: \"nope\" is not the id of a key in `keys`"),
+            "{errs:?}"
+        );
+        assert!(
+            has("sinks.a.encryption.rules[1].subjects: must list at least one subject"),
+            "{errs:?}"
+        );
+        assert!(
+            has("sinks.a.encryption.rules[2].subjects[0]: must be a subject"),
+            "{errs:?}"
+        );
+
+        let good = format!(
+            r#""encryption": {{{keys}, "rules": [{{"subjects": ["pay.eu.>"], "key_id": "eu"}}]}},"#
+        );
+        let cfg = config(dir.path(), &good, "").unwrap();
+        let a = cfg.sinks.iter().find(|s| s.name == "a").unwrap();
+        let enc = a.encryption.as_ref().unwrap();
+        assert_eq!(enc.key_id_for("pay.eu.x"), "eu");
+        assert_eq!(enc.key_id_for("pay.us.x"), "k1");
+        assert!(cfg.summary(&[]).contains("key eu for pay.eu.>"));
     }
 }

@@ -34,23 +34,29 @@ pub struct Binding<'a> {
 impl Binding<'_> {
     /// The associated data for sealing with `key_id`.
     pub fn aad(&self, key_id: &str) -> Vec<u8> {
-        let mut out = Vec::with_capacity(
-            LABEL.len() + 40 + self.stream.len() + self.subject.len() + key_id.len(),
-        );
+        let mut out = Vec::new();
+        self.aad_into(key_id, &mut out);
+        out
+    }
+
+    /// The associated data for sealing with `key_id`, in `out` (cleared first), so a batch
+    /// reuses one buffer.
+    pub fn aad_into(&self, key_id: &str, out: &mut Vec<u8>) {
+        out.clear();
+        out.reserve(LABEL.len() + 40 + self.stream.len() + self.subject.len() + key_id.len());
         out.extend_from_slice(LABEL);
-        field(&mut out, self.stream.as_bytes());
-        field(&mut out, &self.stream_sequence.to_be_bytes());
-        field(&mut out, self.subject.as_bytes());
-        field(&mut out, key_id.as_bytes());
+        field(out, self.stream.as_bytes());
+        field(out, &self.stream_sequence.to_be_bytes());
+        field(out, self.subject.as_bytes());
+        field(out, key_id.as_bytes());
         match self.part {
-            Part::Payload => field(&mut out, b"payload"),
+            Part::Payload => field(out, b"payload"),
             Part::Header(name, index) => {
-                field(&mut out, b"header");
-                field(&mut out, name.as_bytes());
-                field(&mut out, &(index as u64).to_be_bytes());
+                field(out, b"header");
+                field(out, name.as_bytes());
+                field(out, &(index as u64).to_be_bytes());
             }
         }
-        out
     }
 }
 

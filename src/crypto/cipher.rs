@@ -2,6 +2,7 @@
 //! the AEAD. The nonce source is passed in so tests can count or fix nonces; the daemon
 //! uses the OS generator ([`OsNonces`]).
 
+use bytes::{BufMut, Bytes, BytesMut};
 use ring::aead::{Aad, LessSafeKey, Nonce};
 use ring::rand::{SecureRandom, SystemRandom};
 
@@ -11,8 +12,9 @@ use super::sealed::{self, Sealed, NONCE_LEN};
 
 /// Where nonces come from.
 pub trait NonceSource: Send + Sync {
-    /// Fills `nonce` with fresh random bytes.
-    fn fill(&self, nonce: &mut [u8; NONCE_LEN]) -> Result<(), SealError>;
+    /// Fills `out` with fresh random bytes: the nonces of a whole batch at once (one call
+    /// of the OS generator per batch instead of one per message).
+    fn fill(&self, out: &mut [u8]) -> Result<(), SealError>;
 }
 
 /// The operating system's generator (`getrandom`), through `ring`.
@@ -33,8 +35,8 @@ impl Default for OsNonces {
 }
 
 impl NonceSource for OsNonces {
-    fn fill(&self, nonce: &mut [u8; NONCE_LEN]) -> Result<(), SealError> {
-        self.0.fill(nonce).map_err(|_| SealError::Random)
+    fn fill(&self, out: &mut [u8]) -> Result<(), SealError> {
+        self.0.fill(out).map_err(|_| SealError::Random)
     }
 }
 
@@ -76,24 +78,55 @@ pub enum OpenError {
     },
 }
 
-/// Seals `plaintext` for `binding` with the ring's active key; the stored bytes.
+/// Appends the sealed value of `plaintext` to `out`: header, ciphertext, tag, with `key`
+/// (named `key_id`) and `nonce`; `aad` is the binding's associated data for `key_id`.
+/// Seals in place in `out`, so the plaintext is copied once and nothing is allocated when
+/// `out` has room. On error `out` is left as it was.
+pub fn seal_into(
+    (key_id, key): (&str, &LessSafeKey),
+    nonce: [u8; NONCE_LEN],
+    aad: &[u8],
+    plaintext: &[u8],
+    out: &mut BytesMut,
+) -> Result<(), SealError> {
+    let at = out.len();
+    out.reserve(sealed_len(key_id, plaintext.len()));
+    sealed::write_header(out, key_id, &nonce);
+    let start = out.len();
+    out.extend_from_slice(plaintext);
+    match seal_in_place(key, nonce, aad, &mut out[start..]) {
+        Ok(tag) => {
+            out.put_slice(tag.as_ref());
+            Ok(())
+        }
+        Err(e) => {
+            out.truncate(at);
+            Err(e)
+        }
+    }
+}
+
+/// Length of the sealed value of `len` plaintext bytes under `key_id`.
+pub fn sealed_len(key_id: &str, len: usize) -> usize {
+    5 + key_id.len() + NONCE_LEN + len + sealed::TAG_LEN
+}
+
+/// Seals `plaintext` for `binding` with the ring's active key; the stored bytes. One value
+/// on its own (tests, tools); the pipeline seals a batch through [`seal_into`].
 pub fn seal(
     ring: &KeyRing,
     nonces: &dyn NonceSource,
     binding: &Binding<'_>,
     plaintext: &[u8],
-) -> Result<Vec<u8>, SealError> {
-    let (key_id, key) = ring.active();
+) -> Result<Bytes, SealError> {
+    let active = ring.active();
     let mut nonce = [0u8; NONCE_LEN];
     nonces.fill(&mut nonce)?;
-    let mut out = Vec::with_capacity(5 + key_id.len() + NONCE_LEN + plaintext.len() + 16);
-    sealed::write_header(&mut out, key_id, &nonce);
-    let start = out.len();
-    out.extend_from_slice(plaintext);
-    let aad = binding.aad(key_id);
-    let tag = seal_in_place(key, nonce, &aad, &mut out[start..])?;
-    out.extend_from_slice(tag.as_ref());
-    Ok(out)
+    let mut aad = Vec::new();
+    binding.aad_into(active.0, &mut aad);
+    let mut out = BytesMut::new();
+    seal_into(active, nonce, &aad, plaintext, &mut out)?;
+    Ok(out.freeze())
 }
 
 fn seal_in_place(

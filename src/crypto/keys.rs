@@ -114,6 +114,33 @@ impl KeyRing {
         self.keys.get(id).map(|k| &k.cipher)
     }
 
+    /// The key with this id, with the id as the ring holds it.
+    pub(super) fn entry(&self, id: &str) -> Option<(&str, &LessSafeKey)> {
+        self.keys
+            .get_key_value(id)
+            .map(|(id, k)| (id.as_str(), &k.cipher))
+    }
+
+    /// Whether the ring holds a key with this id.
+    pub fn contains(&self, id: &str) -> bool {
+        self.keys.contains_key(id)
+    }
+
+    /// The fingerprint of the active key.
+    pub fn active_fingerprint(&self) -> &str {
+        &self.active_key.fingerprint
+    }
+
+    /// How many keys the ring holds.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether the ring is empty (never, once built).
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
     /// The id of the active key.
     pub fn active_id(&self) -> &str {
         &self.active

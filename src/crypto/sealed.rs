@@ -110,13 +110,13 @@ impl Sealed {
 }
 
 /// Appends magic, version, key id and nonce: everything before the ciphertext.
-pub fn write_header(out: &mut Vec<u8>, key_id: &str, nonce: &[u8; NONCE_LEN]) {
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
+pub fn write_header(out: &mut impl bytes::BufMut, key_id: &str, nonce: &[u8; NONCE_LEN]) {
+    out.put_slice(MAGIC);
+    out.put_u8(VERSION);
     // Key ids are checked to be at most 64 bytes when the ring is built.
-    out.push(key_id.len().min(MAX_KEY_ID_LEN) as u8);
-    out.extend_from_slice(&key_id.as_bytes()[..key_id.len().min(MAX_KEY_ID_LEN)]);
-    out.extend_from_slice(nonce);
+    out.put_u8(key_id.len().min(MAX_KEY_ID_LEN) as u8);
+    out.put_slice(&key_id.as_bytes()[..key_id.len().min(MAX_KEY_ID_LEN)]);
+    out.put_slice(nonce);
 }
 
 /// Whether `bytes` start like a sealed value (magic and version).

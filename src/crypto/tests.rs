@@ -193,3 +193,143 @@ fn a_dead_letter_copy_of_an_encrypted_message_carries_the_clear_payload_and_head
         Some("Bearer s3cret")
     );
 }
+
+fn on(subject: &str, seq: u64) -> Envelope {
+    let mut e = message(seq, b"{\"x\":1}");
+    e.subject = subject.to_string();
+    e
+}
+
+fn key_id_of(e: &Envelope) -> String {
+    super::sealed::Sealed::parse(&e.payload).unwrap().key_id
+}
+
+#[test]
+fn key_rules_choose_the_key_by_subject_first_match_wins_else_the_active_key() {
+    use super::stage::KeyRule;
+    let rule = |subjects: &[&str], key_id: &str| KeyRule {
+        subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        key_id: key_id.into(),
+    };
+    let stage = enc(ring(&[("a", 1), ("eu", 2), ("de", 3)], "a"))
+        .with_rules(vec![
+            rule(&["pay.eu.de.*"], "de"),
+            rule(&["pay.eu.>", "refund.eu.>"], "eu"),
+            rule(&["pay.eu.fr"], "de"),
+        ])
+        .unwrap();
+    for (subject, want) in [
+        ("pay.eu.de.x", "de"),
+        ("pay.eu.fr", "eu"),
+        ("refund.eu.x", "eu"),
+        ("pay.us.x", "a"),
+    ] {
+        assert_eq!(stage.key_id_for(subject), want, "{subject}");
+        let mut e = on(subject, 3);
+        stage.seal(&mut e).unwrap();
+        assert_eq!(key_id_of(&e), want, "{subject}");
+        let clear = stage
+            .open_payload("ORDERS", 3, subject, &e.payload)
+            .unwrap();
+        assert_eq!(clear, b"{\"x\":1}");
+        let auth = &e
+            .headers
+            .iter()
+            .find(|(n, _)| n == "Authorization")
+            .unwrap()
+            .1[0];
+        assert_eq!(
+            stage
+                .open_header(("ORDERS", 3, subject), "Authorization", 0, auth)
+                .unwrap()
+                .as_deref(),
+            Some("Bearer s3cret")
+        );
+    }
+}
+
+#[test]
+fn a_key_rule_naming_a_key_outside_the_ring_is_refused() {
+    use super::stage::{KeyRule, UnknownRuleKey};
+    let err = enc(ring(&[("a", 1)], "a"))
+        .with_rules(vec![KeyRule {
+            subjects: vec!["x.>".into()],
+            key_id: "b".into(),
+        }])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        UnknownRuleKey {
+            index: 0,
+            key_id: "b".into()
+        }
+    );
+}
+
+/// Counts calls and hands out distinct bytes.
+struct Counting(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicUsize);
+
+impl super::NonceSource for Counting {
+    fn fill(&self, out: &mut [u8]) -> Result<(), super::SealError> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for chunk in out.chunks_mut(8) {
+            let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            chunk.copy_from_slice(&n.to_be_bytes()[..chunk.len()]);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_batch_draws_its_nonces_in_one_call_and_every_value_gets_its_own() {
+    let source = std::sync::Arc::new(Counting(Default::default(), Default::default()));
+    struct Shared(std::sync::Arc<Counting>);
+    impl super::NonceSource for Shared {
+        fn fill(&self, out: &mut [u8]) -> Result<(), super::SealError> {
+            self.0.fill(out)
+        }
+    }
+    let stage = Encryption::with_nonces(
+        ring(&[("a", 1)], "a"),
+        Vec::new(),
+        Vec::new(),
+        Box::new(Shared(source.clone())),
+    );
+    let mut batch: Vec<Envelope> = (1..=100).map(|i| on("pay.x", i)).collect();
+    let mut sealer = stage.sealer(batch.iter());
+    let n = batch.len();
+    for (i, e) in batch.iter_mut().enumerate() {
+        stage.seal_with(e, &mut sealer, n - i).unwrap();
+    }
+    assert_eq!(source.1.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let nonces: std::collections::HashSet<[u8; 12]> = batch
+        .iter()
+        .map(|e| super::sealed::Sealed::parse(&e.payload).unwrap().nonce)
+        .collect();
+    assert_eq!(nonces.len(), 100);
+    for e in &batch {
+        let clear = stage
+            .open_payload("ORDERS", e.stream_sequence, "pay.x", &e.payload)
+            .unwrap();
+        assert_eq!(clear, b"{\"x\":1}");
+    }
+}
+
+#[test]
+fn a_failing_generator_leaves_the_message_unsealed_and_says_so() {
+    struct Broken;
+    impl super::NonceSource for Broken {
+        fn fill(&self, _: &mut [u8]) -> Result<(), super::SealError> {
+            Err(super::SealError::Random)
+        }
+    }
+    let stage = Encryption::with_nonces(
+        ring(&[("a", 1)], "a"),
+        Vec::new(),
+        Vec::new(),
+        Box::new(Broken),
+    );
+    let mut e = on("pay.x", 1);
+    assert_eq!(stage.seal(&mut e), Err(super::SealError::Random));
+    assert_eq!(e.payload_encoding(), None);
+}

@@ -33,8 +33,8 @@
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::{Context, Message};
-use async_nats::{StatusCode, Subject};
+use async_nats::jetstream::Context;
+use async_nats::{Message, StatusCode, Subject};
 use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -113,6 +113,7 @@ pub async fn fetch_batch(
                 .expires(limits.wait)
                 .messages()
                 .await?;
+            let batch = batch.map(|m| m.map(|m| m.message));
             let (first, err) =
                 drain(batch, limits.wait + GRACE, limits.max_messages, dropped).await;
             match err {
@@ -209,10 +210,7 @@ async fn pull(
                 if out.is_empty() {
                     out.reserve(max_messages.min(MAX_PRESIZE));
                 }
-                out.push(Message {
-                    message: reply,
-                    context: js.clone(),
-                });
+                out.push(reply);
                 if out.len() >= max_messages {
                     return Ok((out, None));
                 }
@@ -282,14 +280,18 @@ async fn drain<S>(
 where
     S: futures::Stream<Item = Result<Message, async_nats::Error>> + Unpin,
 {
-    let deadline = Instant::now() + limit;
+    let deadline = tokio::time::sleep_until(Instant::now() + limit);
+    tokio::pin!(deadline);
+    let dropped = connection_dropped(&mut dropped);
+    tokio::pin!(dropped);
     let mut out = Vec::new();
     loop {
         let next = tokio::select! {
             // Messages already received come out before the drop is noticed.
             biased;
-            next = tokio::time::timeout_at(deadline, batch.next()) => next,
-            _ = connection_dropped(&mut dropped) => {
+            next = batch.next() => Ok(next),
+            () = &mut deadline => Err(()),
+            () = &mut dropped => {
                 return (out, Some(DROPPED_MID_PULL.into()));
             }
         };

@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use async_nats::jetstream;
 use async_nats::Subject;
 
 use crate::config::IdempotencyKey;
@@ -104,7 +103,7 @@ pub(super) struct Prepare {
 
 impl Prepare {
     /// Prepares pulled messages for writing.
-    pub(super) fn prepare(self: &Arc<Self>, messages: Vec<jetstream::Message>) -> Prepared {
+    pub(super) fn prepare(self: &Arc<Self>, messages: Vec<async_nats::Message>) -> Prepared {
         let pulled = messages.len();
         let mut items: Vec<(Envelope, Subject)> = Vec::with_capacity(pulled);
         let mut refused = Vec::new();
@@ -211,8 +210,10 @@ impl Prepare {
             return items;
         };
         let mut kept = Vec::with_capacity(items.len());
-        for (mut e, reply) in items {
-            match enc.seal(&mut e) {
+        let mut sealer = enc.sealer(items.iter().map(|(e, _)| e));
+        let total = items.len();
+        for (i, (mut e, reply)) in items.into_iter().enumerate() {
+            match enc.seal_with(&mut e, &mut sealer, total - i) {
                 Ok(()) => kept.push((e, reply)),
                 Err(err) => {
                     tracing::error!(sink = %self.sink, subject = %e.subject, stream_sequence = e.stream_sequence, error = %err, "payload encryption failed");
@@ -228,14 +229,14 @@ impl Prepare {
         kept
     }
 
-    fn normalize(&self, m: jetstream::Message) -> Option<(Envelope, Subject)> {
+    fn normalize(&self, m: async_nats::Message) -> Option<(Envelope, Subject)> {
         let async_nats::Message {
             subject,
             reply,
             payload,
             headers,
             ..
-        } = m.message;
+        } = m;
         let Some(reply) = reply else {
             tracing::warn!(sink = %self.sink, subject = %subject, "skipping a message without a reply subject");
             return None;

@@ -37,26 +37,59 @@ const ANSWER_WAIT: Duration = Duration::from_secs(2);
 /// Pause before asking again when no consumer answered (a leader election under way).
 const RETRY_PAUSE: Duration = Duration::from_millis(250);
 
-/// The reply subjects of the last few committed batches.
+/// The reply subjects of the last few committed batches, each batch copied into one byte
+/// buffer: remembering a batch is a few memory copies, not a clone (and, for a subject the
+/// client parsed, an allocation) per message; the buffers of forgotten batches are reused.
 #[derive(Default)]
-pub(super) struct Recent(Mutex<VecDeque<Vec<Subject>>>);
+pub(super) struct Recent(Mutex<VecDeque<Remembered>>);
+
+/// One batch's reply subjects, back to back, with where each ends.
+#[derive(Default)]
+struct Remembered {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
 
 impl Recent {
     /// Remembers a committed batch's reply subjects, forgetting the oldest batch.
     pub(super) fn remember(&self, replies: &[Subject]) {
         if let Ok(mut r) = self.0.lock() {
-            if r.len() == REMEMBERED_BATCHES {
-                r.pop_front();
+            let mut slot = if r.len() >= REMEMBERED_BATCHES {
+                r.pop_front().unwrap_or_default()
+            } else {
+                Remembered::default()
+            };
+            slot.bytes.clear();
+            slot.ends.clear();
+            slot.ends.reserve(replies.len());
+            for reply in replies {
+                slot.bytes.extend_from_slice(reply.as_bytes());
+                slot.ends.push(slot.bytes.len());
             }
-            r.push_back(replies.to_vec());
+            r.push_back(slot);
         }
     }
 
     fn snapshot(&self) -> Vec<Subject> {
-        self.0
-            .lock()
-            .map(|r| r.iter().flatten().cloned().collect())
-            .unwrap_or_default()
+        let Ok(r) = self.0.lock() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for batch in r.iter() {
+            let mut start = 0;
+            for &end in &batch.ends {
+                // Copied from subjects, so always UTF-8; anything else is skipped.
+                if let Some(s) = batch
+                    .bytes
+                    .get(start..end)
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                {
+                    out.push(Subject::from(s));
+                }
+                start = end;
+            }
+        }
+        out
     }
 }
 

@@ -308,6 +308,14 @@ async fn ceiling_pass(
             .await
             .map_err(|e| BenchError::Nats(format!("ceiling pull: {e}")))?;
         let now = OffsetDateTime::now_utc();
+        // A bare consumer as the client hands it out: each message with its context.
+        let batch: Vec<async_nats::jetstream::Message> = batch
+            .into_iter()
+            .map(|message| async_nats::jetstream::Message {
+                message,
+                context: js.clone(),
+            })
+            .collect();
         for m in &batch {
             if let Ok(info) = m.info() {
                 lags.push((now - info.published).as_seconds_f64().max(0.0));
