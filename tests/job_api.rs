@@ -100,7 +100,13 @@ async fn start(max_waiting: usize) -> Api {
 }
 
 impl Api {
-    fn post(&self, sink: &str, key: Option<&str>, query: &str, body: &str) -> reqwest::RequestBuilder {
+    fn post(
+        &self,
+        sink: &str,
+        key: Option<&str>,
+        query: &str,
+        body: &str,
+    ) -> reqwest::RequestBuilder {
         let mut r = self
             .http
             .post(format!("{}/{sink}/jobs{query}", self.base))
@@ -160,7 +166,10 @@ async fn a_committed_job_answers_200_a_dead_lettered_one_422_and_a_result_stored
     // Committed: 200 with the result; the id is the Idempotency-Key.
     let (code, headers, v) = answer(api.post("worker", Some("ok-1"), "", "{\"n\":1}")).await;
     assert_eq!(code, 200, "{v}\n{}", api.daemon.log_text());
-    assert_eq!((v["id"].as_str(), v["status"].as_str()), (Some("ok-1"), Some("committed")));
+    assert_eq!(
+        (v["id"].as_str(), v["status"].as_str()),
+        (Some("ok-1"), Some("committed"))
+    );
     assert_eq!(headers["jetsink-job-id"], "ok-1");
     let (code, _, again) = answer(api.get("worker", "ok-1")).await;
     assert_eq!((code, &again), (200, &v), "GET returns the retained result");
@@ -176,7 +185,10 @@ async fn a_committed_job_answers_200_a_dead_lettered_one_422_and_a_result_stored
     let (code, _, v) = answer(api.post("worker", Some("poison-1"), "", "{\"POISON\":1}")).await;
     assert_eq!(code, 422, "{v}");
     assert_eq!(v["status"], "dead_lettered");
-    assert!(v["error"].as_str().unwrap().contains("poison job refused"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("poison job refused"),
+        "{v}"
+    );
     let (code, _, _) = answer(api.get("worker", "poison-1")).await;
     assert_eq!(code, 422);
 
@@ -190,19 +202,28 @@ async fn a_committed_job_answers_200_a_dead_lettered_one_422_and_a_result_stored
         .unwrap()
         .await
         .unwrap();
-    eventually(Duration::from_secs(20), "early-1's result is stored", || async {
-        answer(api.get("worker", "early-1")).await.0 == 200
-    })
+    eventually(
+        Duration::from_secs(20),
+        "early-1's result is stored",
+        || async { answer(api.get("worker", "early-1")).await.0 == 200 },
+    )
     .await;
     let (code, _, v) = answer(api.post("worker", Some("early-1"), "", "{\"n\":3}")).await;
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["id"], "early-1");
-    assert_eq!(sqlite_count(&api.dir.path().join("data/jobs.db"), "jobs"), 3);
+    assert_eq!(
+        sqlite_count(&api.dir.path().join("data/jobs.db"), "jobs"),
+        3
+    );
 
     let (code, _, v) = answer(api.get("worker", "never-submitted")).await;
     assert_eq!((code, v["error"].as_str()), (404, Some("not_found")));
     assert_eq!(
-        metric_value(&api.metrics, "jetsink_jobs_submitted_total{sink=\"worker\"}").await,
+        metric_value(
+            &api.metrics,
+            "jetsink_jobs_submitted_total{sink=\"worker\"}"
+        )
+        .await,
         Some(4.0)
     );
     assert_eq!(
@@ -297,9 +318,13 @@ async fn a_budget_that_runs_out_answers_503_and_the_same_key_later_returns_the_r
         api.post("worker", Some("held-1"), "?timeout_ms=60000", "{\"n\":2}")
             .send(),
     );
-    eventually(Duration::from_secs(20), "one request is waiting", || async {
-        metric_value(&api.metrics, "jetsink_job_waits{sink=\"worker\"}").await == Some(1.0)
-    })
+    eventually(
+        Duration::from_secs(20),
+        "one request is waiting",
+        || async {
+            metric_value(&api.metrics, "jetsink_job_waits{sink=\"worker\"}").await == Some(1.0)
+        },
+    )
     .await;
     let (code, headers, v) = answer(api.post("worker", Some("more-1"), "", "{}")).await;
     assert_eq!((code, v["error"].as_str()), (429, Some("too_many_waits")));
@@ -311,8 +336,7 @@ async fn a_budget_that_runs_out_answers_503_and_the_same_key_later_returns_the_r
     drop(lock);
     let held = held.await.unwrap().unwrap();
     assert_eq!(held.status().as_u16(), 200);
-    let (code, headers, v) =
-        answer(api.post("worker", Some("slow-1"), "", "{\"n\":1}")).await;
+    let (code, headers, v) = answer(api.post("worker", Some("slow-1"), "", "{\"n\":1}")).await;
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["id"], "slow-1");
     assert_eq!(headers["jetsink-job-id"], "slow-1");

@@ -63,7 +63,12 @@ async fn submit_to_result_latency_through_the_http_api() {
         let probe = format!("http://{api}/v1/sinks/jobs/jobs/probe");
         eventually(Duration::from_secs(60), "the API answers", || {
             let (http, probe) = (http.clone(), probe.clone());
-            async move { http.get(&probe).send().await.is_ok_and(|r| r.status() == 404) }
+            async move {
+                http.get(&probe)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == 404)
+            }
         })
         .await;
     }
@@ -124,7 +129,10 @@ async fn submit_to_result_latency_through_the_http_api() {
         drained.as_secs_f64() * 1000.0,
     );
     assert_eq!(failed, 0, "every job answered 200");
-    assert!(rows >= total, "every job written: {rows} rows for {total} jobs");
+    assert!(
+        rows >= total,
+        "every job written: {rows} rows for {total} jobs"
+    );
     for d in &mut daemons {
         d.stop_cleanly();
     }

@@ -136,7 +136,10 @@ pub async fn submit(
 }
 
 /// `GET /v1/sinks/{sink}/jobs/{id}`.
-pub async fn lookup(State(s): State<ApiState>, Path((sink, id)): Path<(String, String)>) -> Response {
+pub async fn lookup(
+    State(s): State<ApiState>,
+    Path((sink, id)): Path<(String, String)>,
+) -> Response {
     let served = match served(&s, &sink) {
         Ok(x) => x,
         Err(r) => return r,

@@ -232,8 +232,8 @@ async fn json_413(req: Request, next: Next) -> Response {
 
 /// Counts every response by sink and status code.
 async fn count(State(s): State<ApiState>, req: Request, next: Next) -> Response {
-    let sink = request::sink_label(req.uri().path(), s.0.sinks.keys().map(String::as_str))
-        .to_string();
+    let sink =
+        request::sink_label(req.uri().path(), s.0.sinks.keys().map(String::as_str)).to_string();
     let r = next.run(req).await;
     s.0.metrics.responded(&sink, r.status().as_u16());
     r
@@ -267,9 +267,11 @@ mod tests {
         std::fs::write(&p, "abc\n").unwrap();
         assert_eq!(load_token(&SecretSource::File(p)).unwrap(), digest(b"abc"));
         let e = load_token(&SecretSource::File(dir.path().join("none"))).unwrap_err();
-        assert!(e.to_string().starts_with("api.token_file: cannot read"), "{e}");
-        let e = load_token(&SecretSource::Env("JETSINK_TEST_UNSET_API_TOKEN".into()))
-            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("api.token_file: cannot read"),
+            "{e}"
+        );
+        let e = load_token(&SecretSource::Env("JETSINK_TEST_UNSET_API_TOKEN".into())).unwrap_err();
         assert_eq!(
             e.to_string(),
             "api.token_env: environment variable JETSINK_TEST_UNSET_API_TOKEN is not set"

@@ -46,8 +46,8 @@ pub fn budget(cfg: &ApiConfig, asked: Option<&str>) -> Result<Duration, BadReque
 /// subject token; `None` when it names none.
 pub fn job_id(raw: Option<&[u8]>) -> Result<Option<String>, BadRequest> {
     let Some(raw) = raw else { return Ok(None) };
-    let text = std::str::from_utf8(raw)
-        .map_err(|_| BadRequest::Id("job id: not UTF-8 text".into()))?;
+    let text =
+        std::str::from_utf8(raw).map_err(|_| BadRequest::Id("job id: not UTF-8 text".into()))?;
     id::check(text).map_err(|e| BadRequest::Id(format!("job id: {e}")))?;
     Ok(Some(text.to_string()))
 }

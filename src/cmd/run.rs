@@ -298,18 +298,22 @@ const API_CONNECTION: &str = "@api";
 async fn bind_api(
     cfg: &crate::config::api::ApiConfig,
     metrics: &Metrics,
-) -> Result<(tokio::net::TcpListener, Option<[u8; 32]>, crate::api::ApiMetrics), AppError> {
+) -> Result<
+    (
+        tokio::net::TcpListener,
+        Option<[u8; 32]>,
+        crate::api::ApiMetrics,
+    ),
+    AppError,
+> {
     let token = match cfg.token() {
-        Some(source) => Some(
-            crate::api::load_token(&source).map_err(|e| AppError::Config(e.to_string()))?,
-        ),
+        Some(source) => {
+            Some(crate::api::load_token(&source).map_err(|e| AppError::Config(e.to_string()))?)
+        }
         None => None,
     };
     let listener = server::bind(&cfg.listen).await.map_err(|e| {
-        AppError::Unavailable(format!(
-            "api.listen: cannot listen on {}: {e}",
-            cfg.listen
-        ))
+        AppError::Unavailable(format!("api.listen: cannot listen on {}: {e}", cfg.listen))
     })?;
     let api_metrics = crate::api::ApiMetrics::register(metrics.registry())
         .map_err(|e| AppError::Other(e.to_string()))?;

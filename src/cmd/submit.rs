@@ -196,7 +196,14 @@ async fn prepare_and_submit(args: Args) -> Result<Answer, SubmitError> {
         headers,
         payload,
     };
-    Ok(client::submit(&js, spec, job, Duration::from_millis(args.timeout_ms), |_| {}).await?)
+    Ok(client::submit(
+        &js,
+        spec,
+        job,
+        Duration::from_millis(args.timeout_ms),
+        |_| {},
+    )
+    .await?)
 }
 
 fn read_payload(data: Option<String>, file: Option<&PathBuf>) -> Result<Bytes, SubmitError> {

@@ -23,7 +23,9 @@ use crate::jobs::{id, InvalidJobId, JobResult};
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The sink has no `results` section: there is nothing to wait for.
-    #[error("sink {0}: no results section (sinks.{0}.results), so it publishes no results to wait for")]
+    #[error(
+        "sink {0}: no results section (sinks.{0}.results), so it publishes no results to wait for"
+    )]
     NoResults(String),
     /// The job id given is not one safe subject token.
     #[error("job id: {0}")]
