@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::metrics::Outcome;
 use super::request::{self, BadRequest, RETRY_AFTER_SECONDS};
-use super::{error, ApiState, Served};
+use super::state::{error, too_large, ApiState, Served};
 use crate::jobs::client::{self, ClientError, Job, Published};
 
 /// The header naming the job id in every answer about a job.
@@ -40,7 +40,7 @@ pub async fn submit(
 ) -> Response {
     let served = match served(&s, &sink) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let subject = match &served.subject {
         Ok(subj) => subj.clone(),
@@ -142,7 +142,7 @@ pub async fn lookup(
 ) -> Response {
     let served = match served(&s, &sink) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let id = match request::job_id(Some(id.as_bytes())) {
         Ok(id) => id.unwrap_or_default(),
@@ -176,28 +176,20 @@ pub async fn no_route() -> Response {
     )
 }
 
-/// 413 with a JSON body.
-pub fn too_large() -> Response {
-    error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "too_large",
-        json!({"message": "the body is larger than api.max_body_bytes"}),
-    )
-}
-
-fn served<'a>(s: &'a ApiState, sink: &str) -> Result<&'a Served, Response> {
+/// The sink a request names, or the 404 it gets (boxed: a `Response` is large).
+fn served<'a>(s: &'a ApiState, sink: &str) -> Result<&'a Served, Box<Response>> {
     match s.0.sinks.get(sink) {
         Some(x) if x.spec.results.is_some() => Ok(x),
-        Some(_) => Err(error(
+        Some(_) => Err(Box::new(error(
             StatusCode::NOT_FOUND,
             "no_results",
             json!({"sink": sink, "message": format!("sink {sink} has no results section, so it publishes no results")}),
-        )),
-        None => Err(error(
+        ))),
+        None => Err(Box::new(error(
             StatusCode::NOT_FOUND,
             "unknown_sink",
             json!({"message": "no sink by that name is configured"}),
-        )),
+        ))),
     }
 }
 

@@ -13,28 +13,27 @@
 mod handlers;
 pub mod metrics;
 pub mod request;
+mod state;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use async_nats::jetstream;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Router;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tower_http::limit::RequestBodyLimitLayer;
 
-use crate::config::api::ApiConfig;
-use crate::config::{SecretSource, SinkSpec};
+use crate::config::SecretSource;
 pub use metrics::ApiMetrics;
+use state::error;
+pub use state::ApiState;
 
 /// Why the API cannot start; exit 78.
 #[derive(Debug, thiserror::Error)]
@@ -95,60 +94,6 @@ pub fn authorized(header: Option<&[u8]>, want: &[u8; 32]) -> bool {
     digest(given).ct_eq(want).into()
 }
 
-/// A sink the API serves.
-struct Served {
-    spec: SinkSpec,
-    /// The subject its jobs are published on, or why it has none.
-    subject: Result<String, String>,
-}
-
-/// What the handlers share.
-#[derive(Clone)]
-pub struct ApiState(Arc<Inner>);
-
-struct Inner {
-    js: jetstream::Context,
-    cfg: ApiConfig,
-    sinks: BTreeMap<String, Served>,
-    token: Option<[u8; 32]>,
-    waits: Arc<Semaphore>,
-    metrics: ApiMetrics,
-    shutdown: watch::Receiver<bool>,
-}
-
-impl ApiState {
-    /// The state of an API over `sinks`, publishing and waiting through `js`.
-    pub fn new(
-        cfg: ApiConfig,
-        sinks: &[SinkSpec],
-        js: jetstream::Context,
-        token: Option<[u8; 32]>,
-        metrics: ApiMetrics,
-        shutdown: watch::Receiver<bool>,
-    ) -> ApiState {
-        let sinks = sinks
-            .iter()
-            .map(|s| {
-                metrics.init_sink(&s.name);
-                let served = Served {
-                    subject: crate::jobs::client::job_subject(s, None),
-                    spec: s.clone(),
-                };
-                (s.name.clone(), served)
-            })
-            .collect();
-        ApiState(Arc::new(Inner {
-            js,
-            waits: Arc::new(Semaphore::new(cfg.max_waiting)),
-            cfg,
-            sinks,
-            token,
-            metrics,
-            shutdown,
-        }))
-    }
-}
-
 /// The API's routes and layers.
 pub fn router(state: ApiState) -> Router {
     let max_body = state.0.cfg.max_body_bytes;
@@ -183,17 +128,6 @@ pub async fn serve(listener: TcpListener, state: ApiState, mut shutdown: watch::
     }
 }
 
-/// A JSON error body `{error, ...extra}` with `status`.
-pub(crate) fn error(status: StatusCode, code: &str, extra: serde_json::Value) -> Response {
-    let mut body = json!({ "error": code });
-    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            b.insert(k.clone(), v.clone());
-        }
-    }
-    (status, Json(body)).into_response()
-}
-
 /// 401 unless the request carries the token (when one is configured).
 async fn authorize(State(s): State<ApiState>, req: Request, next: Next) -> Response {
     if let Some(want) = &s.0.token {
@@ -225,7 +159,7 @@ async fn json_413(req: Request, next: Next) -> Response {
     };
     let r = next.run(req).await;
     if limit_hit(&r) {
-        return handlers::too_large();
+        return state::too_large();
     }
     r
 }
