@@ -18,6 +18,6 @@ for n in $INSTANCES; do
   for r in $RATES; do
     JOB_RATE=$r JOB_SECONDS=$SECONDS_EACH JOB_INSTANCES=$n \
       cargo test --release --test job_latency -- --ignored --nocapture --test-threads 1 2>&1 \
-      | grep '^job-latency:'
+      | grep -o 'job-latency:.*'
   done
 done
