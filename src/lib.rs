@@ -11,7 +11,9 @@
 //! - [`sinks`]: the `Sink` trait, its error classes, one folder per destination (its
 //!   settings included), and the registry that lists them.
 //! - [`dlq`]: dead-letter copies and the max-deliveries advisory listener.
-//! - [`jobs`]: job-queue mode: job ids, results, and their publication before the ACK.
+//! - [`jobs`]: job-queue mode: job ids, results, and their publication before the ACK;
+//!   the client side (publish a job, wait for its result) shared by `submit` and [`api`].
+//! - [`api`]: the synchronous HTTP job API (opt-in `api` section).
 //! - [`metrics`], [`health`], [`server`]: Prometheus metrics, liveness/readiness, HTTP.
 //! - [`cmd`]: one module per command of the `jetsink` binary: `run` (the daemon's
 //!   wiring), `validate`, `schema`, `publish` (the test publisher), `bench` (the benchmark
@@ -20,6 +22,7 @@
 //! - [`logging`], [`exit`]: log setup and process exit codes.
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod cmd;
 pub mod config;
 pub mod crypto;

@@ -106,6 +106,9 @@ async fn every_example_runs_side_by_side_against_one_server() {
         }
         let listen = format!("127.0.0.1:{}", free_port());
         cfg["http"]["listen"] = Value::from(listen.clone());
+        if cfg["api"].is_object() {
+            cfg["api"]["listen"] = Value::from(format!("127.0.0.1:{}", free_port()));
+        }
         let path = dir.path().join(format!("example-{name}"));
         std::fs::write(&path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
         daemons.push((name, listen, Daemon::start(&path, dir.path())));

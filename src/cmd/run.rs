@@ -81,6 +81,10 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
     } else {
         None
     };
+    let api = match &config.api {
+        Some(cfg) => Some(bind_api(cfg, &metrics).await?),
+        None => None,
+    };
 
     let backlog = crate::nats::backlog::BacklogGauges::register(metrics.registry())
         .map_err(|e| AppError::Other(e.to_string()))?;
@@ -190,6 +194,25 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         );
     }
 
+    let api_task = match (api, connections.get(API_CONNECTION)) {
+        (Some((listener, token, api_metrics)), Some(conn)) => {
+            let cfg = config.api.clone().unwrap_or_default();
+            let state = crate::api::ApiState::new(
+                cfg,
+                &config.sinks,
+                jetstream_on(&conn.client, &config),
+                token,
+                api_metrics,
+                shutdown.clone(),
+            );
+            Some(tokio::spawn(crate::api::serve(
+                listener,
+                state,
+                shutdown.clone(),
+            )))
+        }
+        _ => None,
+    };
     let http = listener.map(|l| {
         let state = ServerState {
             metrics: metrics.clone(),
@@ -235,7 +258,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         }
     });
     futures::future::join_all(flushes).await;
-    if let Some(h) = http {
+    for h in http.into_iter().chain(api_task) {
         let _ = h.await;
     }
     for a in advisories.into_iter().chain(watchers).chain(notifier) {
@@ -254,7 +277,10 @@ async fn open_connections(
     metrics: &Metrics,
     links: &Links,
 ) -> Result<BTreeMap<String, Connection>, AppError> {
-    let labels: BTreeSet<&str> = config.sinks.iter().map(|s| s.connection_label()).collect();
+    let mut labels: BTreeSet<&str> = config.sinks.iter().map(|s| s.connection_label()).collect();
+    if config.api.is_some() {
+        labels.insert(API_CONNECTION);
+    }
     let opened = futures::future::join_all(
         labels
             .iter()
@@ -278,6 +304,37 @@ async fn open_connections(
         connections.insert(conn.label.clone(), conn);
     }
     Ok(connections)
+}
+
+/// The label of the job API's own NATS connection; `@` keeps it apart from every sink
+/// and group name.
+const API_CONNECTION: &str = "@api";
+
+/// Reads the job API's token and binds its listener (exit 78 for the token, 69 for a
+/// taken port), and registers its metrics.
+async fn bind_api(
+    cfg: &crate::config::api::ApiConfig,
+    metrics: &Metrics,
+) -> Result<
+    (
+        tokio::net::TcpListener,
+        Option<[u8; 32]>,
+        crate::api::ApiMetrics,
+    ),
+    AppError,
+> {
+    let token = match cfg.token() {
+        Some(source) => {
+            Some(crate::api::load_token(&source).map_err(|e| AppError::Config(e.to_string()))?)
+        }
+        None => None,
+    };
+    let listener = server::bind(&cfg.listen).await.map_err(|e| {
+        AppError::Unavailable(format!("api.listen: cannot listen on {}: {e}", cfg.listen))
+    })?;
+    let api_metrics = crate::api::ApiMetrics::register(metrics.registry())
+        .map_err(|e| AppError::Other(e.to_string()))?;
+    Ok((listener, token, api_metrics))
 }
 
 /// The connection a sink uses.

@@ -1,29 +1,23 @@
-//! `jetsink submit`: the client side of job-queue mode. Publishes one job to a sink's
-//! stream and waits for its result on the results stream, then prints it.
-//!
-//! The wait cannot miss a result: the result subject is subscribed to *before* the job is
-//! published, and the results stream is asked for a stored result after publishing, so a
-//! result published before the wait began (by an earlier submit of the same id, say) is
-//! found too. A timeout is retriable: the job stays queued, and submitting again with the
-//! same `--id` is dropped by the jobs stream's duplicate window and returns the result.
+//! `jetsink submit`: the command-line client of job-queue mode. Publishes one job to a
+//! sink's stream and waits for its result on the results stream, then prints it. The
+//! publish and the wait are [`crate::jobs::client`], which the HTTP job API shares: a
+//! result published before the wait began is found, and a timeout is retriable (submit
+//! again with the same `--id`).
 //!
 //! Exit codes: 0 committed, 65 dead-lettered, 75 timed out (retriable), 69 NATS or a
 //! stream unavailable, 78 bad config or sink, 2 bad arguments.
 
 use std::io::Read;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
-use async_nats::HeaderMap;
+use async_nats::jetstream;
 use bytes::Bytes;
-use futures::StreamExt;
 
-use crate::config::results::{JobIdSource, ResultsConfig};
-use crate::config::{Config, IdempotencyKey, LogFormat, SinkSpec};
-use crate::envelope::MSG_ID_HEADER;
+use crate::config::{Config, LogFormat, SinkSpec};
 use crate::exit;
-use crate::jobs::{id, JobResult, Status};
+use crate::jobs::client::{self, Answer, ClientError, Job};
+use crate::jobs::Status;
 use crate::metrics::Metrics;
 
 /// Exit code of a dead-lettered job (`EX_DATAERR`: the job itself was refused).
@@ -116,194 +110,23 @@ pub fn parse_header(flag: &str) -> Result<(String, String), String> {
 /// The subject a job for `spec` is published on: `explicit`, or the sink's one filter
 /// subject when it has no wildcard. Pure.
 pub fn job_subject(spec: &SinkSpec, explicit: Option<&str>) -> Result<String, SubmitError> {
-    if let Some(s) = explicit {
-        crate::config::names::check_subject(s)
-            .map_err(|why| SubmitError::Usage(format!("--subject {s:?}: {why}")))?;
-        if s.split('.').any(|t| t == "*" || t == ">") {
-            return Err(SubmitError::Usage(format!(
-                "--subject {s:?}: a job is published on a subject without wildcards"
-            )));
-        }
-        return Ok(s.to_string());
-    }
-    match spec.source.subjects.as_slice() {
-        [one] if !one.split('.').any(|t| t == "*" || t == ">") => Ok(one.clone()),
-        _ => Err(SubmitError::Usage(format!(
-            "sink {}: its filter subject ({}) is not one literal subject; pass --subject",
-            spec.name,
-            spec.source.subjects.join(", ")
-        ))),
-    }
-}
-
-/// A random job id: 32 hex digits.
-fn random_id() -> String {
-    use rand::Rng;
-    let mut rng = rand::rng();
-    (0..16)
-        .map(|_| format!("{:02x}", rng.random::<u8>()))
-        .collect()
-}
-
-/// What a finished submission found.
-#[derive(Debug)]
-pub struct Answer {
-    /// The stored result document, as the results stream holds it.
-    pub body: Bytes,
-    /// It, parsed.
-    pub result: JobResult,
-    /// Whether the jobs stream dropped the job as a duplicate of an earlier submission.
-    pub duplicate: bool,
-    /// How long the wait for the result took.
-    pub waited: Duration,
-}
-
-/// Publishes `payload` as a job for `spec` and waits up to `timeout` for its result.
-pub async fn submit(
-    js: &jetstream::Context,
-    spec: &SinkSpec,
-    job: Job,
-    timeout: Duration,
-) -> Result<Answer, SubmitError> {
-    let Some(results) = spec.results.as_ref() else {
-        return Err(SubmitError::Config(format!(
-            "sink {}: no results section (sinks.{}.results), so it publishes no results to wait for",
-            spec.name, spec.name
-        )));
-    };
-    let known = known_id(results, spec, job.id.as_deref())?;
-    let mut headers = HeaderMap::new();
-    for (k, v) in &job.headers {
-        headers.append(k.as_str(), v.as_str());
-    }
-    if let Some(id) = job.id.as_deref().or(known.as_deref()) {
-        headers.insert(MSG_ID_HEADER, id);
-        if let JobIdSource::Header(h) = &results.job_id {
-            headers.insert(h.as_str(), id);
-        }
-    }
-    let client = js.client();
-    // Subscribe before publishing, so a result published at once cannot be missed.
-    let mut sub = match &known {
-        Some(id) => Some(subscribe(&client, results, id).await?),
-        None => None,
-    };
-    let ack = js
-        .publish_with_headers(job.subject.clone(), headers, job.payload)
-        .await
-        .map_err(|e| SubmitError::Unavailable(format!("publishing to {}: {e}", job.subject)))?
-        .await
-        .map_err(|e| {
-            SubmitError::Unavailable(format!(
-                "publishing to {} (sink {}, stream {}): {e}",
-                job.subject, spec.name, spec.source.stream
-            ))
-        })?;
-    let id = match known {
-        Some(id) => id,
-        None => format!("{}:{}", ack.stream, ack.sequence),
-    };
-    let sub = match sub.take() {
-        Some(s) => s,
-        None => subscribe(&client, results, &id).await?,
-    };
-    let started = Instant::now();
-    let body = wait(js, results, &id, sub, timeout).await?;
-    let result: JobResult = serde_json::from_slice(&body).map_err(|e| {
-        SubmitError::Unavailable(format!(
-            "the result at {} is not a jetsink result: {e}",
-            results.subject_for(&id)
-        ))
-    })?;
-    Ok(Answer {
-        body,
-        result,
-        duplicate: ack.duplicate,
-        waited: started.elapsed(),
+    client::job_subject(spec, explicit).map_err(|why| {
+        SubmitError::Usage(if explicit.is_some() {
+            format!("--{why}")
+        } else {
+            format!("{why}; pass --subject")
+        })
     })
 }
 
-/// One job to submit.
-pub struct Job {
-    /// Where it is published.
-    pub subject: String,
-    /// Its id, when the caller chose one.
-    pub id: Option<String>,
-    /// Extra headers.
-    pub headers: Vec<(String, String)>,
-    /// Its payload.
-    pub payload: Bytes,
-}
-
-/// The job id before publishing, when it can be known: the one given (or a random one)
-/// unless the sink reads its ids from a stream-sequence idempotency key, which only the
-/// PubAck tells.
-fn known_id(
-    results: &ResultsConfig,
-    spec: &SinkSpec,
-    given: Option<&str>,
-) -> Result<Option<String>, SubmitError> {
-    if let Some(g) = given {
-        id::check(g).map_err(|e| SubmitError::Usage(format!("--id: {e}")))?;
-    }
-    let by_sequence = results.job_id == JobIdSource::IdempotencyKey
-        && spec.delivery.idempotency_key == IdempotencyKey::StreamSequence;
-    if by_sequence {
-        return Ok(None);
-    }
-    Ok(Some(given.map_or_else(random_id, str::to_string)))
-}
-
-async fn subscribe(
-    client: &async_nats::Client,
-    results: &ResultsConfig,
-    id: &str,
-) -> Result<async_nats::Subscriber, SubmitError> {
-    client
-        .subscribe(results.subject_for(id))
-        .await
-        .map_err(|e| SubmitError::Unavailable(format!("subscribing to results: {e}")))
-}
-
-/// The stored result of job `id`, or the one that arrives within `timeout`.
-async fn wait(
-    js: &jetstream::Context,
-    results: &ResultsConfig,
-    id: &str,
-    mut sub: async_nats::Subscriber,
-    timeout: Duration,
-) -> Result<Bytes, SubmitError> {
-    let subject = results.subject_for(id);
-    let name = match &results.create_stream {
-        Some(cs) => cs.name.clone(),
-        None => js.stream_by_subject(subject.clone()).await.map_err(|e| {
-            SubmitError::Unavailable(format!(
-                "no stream captures the results subject {subject}: {e}"
-            ))
-        })?,
-    };
-    let stream = js
-        .get_stream_no_info(&name)
-        .await
-        .map_err(|e| SubmitError::Unavailable(format!("results stream {name}: {e}")))?;
-    match stream.get_last_raw_message_by_subject(&subject).await {
-        Ok(m) => return Ok(m.payload),
-        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => {}
-        Err(e) => {
-            return Err(SubmitError::Unavailable(format!(
-                "reading results stream {name} for {subject}: {e}"
-            )))
+impl From<ClientError> for SubmitError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::NoResults(_) => SubmitError::Config(e.to_string()),
+            ClientError::BadId(why) => SubmitError::Usage(format!("--id: {why}")),
+            ClientError::Unavailable(m) => SubmitError::Unavailable(m),
+            ClientError::TimedOut { id, ms } => SubmitError::TimedOut { id, ms },
         }
-    }
-    match tokio::time::timeout(timeout, sub.next()).await {
-        Ok(Some(m)) => Ok(m.payload),
-        Ok(None) => Err(SubmitError::Unavailable(
-            "the connection closed while waiting for the result".into(),
-        )),
-        Err(_) => Err(SubmitError::TimedOut {
-            id: id.to_string(),
-            ms: timeout.as_millis() as u64,
-        }),
     }
 }
 
@@ -375,7 +198,14 @@ async fn prepare_and_submit(args: Args) -> Result<Answer, SubmitError> {
         headers,
         payload,
     };
-    submit(&js, spec, job, Duration::from_millis(args.timeout_ms)).await
+    Ok(client::submit(
+        &js,
+        spec,
+        job,
+        Duration::from_millis(args.timeout_ms),
+        |_| {},
+    )
+    .await?)
 }
 
 fn read_payload(data: Option<String>, file: Option<&PathBuf>) -> Result<Bytes, SubmitError> {

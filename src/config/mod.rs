@@ -7,6 +7,7 @@
 //! 3. [`validate`] checks ranges and cross-field rules, collecting *every* problem, and
 //!    normalizes both accepted shapes (single-sink and multi-sink) into one [`Config`].
 
+pub mod api;
 pub mod dead_letter;
 pub mod destination;
 pub mod encryption;

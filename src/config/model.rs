@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::api::ApiConfig;
 use super::dead_letter;
 use super::destination::DestinationConfig;
 use super::metadata;
@@ -67,6 +68,8 @@ pub struct Config {
     pub nats: NatsConfig,
     /// The metrics and health endpoint.
     pub http: HttpConfig,
+    /// The job API; `None` when the section is absent.
+    pub api: Option<ApiConfig>,
     /// Log level and format.
     pub logging: LoggingConfig,
     /// Sinks in name order.
@@ -93,6 +96,18 @@ impl Config {
             },
             self.sinks.len()
         );
+        if let Some(api) = &self.api {
+            out.push_str(&format!(
+                "api: {} (token {}), waits up to {} ms (at most {} ms), {} waiting at most\n",
+                api.listen,
+                api.token()
+                    .map(|t| t.describe())
+                    .unwrap_or_else(|| "none: loopback only".into()),
+                api.default_timeout_ms,
+                api.max_timeout_ms,
+                api.max_waiting
+            ));
+        }
         for s in &self.sinks {
             let filter = if s.source.subjects.is_empty() {
                 "(every subject)".to_string()

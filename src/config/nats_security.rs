@@ -70,7 +70,8 @@ pub enum SecretSource {
 }
 
 impl SecretSource {
-    fn describe(&self) -> String {
+    /// Where the secret is, without it.
+    pub fn describe(&self) -> String {
         match self {
             SecretSource::Env(v) => format!("from environment variable {v}"),
             SecretSource::File(p) => format!("from file {}", p.display()),

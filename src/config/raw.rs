@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use super::api::ApiConfig;
 use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
 use super::encryption::EncryptionConfig;
@@ -33,6 +34,10 @@ pub struct RawConfig {
     /// The metrics and health HTTP endpoint.
     #[serde(default)]
     pub http: HttpConfig,
+    /// The synchronous HTTP job API (opt-in): submit a job to a sink with `results` and
+    /// wait for its result. See docs/job-queue.md.
+    #[serde(default)]
+    pub api: Option<ApiConfig>,
     /// Log level and format.
     #[serde(default)]
     pub logging: LoggingConfig,

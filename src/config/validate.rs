@@ -32,6 +32,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
     let RawConfig {
         nats,
         http,
+        api,
         logging,
         sinks,
         delivery,
@@ -51,6 +52,18 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
                 http.listen
             ),
         );
+    }
+    if let Some(a) = &api {
+        issues.0.extend(super::api::validate(a));
+        if http.enabled && a.listen == http.listen {
+            issues.push(
+                "api.listen",
+                format!(
+                    "{} is also http.listen: the API needs its own port (its token must not guard /metrics)",
+                    a.listen
+                ),
+            );
+        }
     }
     if !["trace", "debug", "info", "warn", "error"].contains(&logging.level.as_str()) {
         issues.push(
@@ -127,6 +140,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
         Ok(Config {
             nats: nats_cfg,
             http,
+            api,
             logging,
             sinks: specs,
         })

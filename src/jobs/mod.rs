@@ -5,9 +5,10 @@
 //! which the results stream drops by its `Nats-Msg-Id`.
 //!
 //! [`id`] and [`result`] are pure; [`publish`] talks to NATS. The pipeline decides when a
-//! result is due and acknowledges; `jetsink submit` ([`crate::cmd::submit`]) is the
-//! client side.
+//! result is due and acknowledges; [`client`] is the client side, shared by `jetsink
+//! submit` ([`crate::cmd::submit`]) and the HTTP job API ([`crate::api`]).
 
+pub mod client;
 pub mod id;
 pub mod publish;
 pub mod result;

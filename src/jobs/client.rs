@@ -1,0 +1,266 @@
+//! The client side of job-queue mode, shared by `jetsink submit` and the HTTP job API:
+//! publish one job and wait for its result on the results stream, or read a stored result.
+//!
+//! The wait cannot miss a result: the result subject is subscribed to *before* the job is
+//! published, and the results stream is asked for a stored result after publishing, so a
+//! result published before the wait began (by an earlier submission of the same id, say)
+//! is found too. A timeout is retriable: the job stays queued, and submitting again with
+//! the same id is dropped by the jobs stream's duplicate window and returns the result.
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::config::results::{JobIdSource, ResultsConfig};
+use crate::config::{IdempotencyKey, SinkSpec};
+use crate::envelope::MSG_ID_HEADER;
+use crate::jobs::{id, InvalidJobId, JobResult};
+
+/// Why a submission or a lookup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The sink has no `results` section: there is nothing to wait for.
+    #[error(
+        "sink {0}: no results section (sinks.{0}.results), so it publishes no results to wait for"
+    )]
+    NoResults(String),
+    /// The job id given is not one safe subject token.
+    #[error("job id: {0}")]
+    BadId(#[from] InvalidJobId),
+    /// NATS, the jobs stream or the results stream is unavailable.
+    #[error("{0}")]
+    Unavailable(String),
+    /// No result within the timeout; the job stays queued.
+    #[error("no result for job {id} within {ms} ms; the job stays queued")]
+    TimedOut {
+        /// The job id.
+        id: String,
+        /// The timeout.
+        ms: u64,
+    },
+}
+
+/// One job to submit.
+pub struct Job {
+    /// Where it is published.
+    pub subject: String,
+    /// Its id, when the caller chose one.
+    pub id: Option<String>,
+    /// Extra headers.
+    pub headers: Vec<(String, String)>,
+    /// Its payload.
+    pub payload: Bytes,
+}
+
+/// What a finished submission found.
+#[derive(Debug)]
+pub struct Answer {
+    /// The stored result document, as the results stream holds it.
+    pub body: Bytes,
+    /// It, parsed.
+    pub result: JobResult,
+    /// Whether the jobs stream dropped the job as a duplicate of an earlier submission.
+    pub duplicate: bool,
+    /// How long the wait for the result took.
+    pub waited: Duration,
+}
+
+/// What happened after the job was published, whatever the wait found.
+pub struct Published {
+    /// The job id (given, random, or `<stream>:<sequence>` from the PubAck).
+    pub id: String,
+    /// Whether the jobs stream dropped it as a duplicate.
+    pub duplicate: bool,
+}
+
+/// The subject a job for `spec` is published on: `explicit`, or the sink's one filter
+/// subject when it has no wildcard; the reason otherwise. Pure.
+pub fn job_subject(spec: &SinkSpec, explicit: Option<&str>) -> Result<String, String> {
+    if let Some(s) = explicit {
+        crate::config::names::check_subject(s).map_err(|why| format!("subject {s:?}: {why}"))?;
+        if s.split('.').any(|t| t == "*" || t == ">") {
+            return Err(format!(
+                "subject {s:?}: a job is published on a subject without wildcards"
+            ));
+        }
+        return Ok(s.to_string());
+    }
+    match spec.source.subjects.as_slice() {
+        [one] if !one.split('.').any(|t| t == "*" || t == ">") => Ok(one.clone()),
+        _ => Err(format!(
+            "sink {}: its filter subject ({}) is not one literal subject",
+            spec.name,
+            spec.source.subjects.join(", ")
+        )),
+    }
+}
+
+/// A random job id: 32 hex digits.
+pub fn random_id() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..16)
+        .map(|_| format!("{:02x}", rng.random::<u8>()))
+        .collect()
+}
+
+/// The results section of `spec`, or [`ClientError::NoResults`].
+pub fn results_of(spec: &SinkSpec) -> Result<&ResultsConfig, ClientError> {
+    spec.results
+        .as_ref()
+        .ok_or_else(|| ClientError::NoResults(spec.name.clone()))
+}
+
+/// Publishes `job` for `spec` and waits up to `timeout` for its result. `published` is
+/// called once the jobs stream stored the job (or dropped it as a duplicate), before the
+/// wait, with the id the wait is for.
+pub async fn submit(
+    js: &jetstream::Context,
+    spec: &SinkSpec,
+    job: Job,
+    timeout: Duration,
+    published: impl FnOnce(&Published),
+) -> Result<Answer, ClientError> {
+    let results = results_of(spec)?;
+    let known = known_id(results, spec, job.id.as_deref())?;
+    let mut headers = HeaderMap::new();
+    for (k, v) in &job.headers {
+        headers.append(k.as_str(), v.as_str());
+    }
+    if let Some(id) = job.id.as_deref().or(known.as_deref()) {
+        headers.insert(MSG_ID_HEADER, id);
+        if let JobIdSource::Header(h) = &results.job_id {
+            headers.insert(h.as_str(), id);
+        }
+    }
+    let client = js.client();
+    // Subscribe before publishing, so a result published at once cannot be missed.
+    let mut sub = match &known {
+        Some(id) => Some(subscribe(&client, results, id).await?),
+        None => None,
+    };
+    let ack = js
+        .publish_with_headers(job.subject.clone(), headers, job.payload)
+        .await
+        .map_err(|e| ClientError::Unavailable(format!("publishing to {}: {e}", job.subject)))?
+        .await
+        .map_err(|e| {
+            ClientError::Unavailable(format!(
+                "publishing to {} (sink {}, stream {}): {e}",
+                job.subject, spec.name, spec.source.stream
+            ))
+        })?;
+    let id = match known {
+        Some(id) => id,
+        None => format!("{}:{}", ack.stream, ack.sequence),
+    };
+    published(&Published {
+        id: id.clone(),
+        duplicate: ack.duplicate,
+    });
+    let sub = match sub.take() {
+        Some(s) => s,
+        None => subscribe(&client, results, &id).await?,
+    };
+    let started = Instant::now();
+    let body = match stored(js, results, &id).await? {
+        Some(b) => b,
+        None => wait(&id, sub, timeout).await?,
+    };
+    let result = parse(results, &id, &body)?;
+    Ok(Answer {
+        body,
+        result,
+        duplicate: ack.duplicate,
+        waited: started.elapsed(),
+    })
+}
+
+/// A result document, parsed.
+pub fn parse(results: &ResultsConfig, id: &str, body: &[u8]) -> Result<JobResult, ClientError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ClientError::Unavailable(format!(
+            "the result at {} is not a jetsink result: {e}",
+            results.subject_for(id)
+        ))
+    })
+}
+
+/// The job id before publishing, when it can be known: the one given (or a random one)
+/// unless the sink reads its ids from a stream-sequence idempotency key, which only the
+/// PubAck tells.
+fn known_id(
+    results: &ResultsConfig,
+    spec: &SinkSpec,
+    given: Option<&str>,
+) -> Result<Option<String>, ClientError> {
+    if let Some(g) = given {
+        id::check(g)?;
+    }
+    let by_sequence = results.job_id == JobIdSource::IdempotencyKey
+        && spec.delivery.idempotency_key == IdempotencyKey::StreamSequence;
+    if by_sequence {
+        return Ok(None);
+    }
+    Ok(Some(given.map_or_else(random_id, str::to_string)))
+}
+
+async fn subscribe(
+    client: &async_nats::Client,
+    results: &ResultsConfig,
+    id: &str,
+) -> Result<async_nats::Subscriber, ClientError> {
+    client
+        .subscribe(results.subject_for(id))
+        .await
+        .map_err(|e| ClientError::Unavailable(format!("subscribing to results: {e}")))
+}
+
+/// The stored result of job `id`, if the results stream holds one.
+pub async fn stored(
+    js: &jetstream::Context,
+    results: &ResultsConfig,
+    id: &str,
+) -> Result<Option<Bytes>, ClientError> {
+    let subject = results.subject_for(id);
+    let name = match &results.create_stream {
+        Some(cs) => cs.name.clone(),
+        None => js.stream_by_subject(subject.clone()).await.map_err(|e| {
+            ClientError::Unavailable(format!(
+                "no stream captures the results subject {subject}: {e}"
+            ))
+        })?,
+    };
+    let stream = js
+        .get_stream_no_info(&name)
+        .await
+        .map_err(|e| ClientError::Unavailable(format!("results stream {name}: {e}")))?;
+    match stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(m) => Ok(Some(m.payload)),
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(ClientError::Unavailable(format!(
+            "reading results stream {name} for {subject}: {e}"
+        ))),
+    }
+}
+
+/// The result that arrives on `sub` within `timeout`.
+async fn wait(
+    id: &str,
+    mut sub: async_nats::Subscriber,
+    timeout: Duration,
+) -> Result<Bytes, ClientError> {
+    match tokio::time::timeout(timeout, sub.next()).await {
+        Ok(Some(m)) => Ok(m.payload),
+        Ok(None) => Err(ClientError::Unavailable(
+            "the connection closed while waiting for the result".into(),
+        )),
+        Err(_) => Err(ClientError::TimedOut {
+            id: id.to_string(),
+            ms: timeout.as_millis() as u64,
+        }),
+    }
+}
