@@ -197,7 +197,7 @@ fn round_trip(compression: Compression, take_every: usize) -> Vec<u8> {
     for i in 0..200u64 {
         enc.push(&envelope(i), "2024-01-01T00:00:00.000000000Z", &mut scratch)
             .unwrap();
-        if take_every > 0 && i as usize % take_every == 0 {
+        if take_every > 0 && (i as usize).is_multiple_of(take_every) {
             out.extend(enc.take());
         }
     }
