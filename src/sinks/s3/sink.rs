@@ -1,0 +1,270 @@
+//! [`S3Sink`]: the only part of the `s3` destination that does I/O. Each batch is planned
+//! into objects ([`key::plan`](super::key::plan)), each object encoded
+//! ([`encode`](super::encode)) and uploaded — in one PUT, or, once it outgrows one part,
+//! as a multipart upload fed part by part while the rest is still being encoded — and the
+//! failures classified by the pure [`classify`](super::classify).
+//!
+//! Memory per object: the part being filled, plus at most [`PARTS_IN_FLIGHT`] parts
+//! uploading; the object is never held whole twice.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use time::OffsetDateTime;
+
+use super::classify::{classify, describe, observe, Class};
+use super::client::build;
+use super::config::{Compression, S3Config};
+use super::encode::{decode, ObjectEncoder};
+use super::key::{plan, Planned, Template};
+use crate::envelope::{rfc3339, Envelope};
+use crate::sinks::{Sink, SinkError};
+
+/// Parts of one object uploading at once.
+pub const PARTS_IN_FLIGHT: usize = 4;
+
+/// Writes each batch as JSON Lines objects in one bucket; committed when every upload
+/// completed.
+pub struct S3Sink {
+    config: S3Config,
+    template: Result<Template, String>,
+    store: Option<Arc<dyn ObjectStore>>,
+    /// Reused buffer of one uncompressed record.
+    scratch: Vec<u8>,
+}
+
+impl S3Sink {
+    /// A sink for `config`; nothing is read or contacted until [`Sink::open`].
+    pub fn new(config: S3Config) -> S3Sink {
+        let template = Template::parse(&config.partition);
+        S3Sink {
+            config,
+            template,
+            store: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Builds the client on first use (a failed build is tried again at the next write).
+    fn ensure(&mut self) -> Result<Arc<dyn ObjectStore>, SinkError> {
+        if let Some(s) = &self.store {
+            return Ok(s.clone());
+        }
+        let store = build(&self.config)?;
+        self.store = Some(store.clone());
+        Ok(store)
+    }
+
+    /// The error of a failed request on `key`.
+    fn failure(&self, op: &str, key: &str, err: &object_store::Error) -> SinkError {
+        let observed = observe(err);
+        let what = format!(
+            "{op} s3://{}/{key}: {}",
+            self.config.bucket,
+            describe(&observed, err)
+        );
+        match classify(&observed) {
+            Class::Transient => SinkError::transient(what),
+            Class::Misconfigured => SinkError::Misconfigured {
+                message: format!("{what}; check the bucket, credentials, region and endpoint"),
+            },
+        }
+    }
+
+    fn prefix_path(&self) -> Option<Path> {
+        (!self.config.prefix.is_empty()).then(|| {
+            Path::from_iter(
+                self.config
+                    .prefix
+                    .split('/')
+                    .map(object_store::path::PathPart::from),
+            )
+        })
+    }
+
+    /// Encodes and uploads one object.
+    async fn upload(
+        &mut self,
+        store: &Arc<dyn ObjectStore>,
+        batch: &[Envelope],
+        object: &Planned,
+        written_at: &str,
+    ) -> Result<(), SinkError> {
+        let key = object.path.as_ref().to_string();
+        let part = usize::try_from(self.config.multipart_part_bytes).unwrap_or(usize::MAX);
+        let encode_error =
+            |e: std::io::Error| SinkError::transient(format!("cannot encode {key}: {e}"));
+        let mut encoder = ObjectEncoder::new(self.config.compression).map_err(encode_error)?;
+        let mut multipart: Option<WriteMultipart> = None;
+        for &i in &object.members {
+            encoder
+                .push(&batch[i], written_at, &mut self.scratch)
+                .map_err(encode_error)?;
+            if encoder.pending() < part {
+                continue;
+            }
+            if multipart.is_none() {
+                let upload = store
+                    .put_multipart(&object.path)
+                    .await
+                    .map_err(|e| self.failure("start multipart upload of", &key, &e))?;
+                multipart = Some(WriteMultipart::new_with_chunk_size(upload, part));
+            }
+            if let Some(w) = multipart.as_mut() {
+                if let Err(e) = w.wait_for_capacity(PARTS_IN_FLIGHT - 1).await {
+                    let err = self.failure("upload a part of", &key, &e);
+                    if let Some(w) = multipart.take() {
+                        abort(w, &key).await;
+                    }
+                    return Err(err);
+                }
+                w.put(Bytes::from(encoder.take()));
+            }
+        }
+        let rest = match encoder.finish() {
+            Ok(rest) => rest,
+            Err(e) => {
+                if let Some(w) = multipart.take() {
+                    abort(w, &key).await;
+                }
+                return Err(encode_error(e));
+            }
+        };
+        match multipart {
+            None => {
+                store
+                    .put(&object.path, PutPayload::from(rest))
+                    .await
+                    .map_err(|e| self.failure("PUT", &key, &e))?;
+            }
+            Some(mut w) => {
+                w.put(Bytes::from(rest));
+                // Every part first, so a failed part aborts the upload here (finish would
+                // return without aborting it).
+                if let Err(e) = w.wait_for_capacity(0).await {
+                    let err = self.failure("upload a part of", &key, &e);
+                    abort(w, &key).await;
+                    return Err(err);
+                }
+                w.finish()
+                    .await
+                    .map_err(|e| self.failure("complete multipart upload of", &key, &e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Aborts a failed multipart upload, so its parts do not linger (best effort: a bucket
+/// lifecycle rule should clean up what this cannot).
+async fn abort(w: WriteMultipart, key: &str) {
+    if let Err(e) = w.abort().await {
+        tracing::debug!(key, error = %e, "could not abort a failed multipart upload");
+    }
+}
+
+/// The idempotency key and stream of a stored record; the rest is not read.
+#[derive(serde::Deserialize)]
+struct KeyOnly<'a> {
+    #[serde(borrow)]
+    idempotency_key: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    stream: std::borrow::Cow<'a, str>,
+}
+
+#[async_trait]
+impl Sink for S3Sink {
+    async fn open(&mut self) -> Result<(), SinkError> {
+        let location = self.config.location();
+        if let Err(e) = &self.template {
+            return Err(SinkError::Misconfigured {
+                message: format!("{location}: partition {e}"),
+            });
+        }
+        let store = self.ensure().map_err(|e| e.with_context(&location))?;
+        // One listing page under the prefix: the bucket exists, the credentials and the
+        // region work.
+        let prefix = self.prefix_path();
+        let mut listing = store.list(prefix.as_ref());
+        if let Some(Err(e)) = listing.next().await {
+            return Err(self.failure("list", &self.config.prefix, &e));
+        }
+        tracing::info!(location = %location, "s3 destination ready");
+        Ok(())
+    }
+
+    async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let location = self.config.location();
+        let template = match &self.template {
+            Ok(t) => t,
+            Err(e) => {
+                return Err(SinkError::Misconfigured {
+                    message: format!("{location}: partition {e}"),
+                })
+            }
+        };
+        let objects = plan(
+            batch,
+            template,
+            &self.config.prefix,
+            self.config.compression.extension(),
+        )
+        .map_err(|(index, message)| SinkError::Permanent {
+            index: Some(index),
+            message: format!(
+                "{location}: stream {} sequence {}: {message}",
+                batch[index].stream, batch[index].stream_sequence
+            ),
+        })?;
+        let store = self.ensure().map_err(|e| e.with_context(&location))?;
+        let written_at = rfc3339(OffsetDateTime::now_utc());
+        for object in &objects {
+            self.upload(&store, batch, object, &written_at).await?;
+        }
+        Ok(())
+    }
+
+    async fn health(&mut self) -> Result<(), SinkError> {
+        self.ensure().map(|_| ())
+    }
+
+    async fn stored_keys(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
+        let store = self.ensure()?;
+        let prefix = self.prefix_path();
+        let mut listing = store.list(prefix.as_ref());
+        let mut keys: HashSet<String> = HashSet::new();
+        while let Some(meta) = listing.next().await {
+            let meta = meta.map_err(|e| self.failure("list", &self.config.prefix, &e))?;
+            let name = meta.location.as_ref().to_string();
+            let Some(compression) = Compression::of_name(&name) else {
+                continue;
+            };
+            let body = store
+                .get(&meta.location)
+                .await
+                .map_err(|e| self.failure("GET", &name, &e))?
+                .bytes()
+                .await
+                .map_err(|e| self.failure("GET", &name, &e))?;
+            let text = decode(compression, &body)
+                .map_err(|e| SinkError::transient(format!("cannot decode {name}: {e}")))?;
+            for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                let record: KeyOnly = serde_json::from_slice(line).map_err(|e| {
+                    SinkError::transient(format!("{name}: a line is not a jetsink record: {e}"))
+                })?;
+                if record.stream == stream {
+                    keys.insert(record.idempotency_key.into_owned());
+                }
+            }
+        }
+        Ok(Some(keys.len() as u64))
+    }
+}

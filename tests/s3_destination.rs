@@ -1,0 +1,595 @@
+//! The `s3` destination against a real S3-compatible server (moto, started by each test on
+//! a free loopback port): objects listed and read back hold every message exactly once by
+//! idempotency key across a SIGKILL mid-drain; gzip objects round trip; a batch larger
+//! than one part is uploaded in parts; a store that is down holds the batch without ACKing
+//! and drains when it is back; a bucket that disappears holds the batch as misconfigured,
+//! naming the sink and the bucket; bad credentials stop start-up with exit 78; an
+//! encrypted sink's records decrypt.
+//!
+//! moto: `JETSINK_TEST_MOTO_SERVER`, else `.ci/venv/bin/moto_server` or
+//! `.ci/venv-s3/bin/moto_server` in the repository, else `moto_server` on PATH.
+
+mod common;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures::StreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::{ObjectStore, ObjectStoreExt};
+use serde_json::{json, Value};
+
+use jetsink::sinks::s3::config::Compression;
+use jetsink::sinks::s3::encode::decode;
+
+fn moto_bin() -> String {
+    if let Ok(p) = std::env::var("JETSINK_TEST_MOTO_SERVER") {
+        return p;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for venv in [".ci/venv", ".ci/venv-s3"] {
+        let p = root.join(venv).join("bin/moto_server");
+        if p.exists() {
+            return p.to_string_lossy().into_owned();
+        }
+    }
+    "moto_server".into()
+}
+
+/// A moto server of this test's own.
+struct Moto {
+    child: Option<Child>,
+    port: u16,
+    env: Vec<(&'static str, &'static str)>,
+}
+
+impl Moto {
+    fn start() -> Moto {
+        Moto::start_with(&[])
+    }
+
+    fn start_with(env: &[(&'static str, &'static str)]) -> Moto {
+        let mut m = Moto {
+            child: None,
+            port: free_port(),
+            env: env.to_vec(),
+        };
+        m.spawn();
+        m
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(moto_bin())
+            .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
+            .envs(self.env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server (pip install 'moto[server]'; see docs/sinks/s3.md)");
+        self.child = Some(child);
+        // Ready when it answers HTTP at all.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let url = self.url();
+        loop {
+            let answered = match ureq::get(&url).call() {
+                Ok(_) => true,
+                Err(ureq::Error::StatusCode(_)) => true,
+                Err(_) => false,
+            };
+            if answered {
+                return;
+            }
+            assert!(Instant::now() < deadline, "moto_server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL; everything it stored is gone with it.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// A new, empty moto on the same port.
+    fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// moto accepts unsigned bucket requests while it checks no credentials.
+    fn create_bucket(&self, bucket: &str) {
+        ureq::put(&format!("{}/{bucket}", self.url()))
+            .send_empty()
+            .expect("create bucket");
+    }
+
+    fn delete_bucket(&self, bucket: &str) {
+        ureq::delete(&format!("{}/{bucket}", self.url()))
+            .call()
+            .expect("delete bucket");
+    }
+
+    fn store(&self, bucket: &str) -> Arc<dyn ObjectStore> {
+        Arc::new(
+            AmazonS3Builder::new()
+                .with_endpoint(self.url())
+                .with_allow_http(true)
+                .with_bucket_name(bucket)
+                .with_region("us-east-1")
+                .with_access_key_id("test")
+                .with_secret_access_key("test")
+                .build()
+                .expect("s3 client"),
+        )
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Key files for the destination (moto does not check them unless told to).
+fn key_files(dir: &Path) -> (String, String) {
+    let id = dir.join("s3-key-id");
+    let secret = dir.join("s3-secret");
+    std::fs::write(&id, "AKIDTEST\n").unwrap();
+    std::fs::write(&secret, "not-a-real-secret\n").unwrap();
+    (
+        id.to_string_lossy().into_owned(),
+        secret.to_string_lossy().into_owned(),
+    )
+}
+
+fn destination(moto: &Moto, dir: &Path, bucket: &str, extra: Value) -> Value {
+    let (id, secret) = key_files(dir);
+    let mut d = json!({
+        "type": "s3",
+        "bucket": bucket,
+        "prefix": "archive",
+        "endpoint": moto.url(),
+        "allow_http": true,
+        "access_key_id_file": id,
+        "secret_access_key_file": secret,
+        "connect_timeout_ms": 500,
+        "request_timeout_ms": 5000,
+    });
+    if let (Some(d), Some(extra)) = (d.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            d.insert(k.clone(), v.clone());
+        }
+    }
+    d
+}
+
+/// Every object under the bucket: (key, e-tag, records).
+async fn objects(store: &Arc<dyn ObjectStore>) -> Vec<(String, String, Vec<Value>)> {
+    let metas: Vec<_> = store.list(None).collect().await;
+    let mut out = Vec::new();
+    for meta in metas {
+        let meta = meta.expect("list");
+        let key = meta.location.to_string();
+        let compression = Compression::of_name(&key).expect("a jetsink object name");
+        let body = store
+            .get(&meta.location)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("body");
+        let text = decode(compression, &body).expect("decode");
+        let records = text
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).expect("a JSON record per line"))
+            .collect();
+        out.push((key, meta.e_tag.unwrap_or_default(), records));
+    }
+    out
+}
+
+async fn distinct_stored(store: &Arc<dyn ObjectStore>) -> (HashSet<String>, usize) {
+    let all = objects(store).await;
+    let records: Vec<Value> = all.into_iter().flat_map(|(_, _, r)| r).collect();
+    (distinct_keys(&records), records.len())
+}
+
+/// The consumer exists and has nothing pending or unacknowledged.
+async fn drained(js: &async_nats::jetstream::Context, stream: &str) -> bool {
+    let Ok(s) = js.get_stream(stream).await else {
+        return false;
+    };
+    match s.consumer_info("jetsink").await {
+        Ok(info) => info.num_pending == 0 && info.num_ack_pending == 0,
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_message_is_stored_once_by_key_across_a_sigkill_in_gzip_objects_read_back() {
+    const N: usize = 20_000;
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("kill-test");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "S3KILL", "s3kill.>").await;
+    let cfg = config(
+        &server,
+        "S3KILL",
+        "s3kill.>",
+        destination(
+            &moto,
+            dir.path(),
+            "kill-test",
+            json!({"compression": "gzip"}),
+        ),
+        json!({"batch_size": 250}),
+    );
+    let path = write_config(dir.path(), &cfg);
+    publish_n(&js, "s3kill.x", N).await;
+    let store = moto.store("kill-test");
+
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(
+        Duration::from_secs(60),
+        "some objects are stored",
+        || async { store.list(None).next().await.is_some() },
+    )
+    .await;
+    daemon.kill();
+    let (pending, _) = consumer_state(&js, "S3KILL", "jetsink").await;
+    assert!(
+        pending > 0,
+        "the SIGKILL came after the drain: nothing tested"
+    );
+
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(120), "the stream is drained", || {
+        drained(&js, "S3KILL")
+    })
+    .await;
+    daemon.stop_cleanly();
+
+    let all = objects(&store).await;
+    let mut keys = HashSet::new();
+    let mut records = 0;
+    for (key, _, recs) in &all {
+        assert!(
+            key.starts_with("archive/S3KILL/") && key.ends_with(".jsonl.gz"),
+            "{key}"
+        );
+        // The name is the range it holds.
+        let name = key.rsplit('/').next().unwrap();
+        let range: Vec<u64> = name
+            .trim_end_matches(".jsonl.gz")
+            .split('-')
+            .take(2)
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let seqs: Vec<u64> = recs
+            .iter()
+            .map(|r| r["stream_sequence"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seqs.first(), Some(&range[0]), "{key}");
+        assert_eq!(seqs.last(), Some(&range[1]), "{key}");
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "{key} in stream order"
+        );
+        for r in recs {
+            assert_eq!(r["stream"], "S3KILL");
+            assert_eq!(r["payload_encoding"], "json");
+            keys.insert(r["idempotency_key"].as_str().unwrap().to_string());
+            records += 1;
+        }
+    }
+    assert_eq!(
+        keys.len(),
+        N,
+        "every message, once by key, across {} objects",
+        all.len()
+    );
+    assert!(records >= N);
+    println!(
+        "{} objects, {records} records, {} distinct keys",
+        all.len(),
+        keys.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_larger_than_one_part_is_uploaded_in_parts_and_reads_back_whole() {
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("parts-test");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "S3PARTS", "s3parts.>").await;
+    // 1,000 messages of ~7 KB: one batch of ~7 MB, over the 5 MiB part size.
+    let cfg = config(
+        &server,
+        "S3PARTS",
+        "s3parts.>",
+        destination(
+            &moto,
+            dir.path(),
+            "parts-test",
+            json!({"multipart_part_bytes": 5 * 1024 * 1024}),
+        ),
+        json!({"batch_size": 1000, "max_batch_bytes": 16 * 1024 * 1024}),
+    );
+    let path = write_config(dir.path(), &cfg);
+    let mut seed: u64 = 0x9e3779b97f4a7c15;
+    for i in 0..1000 {
+        let mut s = String::with_capacity(7000);
+        while s.len() < 7000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            s.push_str(&format!("{seed:016x}"));
+        }
+        js.publish(
+            "s3parts.x",
+            format!("{{\"i\":{i},\"blob\":\"{s}\"}}").into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(60), "the stream is drained", || {
+        drained(&js, "S3PARTS")
+    })
+    .await;
+    daemon.stop_cleanly();
+    let store = moto.store("parts-test");
+    let all = objects(&store).await;
+    let multipart: Vec<_> = all.iter().filter(|(_, tag, _)| tag.contains('-')).collect();
+    assert!(
+        !multipart.is_empty(),
+        "a multipart object has an e-tag `<md5>-<parts>`: {:?}",
+        all.iter()
+            .map(|(k, t, r)| (k, t, r.len()))
+            .collect::<Vec<_>>()
+    );
+    let (keys, _) = distinct_stored(&store).await;
+    assert_eq!(keys.len(), 1000);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_that_is_down_holds_the_batch_without_acking_and_drains_when_back() {
+    let server = NatsServer::start();
+    let mut moto = Moto::start();
+    moto.create_bucket("down-test");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "S3DOWN", "s3down.>").await;
+    let mut cfg = config(
+        &server,
+        "S3DOWN",
+        "s3down.>",
+        destination(&moto, dir.path(), "down-test", json!({})),
+        json!({"batch_size": 20, "retry": {"initial_backoff_ms": 200, "max_backoff_ms": 1000}}),
+    );
+    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(2000);
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    publish_n(&js, "s3down.x", 40).await;
+    eventually(
+        Duration::from_secs(30),
+        "the first messages are ACKed",
+        || drained(&js, "S3DOWN"),
+    )
+    .await;
+
+    moto.kill();
+    publish_n(&js, "s3down.x", 30).await;
+    assert_batch_held(&js, &daemon, "S3DOWN", 30).await;
+    let transient = "jetsink_sink_errors_total{class=\"transient\",sink=\"main\"}";
+    assert!(
+        metric_value(&listen, transient).await.unwrap_or(0.0) > 0.0,
+        "the outage counts as transient"
+    );
+
+    // moto keeps nothing across a restart: an empty store with the bucket again.
+    moto.restart();
+    moto.create_bucket("down-test");
+    eventually(Duration::from_secs(60), "the held messages drain", || {
+        drained(&js, "S3DOWN")
+    })
+    .await;
+    daemon.stop_cleanly();
+    let (keys, _) = distinct_stored(&moto.store("down-test")).await;
+    let expected: HashSet<String> = (41..=70).map(|s| format!("S3DOWN:{s}")).collect();
+    assert!(
+        expected.is_subset(&keys),
+        "missing: {:?}",
+        expected.difference(&keys).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_bucket_is_held_as_misconfigured_naming_the_sink_and_bucket() {
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("gone-bucket");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "S3GONE", "s3gone.>").await;
+    let cfg = config(
+        &server,
+        "S3GONE",
+        "s3gone.>",
+        destination(&moto, dir.path(), "gone-bucket", json!({})),
+        json!({"batch_size": 10, "retry": {"initial_backoff_ms": 200, "max_backoff_ms": 1000}}),
+    );
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(30), "the sink runs", || async {
+        daemon.log_text().contains("sink running")
+    })
+    .await;
+    // The bucket goes away while the sink runs (it is still empty).
+    moto.delete_bucket("gone-bucket");
+    publish_n(&js, "s3gone.x", 10).await;
+    let series = "jetsink_sink_errors_total{class=\"misconfigured\",sink=\"main\"}";
+    eventually(
+        Duration::from_secs(30),
+        "misconfigured errors are counted",
+        || async { metric_value(&listen, series).await.unwrap_or(0.0) >= 2.0 },
+    )
+    .await;
+    let log = daemon.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("NoSuchBucket"))
+        .unwrap_or_else(|| panic!("no NoSuchBucket line:\n{log}"));
+    assert!(
+        // The class is in the metric above; the line names the sink, bucket and cause.
+        line.contains("sink=main")
+            && line.contains("s3://gone-bucket/")
+            && line.contains("HTTP 404"),
+        "{line}"
+    );
+    let (pending, ack_pending) = consumer_state(&js, "S3GONE", "jetsink").await;
+    assert_eq!(
+        pending as usize + ack_pending,
+        10,
+        "nothing ACKed while the bucket is missing"
+    );
+    assert!(ack_pending > 0, "the batch is held, not released");
+
+    moto.create_bucket("gone-bucket");
+    eventually(
+        Duration::from_secs(30),
+        "the batch drains once the bucket is back",
+        || drained(&js, "S3GONE"),
+    )
+    .await;
+    daemon.stop_cleanly();
+    let (keys, _) = distinct_stored(&moto.store("gone-bucket")).await;
+    assert_eq!(keys.len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_credentials_stop_start_up_with_exit_78_naming_the_sink_and_bucket() {
+    let server = NatsServer::start();
+    // moto checking every request's credentials: it knows no access key.
+    let moto = Moto::start_with(&[("INITIAL_NO_AUTH_ACTION_COUNT", "0")]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &server,
+        "S3AUTH",
+        "s3auth.>",
+        destination(&moto, dir.path(), "auth-bucket", json!({})),
+        json!({}),
+    );
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    let status = daemon.wait_exit(Duration::from_secs(30));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(78),
+        "{}",
+        daemon.log_text()
+    );
+    let log = daemon.log_text();
+    assert!(
+        log.contains("sink main")
+            && log.contains("s3://auth-bucket")
+            && log.contains("403 InvalidAccessKeyId")
+            && log.contains("misconfigured"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("not-a-real-secret"),
+        "the secret is never logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_encrypted_sinks_records_hold_no_plaintext_and_decrypt() {
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("enc-bucket");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "S3ENC", "s3enc.>").await;
+    let key = dir.path().join("a.key");
+    let (code, out, err) = jetsink(&["keygen", "--out", key.to_str().unwrap()], dir.path());
+    assert_eq!(code, 0, "{out}{err}");
+    let mut cfg = config(
+        &server,
+        "S3ENC",
+        "s3enc.>",
+        destination(&moto, dir.path(), "enc-bucket", json!({})),
+        json!({"batch_size": 10}),
+    );
+    cfg["sinks"]["main"]["encryption"] =
+        json!({"active_key": "a", "keys": [{"id": "a", "file": key}]});
+    let path = write_config(dir.path(), &cfg);
+    for i in 0..10 {
+        js.publish(
+            "s3enc.x",
+            format!("{{\"card\":\"4111-1111-1111-1111\",\"i\":{i}}}").into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(30), "the stream is drained", || {
+        drained(&js, "S3ENC")
+    })
+    .await;
+    daemon.stop_cleanly();
+
+    let all = objects(&moto.store("enc-bucket")).await;
+    let mut lines = String::new();
+    for (_, _, records) in &all {
+        for r in records {
+            assert_eq!(r["payload_encoding"], "aes256gcm-v1", "{r}");
+            lines.push_str(&r.to_string());
+            lines.push('\n');
+        }
+    }
+    assert!(!lines.contains("4111-1111"), "no plaintext in the objects");
+    let input = dir.path().join("records.jsonl");
+    std::fs::write(&input, &lines).unwrap();
+    let (code, out, err) = jetsink(
+        &[
+            "decrypt",
+            "--config",
+            path.to_str().unwrap(),
+            "--sink",
+            "main",
+            input.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let clear: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(clear.len(), 10);
+    for r in &clear {
+        assert_eq!(r["payload"]["card"], "4111-1111-1111-1111", "{r}");
+    }
+}
