@@ -41,6 +41,8 @@ pub struct Metrics {
     randomizer_delayed: IntCounterVec,
     randomizer_redelivered: IntCounterVec,
     randomizer_window: IntGaugeVec,
+    shuffle_buffered: IntGaugeVec,
+    shuffle_flushes: IntCounterVec,
     pinned: IntGaugeVec,
     nats_connected: IntGauge,
     nats_connection_up: IntGaugeVec,
@@ -158,6 +160,19 @@ impl Metrics {
             Box::new(randomizer_window.clone()),
             "jetsink_randomizer_window",
         );
+        let shuffle_buffered = IntGaugeVec::new(
+            Opts::new(
+                "jetsink_shuffle_buffered",
+                "Messages held in the shuffle buffer (delivery.shuffle), unacknowledged, waiting to be shuffled and written.",
+            ),
+            &["sink"],
+        )
+        .unwrap_or_else(|e| panic!("shuffle gauge: {e}"));
+        register(
+            r,
+            Box::new(shuffle_buffered.clone()),
+            "jetsink_shuffle_buffered",
+        );
         let pinned = IntGaugeVec::new(
             Opts::new(
                 "jetsink_pinned",
@@ -182,6 +197,13 @@ impl Metrics {
                 &["sink"],
             ),
             randomizer_window,
+            shuffle_buffered,
+            shuffle_flushes: counter(
+                r,
+                "jetsink_shuffle_flushes_total",
+                "Shuffle buffers handed to the destination, by reason: full (another pull could overflow it) or timer (its oldest message waited flush_ms).",
+                &["sink", "reason"],
+            ),
             pinned,
             dlq_published: counter(
                 r,
@@ -385,6 +407,9 @@ impl Metrics {
             randomizer_delayed: self.randomizer_delayed.with_label_values(&[name]),
             randomizer_redelivered: self.randomizer_redelivered.with_label_values(&[name]),
             randomizer_window: self.randomizer_window.with_label_values(&[name]),
+            shuffle_buffered: self.shuffle_buffered.with_label_values(&[name]),
+            shuffle_flushed_full: self.shuffle_flushes.with_label_values(&[name, "full"]),
+            shuffle_flushed_timer: self.shuffle_flushes.with_label_values(&[name, "timer"]),
             pinned: self.pinned.clone(),
             malformed: self.malformed.with_label_values(&[name]),
             jobs_committed: self.jobs_finished.with_label_values(&[name, "committed"]),
@@ -493,6 +518,12 @@ pub struct SinkMetrics {
     pub randomizer_redelivered: IntCounter,
     /// Current randomizer window.
     pub randomizer_window: IntGauge,
+    /// Messages in the shuffle buffer.
+    pub shuffle_buffered: IntGauge,
+    /// Shuffle buffers flushed because another pull could overflow them.
+    pub shuffle_flushed_full: IntCounter,
+    /// Shuffle buffers flushed by the timer.
+    pub shuffle_flushed_timer: IntCounter,
     /// Messages found with a header block the client cannot read.
     pub malformed: IntCounter,
     /// Jobs whose `committed` result was stored (job-queue mode).

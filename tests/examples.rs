@@ -14,15 +14,16 @@ use serde_json::Value;
 /// Examples that need more than a plain NATS server and a directory: a database user of
 /// their own (PostgreSQL, MySQL), a target stream on other servers (NATS republish), an
 /// HTTPS endpoint and its token (HTTP), certificates and a TLS server (NATS TLS), an
-/// S3-compatible store and its keys (S3). `validate`, the schema and the port check below
+/// S3-compatible store and its keys (S3), a target stream (the shuffler's republish). `validate`, the schema and the port check below
 /// still cover them.
-const NEED_MORE_THAN_A_SERVER: [&str; 6] = [
+const NEED_MORE_THAN_A_SERVER: [&str; 7] = [
     "postgres.json",
     "mysql.json",
     "nats-republish.json",
     "http.json",
     "nats-tls.json",
     "s3.json",
+    "shuffle.json",
 ];
 
 /// Examples that need nats-server 2.11 or later (priority groups): they exit 78 on older

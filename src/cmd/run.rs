@@ -100,6 +100,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         let js = jetstream_on(&conn.client, &config);
         let bound = bind_all(&js, spec).await?;
         check_randomizer(spec, &bound)?;
+        check_shuffle(spec, &bound)?;
         let sink_health = health.sink(&spec.name);
         sink_health.set_bound(true);
         let sink = open_destination(spec).await?;
@@ -411,6 +412,33 @@ fn check_randomizer(spec: &SinkSpec, bound: &[Bound]) -> Result<(), AppError> {
                 spec.name,
                 info.name,
                 problems.join("; ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses consumers whose live MaxAckPending cannot carry the shuffler's buffer and the
+/// batch pulled ahead (exit 78, naming both settings).
+fn check_shuffle(spec: &SinkSpec, bound: &[Bound]) -> Result<(), AppError> {
+    let Some(cfg) = &spec.delivery.shuffle else {
+        return Ok(());
+    };
+    let delivery = spec.lanes_path.trim_end_matches(".priority_lanes");
+    let source = match delivery.strip_suffix(".delivery") {
+        Some(base) => format!("{base}.source"),
+        None => "nats".to_string(),
+    };
+    for b in bound {
+        let info = b.consumer.cached_info();
+        let live = info.config.max_ack_pending;
+        if let Some(problem) =
+            crate::config::shuffle::check_consumer(cfg, spec.delivery.batch_size, live)
+        {
+            return Err(AppError::Config(format!(
+                "{delivery}.shuffle.buffer: sink {}: consumer {} cannot carry the shuffle buffer: \
+                 {problem} (the consumer's {source}.max_ack_pending, as the server has it)",
+                spec.name, info.name
             )));
         }
     }

@@ -25,6 +25,7 @@ pub mod randomizer;
 pub mod raw;
 pub mod results;
 pub mod server_url;
+pub mod shuffle;
 mod sink_checks;
 pub mod stream;
 pub mod strict_json;

@@ -22,6 +22,7 @@ use super::randomizer::{
     bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig, RandomizerConfig,
 };
 use super::results::ResultsConfig;
+use super::shuffle::ShuffleConfig;
 pub use super::stream::{Retention, StorageKind};
 
 /// The whole file. Exactly one of `sinks` (multi-sink shape) or `sink` (single-sink shape)
@@ -321,6 +322,10 @@ pub struct DeliveryConfig {
     /// disabled by default.
     #[serde(default)]
     pub randomizer: RandomizerConfig,
+    /// The shuffler (opt-in): collect up to `buffer` messages across pulls, shuffle them,
+    /// write them in batches; absent by default. Not with the randomizer or priority lanes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shuffle: Option<ShuffleConfig>,
 }
 
 impl Default for DeliveryConfig {
@@ -334,6 +339,7 @@ impl Default for DeliveryConfig {
             retry: RetryConfig::default(),
             priority_lanes: PriorityLanesConfig::default(),
             randomizer: RandomizerConfig::default(),
+            shuffle: None,
         }
     }
 }

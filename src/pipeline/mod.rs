@@ -19,6 +19,7 @@ mod runner;
 mod settle;
 #[cfg(test)]
 mod settle_tests;
+mod shuffle;
 #[cfg(test)]
 mod testing;
 

@@ -357,10 +357,14 @@ impl Puller {
     /// The next batch: one pulled ahead, the pull in flight, or a new pull. A failed pull
     /// is counted, logged and followed by the retry backoff; after [`REBIND_AFTER`] in a
     /// row the consumers are bound again.
+    ///
+    /// With `by` (the shuffle buffer's flush timer), it gives up waiting then: the pull
+    /// stays in flight in `ahead`, and an empty batch is returned.
     pub(super) async fn next(
         &mut self,
         ahead: &mut Ahead,
         shutdown: &mut watch::Receiver<bool>,
+        by: Option<Instant>,
     ) -> Pulled {
         let pulled = match ahead.waiting.take() {
             Some(ready) => {
@@ -369,13 +373,23 @@ impl Puller {
                 Ok(ready)
             }
             None => {
-                let handle = match ahead.pending.take() {
+                let mut handle = match ahead.pending.take() {
                     Some(h) => h,
                     None => self.spawn(ahead.waiting.clone()),
                 };
+                let timer = async {
+                    match by {
+                        Some(by) => tokio::time::sleep_until(by).await,
+                        None => std::future::pending().await,
+                    }
+                };
                 let r = tokio::select! {
-                    r = handle => r.unwrap_or_else(|e| Err(format!("pull task failed: {e}").into())),
+                    r = &mut handle => r.unwrap_or_else(|e| Err(format!("pull task failed: {e}").into())),
                     _ = shutdown.wait_for(|s| *s) => return Pulled::Stopped,
+                    () = timer => {
+                        ahead.pending = Some(handle);
+                        return Pulled::Batch(Prepared::default());
+                    }
                 };
                 r.map(|()| ahead.waiting.take().unwrap_or_default())
             }

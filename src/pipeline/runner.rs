@@ -40,14 +40,20 @@ use rand::SeedableRng;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::acks::{Acknowledger, Acks};
+use std::sync::Arc;
+
+use async_nats::jetstream::AckKind;
+use async_nats::Subject;
+
+use super::acks::{Acknowledger, Acks, KeepAlive};
 use super::batch::{Batch, Prepared, Stages};
 use super::delay::DelayStage;
 use super::disposal::{DeadLetterOut, Disposal, Policy};
 use super::isolate::Isolator;
-use super::puller::{Ahead, Pulled, Puller};
+use super::puller::{Ahead, Pulled, Puller, Waiting};
 use super::reconfirm::{self, Recent};
 use super::settle::{Settler, SettlerParts, Stop};
+use super::shuffle::{FlushReason, ShuffleBuffer};
 use crate::config::SinkSpec;
 use crate::dlq::DeadLetters;
 use crate::health::SinkHealth;
@@ -62,6 +68,8 @@ pub struct Runner {
     ahead: Ahead,
     /// The randomizer, when enabled.
     delay: Option<Delay>,
+    /// The shuffle buffer, with `delivery.shuffle`.
+    shuffle: Option<Shuffle>,
     settler: Settler<Acks>,
     /// Finds and settles, after a connection drop, what the client cannot read.
     isolator: Isolator,
@@ -84,6 +92,45 @@ struct Delay {
     /// Origin of the window's millisecond clock.
     origin: Instant,
     rng: StdRng,
+}
+
+/// The shuffle stage: the buffer, the clock and rng it is given, and a `+WPI` clock of its
+/// own for the messages it holds (the settler's covers only what is being written).
+struct Shuffle {
+    buffer: ShuffleBuffer,
+    /// Origin of the buffer's millisecond clock.
+    origin: Instant,
+    rng: StdRng,
+    keep: KeepAlive<Acks>,
+    /// Whether `keep` holds the buffer (armed by the first message, narrowed after).
+    armed: bool,
+}
+
+impl Shuffle {
+    fn now_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    /// When the buffer's flush timer fires, if it holds anything.
+    fn deadline(&self) -> Option<Instant> {
+        self.buffer
+            .deadline_ms()
+            .map(|ms| self.origin + Duration::from_millis(ms))
+    }
+
+    /// Keeps everything buffered alive, without moving the next `+WPI` once armed.
+    async fn keep_buffer(&mut self) {
+        let replies = self.buffer.replies().to_vec();
+        if self.armed {
+            self.keep.narrow(replies).await;
+        } else {
+            let len = replies.len();
+            self.keep
+                .arm(&Arc::new(replies), 0..len, &Waiting::default())
+                .await;
+            self.armed = true;
+        }
+    }
 }
 
 /// The JetStream side of a runner: the context (for ACKs and re-binding), the bound
@@ -177,10 +224,18 @@ impl Runner {
             origin: Instant::now(),
             rng: StdRng::from_os_rng(),
         });
+        let shuffle = spec.delivery.shuffle.as_ref().map(|cfg| Shuffle {
+            buffer: ShuffleBuffer::new(cfg, spec.delivery.batch_size),
+            origin: Instant::now(),
+            rng: StdRng::from_os_rng(),
+            keep: KeepAlive::new(acks.clone(), ack_wait / 2, metrics.progress_acks.clone()),
+            armed: false,
+        });
         Runner {
             reconfirm,
             ahead: Ahead::new(&spec.name),
             delay,
+            shuffle,
             settler: Settler::new(sink, acks, parts),
             isolator,
             stop: Stop::new(
@@ -222,9 +277,10 @@ impl Runner {
         tracing::info!(sink = %name, stream = %spec.source.stream, consumer = %spec.source.consumer, "sink running");
         while !self.stop.stopping() {
             self.health.beat();
+            let by = self.shuffle.as_ref().and_then(Shuffle::deadline);
             let pulled = self
                 .puller
-                .next(&mut self.ahead, self.stop.receiver())
+                .next(&mut self.ahead, self.stop.receiver(), by)
                 .await;
             // A pull cut short by a connection drop may hide a message the client cannot
             // read; it is found and settled at once, before the server redelivers it.
@@ -235,6 +291,8 @@ impl Runner {
                 Pulled::Stopped => break,
             };
             if prepared.pulled == 0 {
+                // The shuffle buffer's timer may have ended the wait.
+                self.shuffle_in(Batch::default()).await;
                 continue;
             }
             self.metrics.fetched.inc_by(prepared.pulled as u64);
@@ -246,6 +304,10 @@ impl Runner {
                 self.settler.refuse_early(r).await;
             }
             let batch = self.randomize(batch).await;
+            if self.shuffle.is_some() {
+                self.shuffle_in(batch).await;
+                continue;
+            }
             if batch.envelopes.is_empty() {
                 continue;
             }
@@ -262,8 +324,89 @@ impl Runner {
         let by = self
             .stop
             .finish_by(self.puller.wait() + Duration::from_secs(1));
+        self.hand_back_buffer(by).await;
         self.settler.finish(&mut self.ahead, by).await;
         tracing::info!(sink = %name, "sink stopped");
+    }
+
+    /// Adds a prepared batch to the shuffle buffer, and flushes the buffer when it is full
+    /// or its oldest message waited `flush_ms`.
+    async fn shuffle_in(&mut self, batch: Batch) {
+        let Some(sh) = self.shuffle.as_mut() else {
+            return;
+        };
+        let now = sh.now_ms();
+        if !batch.envelopes.is_empty() {
+            sh.buffer.push(batch, now);
+            sh.keep_buffer().await;
+            self.metrics.shuffle_buffered.set(sh.buffer.len() as i64);
+        }
+        if let Some(reason) = sh.buffer.due(now) {
+            self.flush(reason).await;
+        }
+    }
+
+    /// Shuffles the buffer and settles it batch by batch: each batch is ACKed by the
+    /// settler after it committed. The batches still waiting are kept alive here; once
+    /// shutdown begins they are handed back (NAK) instead of written.
+    async fn flush(&mut self, reason: FlushReason) {
+        let Some(sh) = self.shuffle.as_mut() else {
+            return;
+        };
+        match reason {
+            FlushReason::Full => self.metrics.shuffle_flushed_full.inc(),
+            FlushReason::Timer => self.metrics.shuffle_flushed_timer.inc(),
+        }
+        tracing::debug!(sink = %self.puller.spec().name, messages = sh.buffer.len(), reason = reason.as_str(), "shuffle buffer flushed");
+        let mut parts = sh.buffer.take_shuffled(&mut sh.rng);
+        parts.reverse();
+        while let Some(part) = parts.pop() {
+            let waiting: Vec<Subject> = parts.iter().flat_map(|b| b.replies.clone()).collect();
+            self.metrics.shuffle_buffered.set(waiting.len() as i64);
+            sh.keep.narrow(waiting).await;
+            if self.stop.stopping() {
+                parts.push(part);
+                break;
+            }
+            self.metrics.inflight.set(part.envelopes.len() as i64);
+            self.settler
+                .settle(part, &mut self.ahead, &mut self.stop)
+                .await;
+            self.metrics.inflight.set(0);
+        }
+        sh.keep.disarm().await;
+        sh.armed = false;
+        let rest: Vec<Subject> = parts.into_iter().flat_map(|b| b.replies).collect();
+        self.metrics.shuffle_buffered.set(0);
+        if !rest.is_empty() {
+            self.settler
+                .acknowledger()
+                .send(rest, AckKind::Nak(None))
+                .await;
+        }
+    }
+
+    /// At shutdown: hands the unwritten shuffle buffer back (NAK without delay), so
+    /// another instance, or the next start, gets it at once. Never ACKed unwritten.
+    async fn hand_back_buffer(&mut self, by: Instant) {
+        let Some(sh) = self.shuffle.as_mut() else {
+            return;
+        };
+        sh.keep.disarm().await;
+        sh.armed = false;
+        let replies = sh.buffer.take_replies();
+        self.metrics.shuffle_buffered.set(0);
+        if replies.is_empty() {
+            return;
+        }
+        tracing::info!(sink = %self.puller.spec().name, messages = replies.len(), "handing back the shuffle buffer");
+        let nak = self
+            .settler
+            .acknowledger()
+            .send(replies, AckKind::Nak(None));
+        if tokio::time::timeout_at(by, nak).await.is_err() {
+            tracing::warn!(sink = %self.puller.spec().name, "no time left to hand back the shuffle buffer; it is redelivered after AckWait");
+        }
     }
 
     /// Applies the delayed-NAK randomizer to a prepared batch: some first deliveries are

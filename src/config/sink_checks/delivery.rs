@@ -4,6 +4,7 @@
 use super::paths::SinkPaths;
 use crate::config::issue::Issues;
 use crate::config::randomizer;
+use crate::config::shuffle;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
 
 /// Checks `delivery.randomizer`, and the consumer settings it needs unless told to skip
@@ -32,6 +33,49 @@ pub(crate) fn check_randomizer(
         ) {
             issues.push(format!("{}.randomizer", p.delivery), problem);
         }
+    }
+}
+
+/// Checks `delivery.shuffle`: its ranges, the stages it cannot run with, and (offline) the
+/// configured `max_ack_pending` it needs, which start-up checks again on the live consumer.
+pub(crate) fn check_shuffle(
+    d: &DeliveryConfig,
+    source: &SourceConfig,
+    p: &SinkPaths,
+    issues: &mut Issues,
+) {
+    let Some(cfg) = &d.shuffle else {
+        return;
+    };
+    let at = format!("{}.shuffle", p.delivery);
+    issues
+        .0
+        .extend(shuffle::validate_shuffle(cfg, &at, d.batch_size));
+    if d.randomizer.enabled {
+        issues.push(
+            at.clone(),
+            format!(
+                "cannot be combined with {}.randomizer.enabled: both reorder messages and both \
+                 hold messages unacknowledged against max_ack_pending; choose one",
+                p.delivery
+            ),
+        );
+    }
+    if d.priority_lanes.enabled {
+        issues.push(
+            at.clone(),
+            format!(
+                "cannot be combined with {}.priority_lanes.enabled: a shuffle would undo the \
+                 lane order",
+                p.delivery
+            ),
+        );
+    }
+    if let Some(problem) = shuffle::check_consumer(cfg, d.batch_size, source.max_ack_pending) {
+        issues.push(
+            format!("{at}.buffer"),
+            format!("{problem} (see {}.max_ack_pending)", p.source),
+        );
     }
 }
 

@@ -91,6 +91,7 @@ pub(crate) fn check_sink(
         issues,
     );
     delivery::check_randomizer(&raw.delivery, &raw.source, &p, issues);
+    delivery::check_shuffle(&raw.delivery, &raw.source, &p, issues);
     source::check(&raw.source, &raw.delivery, &p, issues);
     delivery::check(&raw.delivery, raw.source.ack_wait_ms, &p, issues);
     let destination = destination::check(raw.destination, raw.delivery.batch_size, &p, issues)?;

@@ -1,0 +1,272 @@
+//! The shuffler (`delivery.shuffle`) in front of the `nats` republish destination, against
+//! a real server: every message lands in the target stream exactly once, in an order
+//! measurably shuffled within each buffer; across a SIGKILL mid-drain the duplicate window
+//! absorbs the copies published again; a target that is down gets nothing ACKed; the
+//! flush timer delivers a partial buffer that waited longer than AckWait without a
+//! redelivery (the buffer is kept alive with `+WPI`); a consumer whose MaxAckPending
+//! cannot carry the buffer, and a shuffle combined with the randomizer, are refused.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use common::*;
+use futures::StreamExt;
+use serde_json::json;
+
+const N: usize = 5_000;
+const BUFFER: usize = 1_000;
+
+async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
+    match js.get_stream(stream).await {
+        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+async fn create_target(js: &jetstream::Context, name: &str, subject: &str) {
+    js.create_stream(jetstream::stream::Config {
+        name: name.to_string(),
+        subjects: vec![subject.to_string()],
+        duplicate_window: Duration::from_secs(600),
+        ..Default::default()
+    })
+    .await
+    .expect("create target stream");
+}
+
+/// The source sequence of every copy in the target stream, in target order.
+async fn source_order(js: &jetstream::Context, stream: &str, n: usize) -> Vec<u64> {
+    let s = js.get_stream(stream).await.expect("target stream");
+    let consumer = s
+        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .expect("ordered consumer");
+    let mut messages = consumer.messages().await.expect("messages");
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let m = tokio::time::timeout(Duration::from_secs(10), messages.next())
+            .await
+            .expect("message within 10 s")
+            .expect("stream open")
+            .expect("message");
+        let seq = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Jetsink-Source-Sequence"))
+            .and_then(|v| v.as_str().parse().ok())
+            .expect("source sequence header");
+        out.push(seq);
+    }
+    out
+}
+
+async fn drained(js: &jetstream::Context, stream: &str) -> bool {
+    let Ok(s) = js.get_stream(stream).await else {
+        return false;
+    };
+    s.consumer_info("jetsink")
+        .await
+        .is_ok_and(|i| i.num_pending == 0 && i.num_ack_pending == 0)
+}
+
+/// Pairs out of order over all pairs: 0 for a sorted order, about 0.5 for a uniform shuffle.
+fn normalized_kendall_distance(order: &[u64]) -> f64 {
+    let n = order.len();
+    let mut inversions = 0u64;
+    for i in 0..n {
+        for j in i + 1..n {
+            if order[i] > order[j] {
+                inversions += 1;
+            }
+        }
+    }
+    inversions as f64 / (n as f64 * (n as f64 - 1.0) / 2.0)
+}
+
+fn shuffled(server: &NatsServer, src: &str, target: &NatsServer, dst: &str) -> serde_json::Value {
+    let mut cfg = config(
+        server,
+        src,
+        &format!("{}.>", src.to_lowercase()),
+        json!({"type": "nats", "servers": [target.url()], "stream": dst,
+               "subject": "copy.{subject}", "request_timeout_ms": 1000,
+               "reconnect_delay_max_ms": 500}),
+        json!({"batch_size": 100, "batch_timeout_ms": 200,
+               "retry": {"initial_backoff_ms": 50, "max_backoff_ms": 300},
+               "shuffle": {"buffer": BUFFER, "flush_ms": 2000}}),
+    );
+    cfg["sinks"]["main"]["source"]["max_ack_pending"] = json!(BUFFER + 100);
+    cfg
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_message_is_republished_once_shuffled_within_each_buffer() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "SHUF", "shuf.>").await;
+    create_target(&js, "SHUFDST", "copy.>").await;
+    publish_n(&js, "shuf.jobs", N).await;
+    let cfg = shuffled(&server, "SHUF", &server, "SHUFDST");
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    eventually(Duration::from_secs(60), "source drained", || async {
+        drained(&js, "SHUF").await
+    })
+    .await;
+    let full = metric_value(&listen, "jetsink_shuffle_flushes_total{reason=\"full\",sink=\"main\"}")
+        .await
+        .unwrap_or(0.0);
+    daemon.stop_cleanly();
+    assert_eq!(stored(&js, "SHUFDST").await, N as u64);
+    let order = source_order(&js, "SHUFDST", N).await;
+    let distinct: HashSet<u64> = order.iter().copied().collect();
+    assert_eq!(distinct.len(), N, "every source sequence once");
+    assert!(full >= (N / BUFFER) as f64 - 1.0, "full flushes counted: {full}");
+    // The stream was full before the start, so every pull is full and each flush holds
+    // exactly one buffer: the target order falls into buffers of BUFFER. A sorted order
+    // has distance 0 and a uniform shuffle about 0.5; each buffer must be well above 0.3.
+    for (i, buffer) in order.chunks(BUFFER).enumerate() {
+        let d = normalized_kendall_distance(buffer);
+        eprintln!("buffer {i}: normalized Kendall distance {d:.3}");
+        assert!(d > 0.3, "buffer {i} measurably shuffled (distance {d})");
+    }
+    // Ordering only within the buffer: buffer i holds source sequences of pull window i.
+    for (i, buffer) in order.chunks(BUFFER).enumerate() {
+        let lo = (i * BUFFER) as u64 + 1;
+        let hi = ((i + 1) * BUFFER) as u64;
+        assert!(buffer.iter().all(|s| (lo..=hi).contains(s)), "buffer {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sigkill_mid_drain_loses_nothing_and_the_duplicate_window_absorbs_the_rest() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "SHUFK", "shufk.>").await;
+    create_target(&js, "SHUFKDST", "copy.>").await;
+    publish_n(&js, "shufk.jobs", N).await;
+    let cfg = shuffled(&server, "SHUFK", &server, "SHUFKDST");
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(30), "a part republished", || async {
+        stored(&js, "SHUFKDST").await >= 1_500
+    })
+    .await;
+    daemon.kill();
+    assert!(
+        stored(&js, "SHUFKDST").await < N as u64,
+        "the kill came before the end of the drain"
+    );
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(60), "source drained", || async {
+        drained(&js, "SHUFK").await
+    })
+    .await;
+    daemon.stop_cleanly();
+    assert_eq!(stored(&js, "SHUFKDST").await, N as u64, "duplicates absorbed");
+    let order = source_order(&js, "SHUFKDST", N).await;
+    let distinct: HashSet<u64> = order.into_iter().collect();
+    assert_eq!(distinct.len(), N, "every source sequence once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_down_gets_nothing_acked_while_the_buffer_is_kept_alive() {
+    let server = NatsServer::start();
+    let mut target = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "SHUFD", "shufd.>").await;
+    create_target(&target.js().await, "SHUFDDST", "copy.>").await;
+    let mut cfg = shuffled(&server, "SHUFD", &target, "SHUFDDST");
+    cfg["sinks"]["main"]["delivery"]["shuffle"] = json!({"buffer": 200, "flush_ms": 500});
+    cfg["sinks"]["main"]["source"]["max_ack_pending"] = json!(300);
+    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(2000);
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(20), "sink running", || async {
+        daemon.log_text().contains("sink running")
+    })
+    .await;
+    target.kill();
+    publish_n(&js, "shufd.x", 300).await;
+    // Two pulls fill the buffer of 200; its first batch of 100 is held, the second waits
+    // in the shuffler, the last 100 stay in the stream. Over three AckWaits nothing is
+    // redelivered (the held batch and the waiting one get +WPI) and nothing is ACKed.
+    assert_batch_held(&js, &daemon, "SHUFD", 300).await;
+    target.restart();
+    let tjs = target.js().await;
+    eventually(Duration::from_secs(30), "all 300 in the target", || async {
+        stored(&tjs, "SHUFDDST").await == 300
+    })
+    .await;
+    eventually(Duration::from_secs(10), "source drained", || async {
+        drained(&js, "SHUFD").await
+    })
+    .await;
+    daemon.stop_cleanly();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_flush_timer_delivers_a_partial_buffer_that_waited_past_ack_wait_once() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "SHUFT", "shuft.>").await;
+    create_target(&js, "SHUFTDST", "copy.>").await;
+    let mut cfg = shuffled(&server, "SHUFT", &server, "SHUFTDST");
+    // The 10 messages wait in the buffer 5 s, longer than AckWait (2 s): only the
+    // buffer's +WPI keeps the server from redelivering them meanwhile.
+    cfg["sinks"]["main"]["delivery"]["shuffle"]["flush_ms"] = json!(5000);
+    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(2000);
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    publish_n(&js, "shuft.x", 10).await;
+    eventually(Duration::from_secs(5), "10 buffered", || async {
+        metric_value(&listen, "jetsink_shuffle_buffered{sink=\"main\"}").await == Some(10.0)
+    })
+    .await;
+    eventually(Duration::from_secs(30), "all 10 in the target", || async {
+        stored(&js, "SHUFTDST").await == 10
+    })
+    .await;
+    eventually(Duration::from_secs(10), "source drained", || async {
+        drained(&js, "SHUFT").await
+    })
+    .await;
+    let timer = metric_value(&listen, "jetsink_shuffle_flushes_total{reason=\"timer\",sink=\"main\"}")
+        .await;
+    let (_, redelivered) = delivered_so_far(&js, "SHUFT").await;
+    let progress = metric_value(&listen, "jetsink_progress_acks_total{sink=\"main\"}").await;
+    daemon.stop_cleanly();
+    assert_eq!(timer, Some(1.0), "one flush, by the timer");
+    assert!(progress.unwrap_or(0.0) >= 1.0, "the buffer was kept alive: {progress:?}");
+    let (last, _) = delivered_so_far(&js, "SHUFT").await;
+    assert_eq!((last, redelivered), (10, 0), "each delivered once");
+}
+
+#[test]
+fn a_consumer_too_small_for_the_buffer_and_a_shuffle_with_the_randomizer_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({
+        "nats": {"servers": ["nats://127.0.0.1:1"]},
+        "sinks": {"main": {
+            "source": {"stream": "S", "subjects": "s.>", "consumer": "c", "max_ack_pending": 1000},
+            "delivery": {"batch_size": 100, "shuffle": {"buffer": 1000},
+                         "randomizer": {"enabled": true}},
+            "destination": {"type": "file", "directory": "out"}
+        }}
+    });
+    let path = write_config(dir.path(), &cfg);
+    let (code, out, err) = jetsink(&["validate", "--config", path.to_str().unwrap()], dir.path());
+    let text = format!("{out}{err}");
+    assert_eq!(code, 78, "{text}");
+    assert!(text.contains("sinks.main.delivery.shuffle.buffer"), "{text}");
+    assert!(text.contains("sinks.main.source.max_ack_pending"), "{text}");
+    assert!(text.contains("1100"), "{text}");
+    assert!(text.contains("cannot be combined with sinks.main.delivery.randomizer.enabled"), "{text}");
+}
