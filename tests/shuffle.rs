@@ -117,15 +117,21 @@ async fn every_message_is_republished_once_shuffled_within_each_buffer() {
         drained(&js, "SHUF").await
     })
     .await;
-    let full = metric_value(&listen, "jetsink_shuffle_flushes_total{reason=\"full\",sink=\"main\"}")
-        .await
-        .unwrap_or(0.0);
+    let full = metric_value(
+        &listen,
+        "jetsink_shuffle_flushes_total{reason=\"full\",sink=\"main\"}",
+    )
+    .await
+    .unwrap_or(0.0);
     daemon.stop_cleanly();
     assert_eq!(stored(&js, "SHUFDST").await, N as u64);
     let order = source_order(&js, "SHUFDST", N).await;
     let distinct: HashSet<u64> = order.iter().copied().collect();
     assert_eq!(distinct.len(), N, "every source sequence once");
-    assert!(full >= (N / BUFFER) as f64 - 1.0, "full flushes counted: {full}");
+    assert!(
+        full >= (N / BUFFER) as f64 - 1.0,
+        "full flushes counted: {full}"
+    );
     // The stream was full before the start, so every pull is full and each flush holds
     // exactly one buffer: the target order falls into buffers of BUFFER. A sorted order
     // has distance 0 and a uniform shuffle about 0.5; each buffer must be well above 0.3.
@@ -168,7 +174,11 @@ async fn a_sigkill_mid_drain_loses_nothing_and_the_duplicate_window_absorbs_the_
     })
     .await;
     daemon.stop_cleanly();
-    assert_eq!(stored(&js, "SHUFKDST").await, N as u64, "duplicates absorbed");
+    assert_eq!(
+        stored(&js, "SHUFKDST").await,
+        N as u64,
+        "duplicates absorbed"
+    );
     let order = source_order(&js, "SHUFKDST", N).await;
     let distinct: HashSet<u64> = order.into_iter().collect();
     assert_eq!(distinct.len(), N, "every source sequence once");
@@ -238,13 +248,19 @@ async fn the_flush_timer_delivers_a_partial_buffer_that_waited_past_ack_wait_onc
         drained(&js, "SHUFT").await
     })
     .await;
-    let timer = metric_value(&listen, "jetsink_shuffle_flushes_total{reason=\"timer\",sink=\"main\"}")
-        .await;
+    let timer = metric_value(
+        &listen,
+        "jetsink_shuffle_flushes_total{reason=\"timer\",sink=\"main\"}",
+    )
+    .await;
     let (_, redelivered) = delivered_so_far(&js, "SHUFT").await;
     let progress = metric_value(&listen, "jetsink_progress_acks_total{sink=\"main\"}").await;
     daemon.stop_cleanly();
     assert_eq!(timer, Some(1.0), "one flush, by the timer");
-    assert!(progress.unwrap_or(0.0) >= 1.0, "the buffer was kept alive: {progress:?}");
+    assert!(
+        progress.unwrap_or(0.0) >= 1.0,
+        "the buffer was kept alive: {progress:?}"
+    );
     let (last, _) = delivered_so_far(&js, "SHUFT").await;
     assert_eq!((last, redelivered), (10, 0), "each delivered once");
 }
@@ -262,11 +278,20 @@ fn a_consumer_too_small_for_the_buffer_and_a_shuffle_with_the_randomizer_are_ref
         }}
     });
     let path = write_config(dir.path(), &cfg);
-    let (code, out, err) = jetsink(&["validate", "--config", path.to_str().unwrap()], dir.path());
+    let (code, out, err) = jetsink(
+        &["validate", "--config", path.to_str().unwrap()],
+        dir.path(),
+    );
     let text = format!("{out}{err}");
     assert_eq!(code, 78, "{text}");
-    assert!(text.contains("sinks.main.delivery.shuffle.buffer"), "{text}");
+    assert!(
+        text.contains("sinks.main.delivery.shuffle.buffer"),
+        "{text}"
+    );
     assert!(text.contains("sinks.main.source.max_ack_pending"), "{text}");
     assert!(text.contains("1100"), "{text}");
-    assert!(text.contains("cannot be combined with sinks.main.delivery.randomizer.enabled"), "{text}");
+    assert!(
+        text.contains("cannot be combined with sinks.main.delivery.randomizer.enabled"),
+        "{text}"
+    );
 }

@@ -68,7 +68,11 @@ pub fn validate_shuffle(cfg: &ShuffleConfig, path: &str, batch_size: usize) -> V
 /// `buffer` + `batch_size` — the buffer and the batch pulled ahead while it is written.
 /// A smaller cap would stop delivery before the buffer fills, so every flush would wait
 /// for the timer. Returns the explanation of the problem, if any.
-pub fn check_consumer(cfg: &ShuffleConfig, batch_size: usize, max_ack_pending: i64) -> Option<String> {
+pub fn check_consumer(
+    cfg: &ShuffleConfig,
+    batch_size: usize,
+    max_ack_pending: i64,
+) -> Option<String> {
     let needed = cfg.buffer.saturating_add(batch_size);
     let needed_i64 = i64::try_from(needed).unwrap_or(i64::MAX);
     (max_ack_pending != -1 && max_ack_pending < needed_i64).then(|| {

@@ -52,6 +52,9 @@ Scenarios (--scenarios, space-separated; default: all of the following):
                            MIN-MAX ms, max_window WINDOW, adaptive (the default)
   buckets:K                K random subject buckets (publish --bucket-prefix/--buckets,
                            source.buckets, stream subjects <prefix>.*), randomizer off
+  shuffle:BUFFER           the shuffler (delivery.shuffle, buffer BUFFER, flush_ms 2000),
+                           randomizer off; MaxAckPending raised to BUFFER + BATCH when
+                           10000 is too small (not in the default list)
 Default list:
   off rand:0.9:50:500:1000 rand:0.9:50:500:5000 rand:0.9:500:2000:1000
   rand:0.9:500:2000:5000 rand:0.5:50:500:1000 rand:0.5:50:500:5000
@@ -119,7 +122,7 @@ if [ "$BATCH" -gt 10000 ]; then
     exit 2
 fi
 for s in $SCENARIOS; do
-    if ! [[ $s =~ ^(off|rand:(0?\.[0-9]+|1(\.0*)?):[0-9]+:[0-9]+:[0-9]+|buckets:[0-9]+)$ ]]; then
+    if ! [[ $s =~ ^(off|rand:(0?\.[0-9]+|1(\.0*)?):[0-9]+:[0-9]+:[0-9]+|buckets:[0-9]+|shuffle:[0-9]+)$ ]]; then
         echo "bad scenario '$s' (see --help)" >&2
         exit 2
     fi
@@ -325,6 +328,11 @@ def cmd_config(path, port, http_port, db, batch, scenario):
         }
     elif kind == "buckets":
         source["buckets"] = {"prefix": "randbench.bucket", "count": int(args[0])}
+    elif kind == "shuffle":
+        buffer = int(args[0])
+        source["subjects"] = "randbench.jobs"
+        source["max_ack_pending"] = max(10000, buffer + int(batch))
+        delivery["shuffle"] = {"buffer": buffer, "flush_ms": 2000}
     else:
         sys.exit(f"unknown scenario {scenario}")
     cfg = {

@@ -4,8 +4,8 @@
 use super::paths::SinkPaths;
 use crate::config::issue::Issues;
 use crate::config::randomizer;
-use crate::config::shuffle;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
+use crate::config::shuffle;
 
 /// Checks `delivery.randomizer`, and the consumer settings it needs unless told to skip
 /// them.
