@@ -170,6 +170,12 @@ impl Config {
                     ));
                 }
             }
+            if let Some(sh) = &s.delivery.shuffle {
+                out.push_str(&format!(
+                    "    shuffle:     buffer {}, flushed when full or after {} ms (held unacknowledged against max_ack_pending)\n",
+                    sh.buffer, sh.flush_ms
+                ));
+            }
             if s.delivery.priority_lanes.enabled {
                 let lanes: Vec<String> = s
                     .delivery
