@@ -3,7 +3,8 @@
 //! measurably shuffled within each buffer; across a SIGKILL mid-drain the duplicate window
 //! absorbs the copies published again; a target that is down gets nothing ACKed; the
 //! flush timer delivers a partial buffer that waited longer than AckWait without a
-//! redelivery (the buffer is kept alive with `+WPI`); a consumer whose MaxAckPending
+//! redelivery (the buffer is kept alive with `+WPI`); SIGTERM hands the buffer back
+//! unwritten and the next start writes it once; a consumer whose MaxAckPending
 //! cannot carry the buffer, and a shuffle combined with the randomizer, are refused.
 
 mod common;
@@ -263,6 +264,54 @@ async fn the_flush_timer_delivers_a_partial_buffer_that_waited_past_ack_wait_onc
     );
     let (last, _) = delivered_so_far(&js, "SHUFT").await;
     assert_eq!((last, redelivered), (10, 0), "each delivered once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_hands_the_buffer_back_unwritten_and_the_next_start_writes_it_once() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "SHUFS", "shufs.>").await;
+    create_target(&js, "SHUFSDST", "copy.>").await;
+    let mut cfg = shuffled(&server, "SHUFS", &server, "SHUFSDST");
+    // The buffer would wait a minute, and AckWait is a minute: only the NAK at shutdown
+    // lets the next start have the 10 messages before then.
+    cfg["sinks"]["main"]["delivery"]["shuffle"]["flush_ms"] = json!(60_000);
+    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(60_000);
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    publish_n(&js, "shufs.x", 10).await;
+    eventually(Duration::from_secs(10), "10 buffered", || async {
+        metric_value(&listen, "jetsink_shuffle_buffered{sink=\"main\"}").await == Some(10.0)
+    })
+    .await;
+    daemon.stop_cleanly();
+    assert!(
+        daemon
+            .log_text()
+            .contains("handing back the shuffle buffer"),
+        "{}",
+        daemon.log_text()
+    );
+    assert_eq!(stored(&js, "SHUFSDST").await, 0, "nothing written");
+    cfg["sinks"]["main"]["delivery"]["shuffle"]["flush_ms"] = json!(100);
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(20), "all 10 in the target", || async {
+        stored(&js, "SHUFSDST").await == 10
+    })
+    .await;
+    eventually(Duration::from_secs(10), "source drained", || async {
+        drained(&js, "SHUFS").await
+    })
+    .await;
+    daemon.stop_cleanly();
+    let (last, _) = delivered_so_far(&js, "SHUFS").await;
+    assert_eq!(
+        last, 20,
+        "each delivered twice: buffered and handed back, then written"
+    );
 }
 
 #[test]

@@ -359,7 +359,8 @@ impl Puller {
     /// row the consumers are bound again.
     ///
     /// With `by` (the shuffle buffer's flush timer), it gives up waiting then: the pull
-    /// stays in flight in `ahead`, and an empty batch is returned.
+    /// stays in flight in `ahead`, and an empty batch is returned; at shutdown, too, the
+    /// pull stays in `ahead`, for [`Ahead::finish`] to wait for.
     pub(super) async fn next(
         &mut self,
         ahead: &mut Ahead,
@@ -385,7 +386,14 @@ impl Puller {
                 };
                 let r = tokio::select! {
                     r = &mut handle => r.unwrap_or_else(|e| Err(format!("pull task failed: {e}").into())),
-                    _ = shutdown.wait_for(|s| *s) => return Pulled::Stopped,
+                    _ = shutdown.wait_for(|s| *s) => {
+                        if by.is_some() {
+                            // A shuffle buffer is held: the runner hands it back once
+                            // this pull ended, so the server cannot redeliver to it.
+                            ahead.pending = Some(handle);
+                        }
+                        return Pulled::Stopped;
+                    }
                     () = timer => {
                         ahead.pending = Some(handle);
                         return Pulled::Batch(Prepared::default());

@@ -324,8 +324,10 @@ impl Runner {
         let by = self
             .stop
             .finish_by(self.puller.wait() + Duration::from_secs(1));
-        self.hand_back_buffer(by).await;
+        // The buffer is handed back after the pull in flight ended: a NAK while a pull
+        // waits in the server would redeliver to that pull, and die with this process.
         self.settler.finish(&mut self.ahead, by).await;
+        self.hand_back_buffer(by).await;
         tracing::info!(sink = %name, "sink stopped");
     }
 
