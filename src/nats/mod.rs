@@ -6,6 +6,7 @@
 pub mod backlog;
 pub mod binding;
 pub mod connect;
+pub mod consumer_checks;
 pub mod credentials;
 pub mod fetch;
 pub mod header_block;
