@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, pull, AckPolicy};
 
-use super::binding::{BindError, Needs};
+use super::binding_terms::{BindError, Needs};
 use super::pin;
 use super::server_version::ServerVersion;
 use crate::config::subject_match::overlap;

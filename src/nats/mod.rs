@@ -5,6 +5,7 @@
 
 pub mod backlog;
 pub mod binding;
+pub mod binding_terms;
 pub mod connect;
 pub mod consumer_checks;
 pub mod credentials;
