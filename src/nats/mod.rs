@@ -5,7 +5,9 @@
 
 pub mod backlog;
 pub mod binding;
+pub mod binding_terms;
 pub mod connect;
+pub mod consumer_checks;
 pub mod credentials;
 pub mod fetch;
 pub mod header_block;
