@@ -18,3 +18,54 @@ pub trait DestinationSettings {
     /// would interleave writes, so validation refuses that.
     fn target(&self) -> String;
 }
+
+/// Adds a problem for each `(key, value, min, max)` whose value lies outside `min..=max`.
+pub fn out_of_range(out: &mut Vec<(String, String)>, checks: &[(&str, u64, u64, u64)]) {
+    for &(key, value, min, max) in checks {
+        if !(min..=max).contains(&value) {
+            out.push((
+                key.into(),
+                format!("must be between {min} and {max}, got {value}"),
+            ));
+        }
+    }
+}
+
+/// Adds a problem when connecting may take longer than the whole request it is part of.
+pub fn connect_within_request(
+    out: &mut Vec<(String, String)>,
+    connect_timeout_ms: u64,
+    request_timeout_ms: u64,
+) {
+    if connect_timeout_ms > request_timeout_ms {
+        out.push((
+            "connect_timeout_ms".into(),
+            format!(
+                "must not exceed request_timeout_ms ({request_timeout_ms}), got {connect_timeout_ms}"
+            ),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_outside_their_range_and_a_connect_longer_than_the_request_are_named() {
+        let mut out = Vec::new();
+        out_of_range(
+            &mut out,
+            &[("a", 5, 1, 10), ("b", 0, 1, 10), ("c", 11, 1, 10)],
+        );
+        connect_within_request(&mut out, 200, 100);
+        connect_within_request(&mut out, 100, 100);
+        let keys: Vec<&str> = out.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["b", "c", "connect_timeout_ms"]);
+        assert_eq!(out[0].1, "must be between 1 and 10, got 0");
+        assert_eq!(
+            out[2].1,
+            "must not exceed request_timeout_ms (100), got 200"
+        );
+    }
+}

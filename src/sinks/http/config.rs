@@ -9,7 +9,7 @@ use reqwest::Url;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::sinks::settings::DestinationSettings;
+use crate::sinks::settings::{connect_within_request, out_of_range, DestinationSettings};
 
 /// The `http` destination: every batch (or every message) is sent to one URL, and
 /// committed when the endpoint answers 2xx.
@@ -293,28 +293,16 @@ impl DestinationSettings for HttpConfig {
                 format!("must be between 1 and 256, got {}", self.concurrency),
             ));
         }
-        for (key, value, min, max) in [
+        out_of_range(
+            &mut out,
+            &[
             ("connect_timeout_ms", self.connect_timeout_ms, 100, 600_000),
             ("request_timeout_ms", self.request_timeout_ms, 100, 3_600_000),
             ("max_response_bytes", self.max_response_bytes, 0, 16 << 20),
             ("retry_after_max_ms", self.retry_after_max_ms, 0, 600_000),
-        ] {
-            if !(min..=max).contains(&value) {
-                out.push((
-                    key.into(),
-                    format!("must be between {min} and {max}, got {value}"),
-                ));
-            }
-        }
-        if self.connect_timeout_ms > self.request_timeout_ms {
-            out.push((
-                "connect_timeout_ms".into(),
-                format!(
-                    "must not exceed request_timeout_ms ({}), got {}",
-                    self.request_timeout_ms, self.connect_timeout_ms
-                ),
-            ));
-        }
+            ],
+        );
+        connect_within_request(&mut out, self.connect_timeout_ms, self.request_timeout_ms);
         out
     }
 

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::key::Template;
-use crate::sinks::settings::DestinationSettings;
+use crate::sinks::settings::{connect_within_request, out_of_range, DestinationSettings};
 
 /// The `s3` destination: each batch becomes one JSON Lines object (one per partition the
 /// batch touches) in a bucket of any S3-compatible store, committed when the upload
@@ -268,7 +268,9 @@ impl DestinationSettings for S3Config {
         }
         self.endpoint_problems(&mut out);
         self.credential_problems(&mut out);
-        for (key, value, min, max) in [
+        out_of_range(
+            &mut out,
+            &[
             (
                 "multipart_part_bytes",
                 self.multipart_part_bytes,
@@ -277,23 +279,9 @@ impl DestinationSettings for S3Config {
             ),
             ("connect_timeout_ms", self.connect_timeout_ms, 100, 600_000),
             ("request_timeout_ms", self.request_timeout_ms, 100, 3_600_000),
-        ] {
-            if !(min..=max).contains(&value) {
-                out.push((
-                    key.into(),
-                    format!("must be between {min} and {max}, got {value}"),
-                ));
-            }
-        }
-        if self.connect_timeout_ms > self.request_timeout_ms {
-            out.push((
-                "connect_timeout_ms".into(),
-                format!(
-                    "must not exceed request_timeout_ms ({}), got {}",
-                    self.request_timeout_ms, self.connect_timeout_ms
-                ),
-            ));
-        }
+            ],
+        );
+        connect_within_request(&mut out, self.connect_timeout_ms, self.request_timeout_ms);
         out
     }
 
