@@ -32,17 +32,6 @@ async fn create_target(js: &jetstream::Context, name: &str, subject: &str, atomi
     .expect("create target stream");
 }
 
-async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
-    match js.get_stream(stream).await {
-        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
-        Err(_) => 0,
-    }
-}
-
-async fn drained(js: &jetstream::Context, stream: &str) -> bool {
-    consumer_state(js, stream, "jetsink").await == (0, 0)
-}
-
 async fn read_all(js: &jetstream::Context, stream: &str, n: usize) -> Vec<jetstream::Message> {
     let s = js.get_stream(stream).await.expect("target stream");
     let consumer = s

@@ -37,14 +37,6 @@ async fn publish_traced(js: &jetstream::Context, subject: &str, count: usize) {
     }
 }
 
-/// Messages stored in `stream` (0 while it cannot be read).
-async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
-    match js.get_stream(stream).await {
-        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
-        Err(_) => 0,
-    }
-}
-
 /// Creates the target stream with a duplicate window far longer than the test.
 async fn create_target(js: &jetstream::Context, name: &str, subject: &str, max_msg_size: i32) {
     js.create_stream(jetstream::stream::Config {
@@ -74,16 +66,6 @@ async fn read_all(js: &jetstream::Context, stream: &str, n: usize) -> Vec<jetstr
         out.push(next.expect("stream open").expect("message"));
     }
     out
-}
-
-/// Whether the sink's consumer exists and has nothing pending or unacknowledged.
-async fn drained(js: &jetstream::Context, stream: &str) -> bool {
-    let Ok(s) = js.get_stream(stream).await else {
-        return false;
-    };
-    s.consumer_info("jetsink")
-        .await
-        .is_ok_and(|i| i.num_pending == 0 && i.num_ack_pending == 0)
 }
 
 fn header(m: &jetstream::Message, name: &str) -> Option<String> {

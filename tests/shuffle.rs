@@ -20,13 +20,6 @@ use serde_json::json;
 const N: usize = 5_000;
 const BUFFER: usize = 1_000;
 
-async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
-    match js.get_stream(stream).await {
-        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
-        Err(_) => 0,
-    }
-}
-
 async fn create_target(js: &jetstream::Context, name: &str, subject: &str) {
     js.create_stream(jetstream::stream::Config {
         name: name.to_string(),
@@ -62,15 +55,6 @@ async fn source_order(js: &jetstream::Context, stream: &str, n: usize) -> Vec<u6
         out.push(seq);
     }
     out
-}
-
-async fn drained(js: &jetstream::Context, stream: &str) -> bool {
-    let Ok(s) = js.get_stream(stream).await else {
-        return false;
-    };
-    s.consumer_info("jetsink")
-        .await
-        .is_ok_and(|i| i.num_pending == 0 && i.num_ack_pending == 0)
 }
 
 /// Pairs out of order over all pairs: 0 for a sorted order, about 0.5 for a uniform shuffle.

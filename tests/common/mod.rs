@@ -456,6 +456,24 @@ pub async fn consumer_state(js: &jetstream::Context, stream: &str, consumer: &st
     (info.num_pending, info.num_ack_pending)
 }
 
+/// Messages `stream` holds now (0 while it does not exist): what a target stream stored.
+pub async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
+    match js.get_stream(stream).await {
+        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+/// Whether consumer `jetsink` of `stream` exists and has nothing pending or unacknowledged.
+pub async fn drained(js: &jetstream::Context, stream: &str) -> bool {
+    let Ok(s) = js.get_stream(stream).await else {
+        return false;
+    };
+    s.consumer_info("jetsink")
+        .await
+        .is_ok_and(|i| i.num_pending == 0 && i.num_ack_pending == 0)
+}
+
 /// Polls `check` until it returns true or `within` passes.
 pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
 where
