@@ -5,7 +5,9 @@
 //! priority timeout and writes the rest, and the messages the dead one held come to it
 //! after AckWait. Every message is committed; the only ones committed by both are those
 //! the dead one had committed and not yet ACKed, counted and bounded. The takeover time is
-//! printed, not asserted. On older servers `source.pinned` is refused at start-up.
+//! printed, not asserted. A clean SIGTERM of the active one releases the pin, so the
+//! standby takes over without waiting out the priority timeout, and nothing is committed
+//! twice. On older servers `source.pinned` is refused at start-up.
 //!
 //! "Committed twice" is measured as in tests/cluster.rs: a trigger appends the stream
 //! sequence of every row each instance commits to a plain `writes` table.
@@ -66,6 +68,10 @@ struct Instance {
 
 impl Instance {
     fn new(server: &NatsServer) -> Instance {
+        Instance::with_priority_timeout(server, PRIORITY_TIMEOUT_MS)
+    }
+
+    fn with_priority_timeout(server: &NatsServer, timeout_ms: u64) -> Instance {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
         let conn = rusqlite::Connection::open(dir.path().join("data/pinned.db")).expect("db");
@@ -80,7 +86,7 @@ impl Instance {
                     "subjects": SUBJECT,
                     "consumer": "jetsink",
                     "ack_wait_ms": ACK_WAIT_MS,
-                    "pinned": {"group": "pair", "timeout_ms": PRIORITY_TIMEOUT_MS}
+                    "pinned": {"group": "pair", "timeout_ms": timeout_ms}
                 },
                 "delivery": {"batch_size": BATCH, "batch_timeout_ms": 500},
                 "destination": {"type": "sqlite", "path": "data/pinned.db", "table": "events"}
@@ -254,6 +260,91 @@ async fn the_standby_takes_over_after_the_active_instance_is_killed_and_every_me
         !daemon_b.log_text().contains("pull failed"),
         "the standby's pulls did not fail:\n{}",
         daemon_b.log_text()
+    );
+}
+
+/// Far longer than the test waits for the standby: only the UNPIN at shutdown can move
+/// the pin in time.
+const LONG_PRIORITY_TIMEOUT_MS: u64 = 600_000;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clean_sigterm_of_the_active_instance_releases_the_pin_and_nothing_is_committed_twice() {
+    if !has_priority_groups() {
+        eprintln!(
+            "skipped: pinned priority groups need nats-server 2.11+, this one is {:?}",
+            nats_server_version()
+        );
+        return;
+    }
+    let server = NatsServer::start();
+    let js = server.js().await;
+    create_stream(&js, STREAM, "pinned.>").await;
+    let a = Instance::with_priority_timeout(&server, LONG_PRIORITY_TIMEOUT_MS);
+    let b = Instance::with_priority_timeout(&server, LONG_PRIORITY_TIMEOUT_MS);
+
+    let mut daemon_a = a.start();
+    let publisher = publish_paced(&js, SUBJECT, MESSAGES, 400);
+    eventually(
+        Duration::from_secs(30),
+        "A holds the pin and writes",
+        || async { a.pinned().await == Some(1.0) && a.rows() > 0 },
+    )
+    .await;
+    let mut daemon_b = b.start();
+    eventually(Duration::from_secs(30), "B is up and stands by", || async {
+        b.pinned().await == Some(0.0) && ready(&b.listen).await == 200
+    })
+    .await;
+    let rows_at_stop = a.rows();
+    assert!(
+        rows_at_stop < MESSAGES as u64,
+        "the SIGTERM must land mid-drain ({rows_at_stop} of {MESSAGES} written)"
+    );
+    daemon_a.stop_cleanly();
+    assert!(
+        daemon_a.log_text().contains("released the pin at shutdown"),
+        "A released its pin:\n{}",
+        daemon_a.log_text()
+    );
+    // The priority timeout is ten minutes: B can only be pinned this soon because A
+    // released the pin.
+    eventually(
+        Duration::from_secs(60),
+        "B is pinned after A released the pin",
+        || async { b.pinned().await == Some(1.0) },
+    )
+    .await;
+    publisher.await.expect("publisher");
+    eventually(
+        Duration::from_secs(90),
+        "every message committed and acknowledged",
+        || async {
+            consumer_state(&js, STREAM, "jetsink").await == (0, 0) && {
+                let (sa, _) = audit(&a.db());
+                let (sb, _) = audit(&b.db());
+                sa.union(&sb).count() == MESSAGES
+            }
+        },
+    )
+    .await;
+    daemon_b.stop_cleanly();
+    let (sa, commits_a) = audit(&a.db());
+    let (sb, commits_b) = audit(&b.db());
+    println!(
+        "clean handover: A committed {} messages ({rows_at_stop} at SIGTERM), B {}",
+        sa.len(),
+        sb.len()
+    );
+    assert!(!sb.is_empty(), "B wrote the rest");
+    assert_eq!(
+        sa.intersection(&sb).count(),
+        0,
+        "a clean stop ACKs everything it committed, so nothing comes to B again"
+    );
+    assert_eq!(
+        (commits_a, commits_b),
+        (sa.len() as u64, sb.len() as u64),
+        "no instance committed a message twice"
     );
 }
 

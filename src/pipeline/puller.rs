@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::response::Response;
 use async_nats::jetstream::{self};
 use async_nats::Subject;
 use rand::rngs::StdRng;
@@ -289,6 +290,48 @@ impl Puller {
             metrics,
             health,
             pinned,
+        }
+    }
+
+    /// At shutdown, after the last pull: hands the pin over at once with the JetStream
+    /// UNPIN request, so a standby takes the new messages now instead of after the
+    /// priority timeout. Only while this instance believes it holds the pin: should the
+    /// pin have moved a moment ago, the request unpins the new holder, and the server pins
+    /// a waiting pull again at once, so the cost is one re-pin. A failure only costs the
+    /// standby the priority timeout, as before; it is logged, not retried.
+    pub(super) async fn release_pin(&mut self, by: Instant) {
+        let Some(pinned) = self.pinned.as_mut() else {
+            return;
+        };
+        if !pinned.pin.held() {
+            return;
+        }
+        let source = &self.spec.source;
+        let subject = format!("CONSUMER.UNPIN.{}.{}", source.stream, source.consumer);
+        let body = serde_json::json!({ "group": pinned.pin.group() });
+        let sent = tokio::time::timeout_at(
+            by,
+            self.js
+                .request::<_, _, Response<serde::de::IgnoredAny>>(subject, &body),
+        )
+        .await;
+        let sink = &self.spec.name;
+        match sent {
+            Ok(Ok(Response::Ok(_))) => {
+                pinned.pin.lost();
+                pinned.was_held = false;
+                pinned.gauge.set(0);
+                tracing::info!(sink = %sink, group = pinned.pin.group(), "released the pin at shutdown: a standby takes over now");
+            }
+            Ok(Ok(Response::Err { error })) => {
+                tracing::warn!(sink = %sink, error = %error, "the server refused to release the pin; a standby takes over after the priority timeout")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(sink = %sink, error = %e, "could not release the pin; a standby takes over after the priority timeout")
+            }
+            Err(_) => {
+                tracing::warn!(sink = %sink, "no time left to release the pin; a standby takes over after the priority timeout")
+            }
         }
     }
 

@@ -328,6 +328,7 @@ impl Runner {
         // waits in the server would redeliver to that pull, and die with this process.
         self.settler.finish(&mut self.ahead, by).await;
         self.hand_back_buffer(by).await;
+        self.puller.release_pin(by).await;
         tracing::info!(sink = %name, "sink stopped");
     }
 
