@@ -59,15 +59,32 @@ fn listen_of(cfg: &Value) -> String {
         .to_string()
 }
 
+/// Every address an example listens on: its HTTP endpoint, and its job API when it has
+/// an `api` section (the API's default address when that sets none).
+fn listens_of(cfg: &Value) -> Vec<String> {
+    let mut listens = vec![listen_of(cfg)];
+    if cfg.get("api").is_some() {
+        listens.push(
+            cfg["api"]["listen"]
+                .as_str()
+                .unwrap_or("127.0.0.1:9465")
+                .to_string(),
+        );
+    }
+    listens
+}
+
 #[test]
-fn every_example_listens_on_its_own_port() {
-    let all = all_examples();
-    let listens: Vec<String> = all.iter().map(|n| listen_of(&example(n))).collect();
+fn every_example_listens_on_ports_of_its_own() {
+    let listens: Vec<String> = all_examples()
+        .iter()
+        .flat_map(|n| listens_of(&example(n)))
+        .collect();
     let ports: BTreeSet<&str> = listens
         .iter()
         .map(|l| l.rsplit(':').next().unwrap_or(""))
         .collect();
-    assert_eq!(ports.len(), all.len(), "shared ports: {listens:?}");
+    assert_eq!(ports.len(), listens.len(), "shared ports: {listens:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
