@@ -92,25 +92,9 @@ fn submit(dir: &Path, cfg: &Path, data: &str, id: &str) -> (i32, serde_json::Val
     (code, serde_json::from_str(&out).unwrap_or(json!(null)), err)
 }
 
-async fn stored_result(js: &jetstream::Context, id: &str) -> Option<serde_json::Value> {
-    let s = js.get_stream("RESULTS").await.ok()?;
-    let m = s
-        .get_last_raw_message_by_subject(&format!("jobs.results.{id}"))
-        .await
-        .ok()?;
-    serde_json::from_slice(&m.payload).ok()
-}
-
-async fn stream_messages(js: &jetstream::Context, name: &str) -> u64 {
-    match js.get_stream(name).await {
-        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
-        Err(_) => 0,
-    }
-}
-
 async fn started(js: &jetstream::Context, d: &Daemon) {
     eventually(Duration::from_secs(20), "the streams exist", || async {
-        stream_messages(js, "JOBS").await == 0
+        stored(js, "JOBS").await == 0
             && js.get_stream("RESULTS").await.is_ok()
             && js.get_stream("JOBS_DLQ").await.is_ok()
     })
@@ -212,11 +196,11 @@ async fn a_poison_job_is_dead_lettered_with_a_result_and_submit_exits_65() {
         result["error"].as_str().unwrap().contains("exited with 1"),
         "{result}"
     );
-    assert_eq!(stream_messages(&js, "JOBS_DLQ").await, 1);
+    assert_eq!(stored(&js, "JOBS_DLQ").await, 1);
     eventually(
         Duration::from_secs(10),
         "the job is gone from the work queue",
-        || async { stream_messages(&js, "JOBS").await == 0 },
+        || async { stored(&js, "JOBS").await == 0 },
     )
     .await;
 }
@@ -310,7 +294,7 @@ async fn in_a_batch_the_jobs_that_succeed_are_acked_while_one_that_asks_for_late
                     found += 1;
                 }
             }
-            found == 3 && stream_messages(&js, "JOBS").await == 1
+            found == 3 && stored(&js, "JOBS").await == 1
         },
     )
     .await;
@@ -350,7 +334,7 @@ async fn in_a_batch_the_jobs_that_succeed_are_acked_while_one_that_asks_for_late
     eventually(
         Duration::from_secs(10),
         "the work queue is empty",
-        || async { stream_messages(&js, "JOBS").await == 0 },
+        || async { stored(&js, "JOBS").await == 0 },
     )
     .await;
     drop(d);

@@ -85,23 +85,6 @@ fn write_named(dir: &Path, name: &str, cfg: &serde_json::Value) -> PathBuf {
     path
 }
 
-async fn stream_messages(js: &jetstream::Context, name: &str) -> u64 {
-    match js.get_stream(name).await {
-        Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
-        Err(_) => 0,
-    }
-}
-
-/// The stored result of job `id`.
-async fn stored_result(js: &jetstream::Context, id: &str) -> Option<serde_json::Value> {
-    let s = js.get_stream("RESULTS").await.ok()?;
-    let m = s
-        .get_last_raw_message_by_subject(&format!("jobs.results.{id}"))
-        .await
-        .ok()?;
-    serde_json::from_slice(&m.payload).ok()
-}
-
 /// Publishes jobs `job-<from>` .. `job-<to-1>` with their id as `Nats-Msg-Id`.
 async fn publish_jobs(js: &jetstream::Context, range: std::ops::Range<usize>) {
     let mut acks = Vec::with_capacity(512);
@@ -182,15 +165,13 @@ async fn three_competing_workers_drain_a_work_queue_and_a_killed_one_loses_no_jo
     eventually(
         Duration::from_secs(90),
         "every job committed and its result stored",
-        || async {
-            audit(&db).0 as usize == JOBS && stream_messages(&js, "RESULTS").await as usize == JOBS
-        },
+        || async { audit(&db).0 as usize == JOBS && stored(&js, "RESULTS").await as usize == JOBS },
     )
     .await;
     eventually(
         Duration::from_secs(30),
         "the work-queue stream is empty",
-        || async { stream_messages(&js, "JOBS").await == 0 },
+        || async { stored(&js, "JOBS").await == 0 },
     )
     .await;
     let (jobs, rewrites) = audit(&db);
@@ -243,11 +224,11 @@ async fn a_poison_job_gets_a_dead_letter_copy_and_a_dead_lettered_result_and_sub
         v["error"].as_str().unwrap().contains("poison job refused"),
         "{v}"
     );
-    assert_eq!(stream_messages(&js, "JOBS_DLQ").await, 1);
+    assert_eq!(stored(&js, "JOBS_DLQ").await, 1);
     eventually(
         Duration::from_secs(10),
         "the poison job is ACKed",
-        || async { stream_messages(&js, "JOBS").await == 0 },
+        || async { stored(&js, "JOBS").await == 0 },
     )
     .await;
     // A healthy job through the same worker.
@@ -308,11 +289,7 @@ async fn a_submit_that_times_out_exits_75_and_a_later_submit_with_the_same_id_fi
     );
     assert_eq!(code, 75, "{out}\n{err}");
     assert!(err.contains("--id late-1"), "{err}");
-    assert_eq!(
-        stream_messages(&js, "JOBS").await,
-        1,
-        "the job stays queued"
-    );
+    assert_eq!(stored(&js, "JOBS").await, 1, "the job stays queued");
     // A worker starts and finishes it before anybody waits again.
     let mut d = Daemon::start(&path, dir.path());
     eventually(Duration::from_secs(20), "the result is stored", || async {
@@ -341,7 +318,7 @@ async fn a_submit_that_times_out_exits_75_and_a_later_submit_with_the_same_id_fi
         (v["id"].as_str(), v["status"].as_str()),
         (Some("late-1"), Some("committed"))
     );
-    assert_eq!(stream_messages(&js, "RESULTS").await, 1);
+    assert_eq!(stored(&js, "RESULTS").await, 1);
     d.stop_cleanly();
 }
 
@@ -371,7 +348,7 @@ async fn a_job_whose_id_is_not_one_subject_token_is_refused_as_invalid_job_id() 
     eventually(
         Duration::from_secs(20),
         "the job is dead-lettered",
-        || async { stream_messages(&js, "JOBS_DLQ").await == 1 },
+        || async { stored(&js, "JOBS_DLQ").await == 1 },
     )
     .await;
     let copy = js
@@ -389,15 +366,11 @@ async fn a_job_whose_id_is_not_one_subject_token_is_refused_as_invalid_job_id() 
     eventually(
         Duration::from_secs(10),
         "the refused job is ACKed",
-        || async { stream_messages(&js, "JOBS").await == 0 },
+        || async { stored(&js, "JOBS").await == 0 },
     )
     .await;
     assert_eq!(audit(&db).0, 0, "a refused job is not written");
-    assert_eq!(
-        stream_messages(&js, "RESULTS").await,
-        0,
-        "and has no result subject"
-    );
+    assert_eq!(stored(&js, "RESULTS").await, 0, "and has no result subject");
     d.stop_cleanly();
 }
 
@@ -455,7 +428,7 @@ async fn a_crash_between_result_publish_and_ack_publishes_the_result_twice_and_s
             (Some("committed"), Some(n))
         );
     }
-    assert_eq!(stream_messages(&js, "RESULTS").await, 1, "stored once");
+    assert_eq!(stored(&js, "RESULTS").await, 1, "stored once");
     assert_eq!(stored_result(&js, "twice-1").await.unwrap()["delivered"], 1);
     assert_eq!(audit(&db), (1, 1), "committed twice, one row");
     d.stop_cleanly();

@@ -464,6 +464,17 @@ pub async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
     }
 }
 
+/// The result document stored for job `id` in the `RESULTS` stream (subject
+/// `jobs.results.<id>`), as the job tests configure it.
+pub async fn stored_result(js: &jetstream::Context, id: &str) -> Option<serde_json::Value> {
+    let s = js.get_stream("RESULTS").await.ok()?;
+    let m = s
+        .get_last_raw_message_by_subject(&format!("jobs.results.{id}"))
+        .await
+        .ok()?;
+    serde_json::from_slice(&m.payload).ok()
+}
+
 /// Whether consumer `jetsink` of `stream` exists and has nothing pending or unacknowledged.
 pub async fn drained(js: &jetstream::Context, stream: &str) -> bool {
     let Ok(s) = js.get_stream(stream).await else {
