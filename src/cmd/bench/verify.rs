@@ -47,11 +47,17 @@ pub async fn run(
         Some(other) => match database_keys(other, stream).await? {
             Some(n) => n,
             None => {
+                let why = match other {
+                    DestinationConfig::Postgres(_) | DestinationConfig::Mysql(_) => {
+                        "its column mapping stores no idempotency_key or no stream"
+                    }
+                    _ => "jetsink does not read this destination back",
+                };
                 return Ok(format!(
-                    "consumer 0 pending / 0 ack-pending (the {} column mapping stores no \
-                     idempotency_key or no stream, so rows were not counted)",
+                    "consumer 0 pending / 0 ack-pending (the {} destination was not counted: \
+                     {why})",
                     other.kind()
-                ))
+                ));
             }
         },
     };
