@@ -26,37 +26,9 @@ const CONSUMER: &str = "jetsink";
 /// `delivery.batch_size`: small, so a phase lasts long enough to fail mid-drain.
 const BATCH: usize = 10;
 
-/// The `events` table exactly as jetsink creates it, plus the audit of every commit.
-const AUDITED_SCHEMA: &str = "
-CREATE TABLE events (
-    idempotency_key TEXT PRIMARY KEY NOT NULL,
-    stream TEXT NOT NULL,
-    stream_sequence INTEGER NOT NULL,
-    consumer_sequence INTEGER NOT NULL,
-    subject TEXT NOT NULL,
-    delivered INTEGER NOT NULL,
-    published_at TEXT NOT NULL,
-    written_at TEXT NOT NULL,
-    message_id TEXT,
-    headers TEXT NOT NULL,
-    priority TEXT,
-    lane TEXT,
-    classification TEXT,
-    labels TEXT NOT NULL DEFAULT '[]',
-    payload BLOB NOT NULL
-);
-CREATE TABLE writes (seq INTEGER NOT NULL, delivered INTEGER NOT NULL);
-CREATE TRIGGER audit_every_write BEFORE INSERT ON events
-BEGIN
-    INSERT INTO writes (seq, delivered) VALUES (NEW.stream_sequence, NEW.delivered);
-END;
-";
-
 fn audited_db(dir: &Path) -> std::path::PathBuf {
-    std::fs::create_dir_all(dir.join("data")).unwrap();
     let path = dir.join("data/failover.db");
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(AUDITED_SCHEMA).unwrap();
+    audit::create_audited_table(&path, "events", "");
     path
 }
 

@@ -19,24 +19,16 @@ const TABLE: &str = "jobs";
 
 /// The sink's table, with a trigger counting every commit and one refusing `POISON`.
 fn audited_db(dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir.join("data")).unwrap();
     let path = dir.join("data/jobs.db");
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(&format!(
-        "CREATE TABLE {TABLE} (idempotency_key TEXT PRIMARY KEY NOT NULL, stream TEXT NOT NULL,
-           stream_sequence INTEGER NOT NULL, consumer_sequence INTEGER NOT NULL,
-           subject TEXT NOT NULL, delivered INTEGER NOT NULL, published_at TEXT NOT NULL,
-           written_at TEXT NOT NULL, message_id TEXT, headers TEXT NOT NULL, priority TEXT,
-           lane TEXT, classification TEXT, labels TEXT NOT NULL DEFAULT '[]',
-           payload BLOB NOT NULL);
-         CREATE TABLE writes (seq INTEGER NOT NULL);
-         CREATE TRIGGER refuse_poison BEFORE INSERT ON {TABLE}
-           WHEN instr(CAST(NEW.payload AS TEXT), 'POISON') > 0
-           BEGIN SELECT RAISE(ABORT, 'poison job refused'); END;
-         CREATE TRIGGER audit_every_write BEFORE INSERT ON {TABLE}
-           BEGIN INSERT INTO writes (seq) VALUES (NEW.stream_sequence); END;"
-    ))
-    .unwrap();
+    audit::create_audited_table(
+        &path,
+        TABLE,
+        &format!(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON {TABLE}
+               WHEN instr(CAST(NEW.payload AS TEXT), 'POISON') > 0
+               BEGIN SELECT RAISE(ABORT, 'poison job refused'); END;"
+        ),
+    );
     path
 }
 
@@ -338,13 +330,7 @@ async fn a_job_whose_id_is_not_one_subject_token_is_refused_as_invalid_job_id() 
         js.get_stream("JOBS_DLQ").await.is_ok()
     })
     .await;
-    let mut h = async_nats::HeaderMap::new();
-    h.insert("Nats-Msg-Id", "a.b");
-    js.publish_with_headers("jobs.run", h, "{}".into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    publish_job(&js, "a.b", "{}").await;
     eventually(
         Duration::from_secs(20),
         "the job is dead-lettered",
@@ -409,13 +395,7 @@ async fn a_crash_between_result_publish_and_ack_publishes_the_result_twice_and_s
         js.get_stream("RESULTS").await.is_ok()
     })
     .await;
-    let mut h = async_nats::HeaderMap::new();
-    h.insert("Nats-Msg-Id", "twice-1");
-    js.publish_with_headers("jobs.run", h, "{}".into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    publish_job(&js, "twice-1", "{}").await;
     use futures::StreamExt;
     for n in 1..=2 {
         let m = tokio::time::timeout(Duration::from_secs(30), seen.next())

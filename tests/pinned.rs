@@ -33,32 +33,6 @@ fn has_priority_groups() -> bool {
     nats_server_version().is_some_and(|v| v >= (2, 11, 0))
 }
 
-/// The `events` table as jetsink creates it, plus the audit of every commit.
-const AUDITED_SCHEMA: &str = "
-CREATE TABLE events (
-    idempotency_key TEXT PRIMARY KEY NOT NULL,
-    stream TEXT NOT NULL,
-    stream_sequence INTEGER NOT NULL,
-    consumer_sequence INTEGER NOT NULL,
-    subject TEXT NOT NULL,
-    delivered INTEGER NOT NULL,
-    published_at TEXT NOT NULL,
-    written_at TEXT NOT NULL,
-    message_id TEXT,
-    headers TEXT NOT NULL,
-    priority TEXT,
-    lane TEXT,
-    classification TEXT,
-    labels TEXT NOT NULL DEFAULT '[]',
-    payload BLOB NOT NULL
-);
-CREATE TABLE writes (seq INTEGER NOT NULL);
-CREATE TRIGGER audit_every_write BEFORE INSERT ON events
-BEGIN
-    INSERT INTO writes (seq) VALUES (NEW.stream_sequence);
-END;
-";
-
 /// One instance: its own directory, SQLite file, HTTP port and config (the same sink).
 struct Instance {
     dir: tempfile::TempDir,
@@ -73,9 +47,7 @@ impl Instance {
 
     fn with_priority_timeout(server: &NatsServer, timeout_ms: u64) -> Instance {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir_all(dir.path().join("data")).expect("data dir");
-        let conn = rusqlite::Connection::open(dir.path().join("data/pinned.db")).expect("db");
-        conn.execute_batch(AUDITED_SCHEMA).expect("schema");
+        audit::create_audited_table(&dir.path().join("data/pinned.db"), "events", "");
         let listen = format!("127.0.0.1:{}", free_port());
         let cfg = json!({
             "nats": {"servers": [server.url()], "connect_timeout_ms": 2000},
@@ -119,15 +91,7 @@ impl Instance {
 
 /// (every stream sequence committed, commits in all) of one instance's audit.
 fn audit(db: &Path) -> (BTreeSet<u64>, u64) {
-    let conn = rusqlite::Connection::open(db).expect("db");
-    conn.busy_timeout(Duration::from_secs(5))
-        .expect("busy timeout");
-    let mut stmt = conn.prepare("SELECT seq FROM writes").expect("select");
-    let seqs: Vec<u64> = stmt
-        .query_map([], |r| r.get::<_, i64>(0))
-        .expect("query")
-        .map(|r| r.expect("row") as u64)
-        .collect();
+    let seqs = audit::committed_sequences(db);
     let commits = seqs.len() as u64;
     (seqs.into_iter().collect(), commits)
 }
@@ -150,37 +114,120 @@ async fn ready(listen: &str) -> u16 {
     .unwrap_or(0)
 }
 
+/// Whether this server lacks priority groups; says so, for a test that then skips.
+fn skipped_without_priority_groups() -> bool {
+    if has_priority_groups() {
+        return false;
+    }
+    eprintln!(
+        "skipped: pinned priority groups need nats-server 2.11+, this one is {:?}",
+        nats_server_version()
+    );
+    true
+}
+
+/// Two instances mid-drain: A pinned and writing, B up, ready and standing by, the
+/// publisher still sending `MESSAGES` at 400/s.
+struct Pair {
+    _server: NatsServer,
+    js: async_nats::jetstream::Context,
+    a: Instance,
+    b: Instance,
+    daemon_a: Daemon,
+    daemon_b: Daemon,
+    publisher: tokio::task::JoinHandle<()>,
+}
+
+impl Pair {
+    /// A starts alone and is pinned by the first delivery; then B starts with the same
+    /// sink and stands by.
+    async fn start(priority_timeout_ms: u64) -> Pair {
+        let server = NatsServer::start();
+        let js = server.js().await;
+        create_stream(&js, STREAM, "pinned.>").await;
+        let a = Instance::with_priority_timeout(&server, priority_timeout_ms);
+        let b = Instance::with_priority_timeout(&server, priority_timeout_ms);
+        let daemon_a = a.start();
+        let publisher = publish_paced(&js, SUBJECT, MESSAGES, 400);
+        eventually(
+            Duration::from_secs(30),
+            "A holds the pin and writes",
+            || async { a.pinned().await == Some(1.0) && a.rows() > 0 },
+        )
+        .await;
+        let daemon_b = b.start();
+        eventually(Duration::from_secs(30), "B is up and stands by", || async {
+            b.pinned().await == Some(0.0) && ready(&b.listen).await == 200
+        })
+        .await;
+        Pair {
+            _server: server,
+            js,
+            a,
+            b,
+            daemon_a,
+            daemon_b,
+            publisher,
+        }
+    }
+
+    /// Rows A has written, checked to be fewer than all: what follows lands mid-drain.
+    fn mid_drain(&self, what: &str) -> u64 {
+        let rows = self.a.rows();
+        assert!(
+            rows < MESSAGES as u64,
+            "the {what} must land mid-drain ({rows} of {MESSAGES} written)"
+        );
+        rows
+    }
+
+    /// Waits until B holds the pin.
+    async fn b_pinned(&self, after: &str) {
+        eventually(
+            Duration::from_secs(60),
+            &format!("B is pinned after {after}"),
+            || async { self.b.pinned().await == Some(1.0) },
+        )
+        .await;
+    }
+
+    /// Waits for the publisher, then until every message is committed by one of the pair
+    /// and the consumer has nothing pending; stops B. Returns each instance's audit.
+    async fn drained(&mut self) -> ((BTreeSet<u64>, u64), (BTreeSet<u64>, u64)) {
+        (&mut self.publisher).await.expect("publisher");
+        let (js, a, b) = (&self.js, &self.a, &self.b);
+        eventually(
+            Duration::from_secs(90),
+            "every message committed and acknowledged",
+            || async {
+                consumer_state(js, STREAM, "jetsink").await == (0, 0) && {
+                    let (sa, _) = audit(&a.db());
+                    let (sb, _) = audit(&b.db());
+                    sa.union(&sb).count() == MESSAGES
+                }
+            },
+        )
+        .await;
+        self.daemon_b.stop_cleanly();
+        let (sa, sb) = (audit(&self.a.db()), audit(&self.b.db()));
+        let union: BTreeSet<u64> = sa.0.union(&sb.0).copied().collect();
+        let expected: BTreeSet<u64> = (1..=MESSAGES as u64).collect();
+        assert_eq!(
+            union, expected,
+            "every message committed by one of the pair"
+        );
+        (sa, sb)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_standby_takes_over_after_the_active_instance_is_killed_and_every_message_is_committed()
 {
-    if !has_priority_groups() {
-        eprintln!(
-            "skipped: pinned priority groups need nats-server 2.11+, this one is {:?}",
-            nats_server_version()
-        );
+    if skipped_without_priority_groups() {
         return;
     }
-    let server = NatsServer::start();
-    let js = server.js().await;
-    create_stream(&js, STREAM, "pinned.>").await;
-    let (a, b) = (Instance::new(&server), Instance::new(&server));
-
-    // A starts alone and is pinned by the first delivery.
-    let mut daemon_a = a.start();
-    let publisher = publish_paced(&js, SUBJECT, MESSAGES, 400);
-    eventually(
-        Duration::from_secs(30),
-        "A holds the pin and writes",
-        || async { a.pinned().await == Some(1.0) && a.rows() > 0 },
-    )
-    .await;
-
-    // B starts with the same sink and stands by: ready, not pinned, writing nothing.
-    let mut daemon_b = b.start();
-    eventually(Duration::from_secs(30), "B is up and ready", || async {
-        b.pinned().await == Some(0.0) && ready(&b.listen).await == 200
-    })
-    .await;
+    let mut pair = Pair::start(PRIORITY_TIMEOUT_MS).await;
+    let (a, b) = (&pair.a, &pair.b);
     let a_before = a.rows();
     eventually(
         Duration::from_secs(30),
@@ -188,54 +235,29 @@ async fn the_standby_takes_over_after_the_active_instance_is_killed_and_every_me
         || async { a.rows() >= a_before + 200 },
     )
     .await;
-    assert_eq!(b.rows(), 0, "the standby wrote:\n{}", daemon_b.log_text());
+    assert_eq!(
+        b.rows(),
+        0,
+        "the standby wrote:\n{}",
+        pair.daemon_b.log_text()
+    );
     assert_eq!(b.pinned().await, Some(0.0));
 
     // SIGKILL A mid-drain; B must take over.
-    let rows_at_kill = a.rows();
-    assert!(
-        rows_at_kill < MESSAGES as u64,
-        "the kill must land mid-drain ({rows_at_kill} of {MESSAGES} written)"
-    );
-    daemon_a.kill();
+    let rows_at_kill = pair.mid_drain("kill");
+    pair.daemon_a.kill();
     let killed = Instant::now();
-    eventually(
-        Duration::from_secs(60),
-        "B is pinned after A died",
-        || async { b.pinned().await == Some(1.0) },
-    )
-    .await;
+    pair.b_pinned("A died").await;
     let pinned_after = killed.elapsed();
+    let b = &pair.b;
     eventually(Duration::from_secs(60), "B writes after A died", || async {
         b.rows() > 0
     })
     .await;
     let writing_after = killed.elapsed();
-    publisher.await.expect("publisher");
-
-    eventually(
-        Duration::from_secs(90),
-        "every message committed and acknowledged",
-        || async {
-            consumer_state(&js, STREAM, "jetsink").await == (0, 0) && {
-                let (sa, _) = audit(&a.db());
-                let (sb, _) = audit(&b.db());
-                sa.union(&sb).count() == MESSAGES
-            }
-        },
-    )
-    .await;
+    let ((sa, commits_a), (sb, commits_b)) = pair.drained().await;
     let all_redelivered_after = killed.elapsed();
-    daemon_b.stop_cleanly();
 
-    let (sa, commits_a) = audit(&a.db());
-    let (sb, commits_b) = audit(&b.db());
-    let union: BTreeSet<u64> = sa.union(&sb).copied().collect();
-    let expected: BTreeSet<u64> = (1..=MESSAGES as u64).collect();
-    assert_eq!(
-        union, expected,
-        "every message committed by one of the pair"
-    );
     let both = sa.intersection(&sb).count() as u64;
     let rewrites = (commits_a - sa.len() as u64) + (commits_b - sb.len() as u64);
     println!(
@@ -257,9 +279,9 @@ async fn the_standby_takes_over_after_the_active_instance_is_killed_and_every_me
     );
     assert_eq!(rewrites, 0, "no instance committed a message twice");
     assert!(
-        !daemon_b.log_text().contains("pull failed"),
+        !pair.daemon_b.log_text().contains("pull failed"),
         "the standby's pulls did not fail:\n{}",
-        daemon_b.log_text()
+        pair.daemon_b.log_text()
     );
 }
 
@@ -269,67 +291,23 @@ const LONG_PRIORITY_TIMEOUT_MS: u64 = 600_000;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clean_sigterm_of_the_active_instance_releases_the_pin_and_nothing_is_committed_twice() {
-    if !has_priority_groups() {
-        eprintln!(
-            "skipped: pinned priority groups need nats-server 2.11+, this one is {:?}",
-            nats_server_version()
-        );
+    if skipped_without_priority_groups() {
         return;
     }
-    let server = NatsServer::start();
-    let js = server.js().await;
-    create_stream(&js, STREAM, "pinned.>").await;
-    let a = Instance::with_priority_timeout(&server, LONG_PRIORITY_TIMEOUT_MS);
-    let b = Instance::with_priority_timeout(&server, LONG_PRIORITY_TIMEOUT_MS);
-
-    let mut daemon_a = a.start();
-    let publisher = publish_paced(&js, SUBJECT, MESSAGES, 400);
-    eventually(
-        Duration::from_secs(30),
-        "A holds the pin and writes",
-        || async { a.pinned().await == Some(1.0) && a.rows() > 0 },
-    )
-    .await;
-    let mut daemon_b = b.start();
-    eventually(Duration::from_secs(30), "B is up and stands by", || async {
-        b.pinned().await == Some(0.0) && ready(&b.listen).await == 200
-    })
-    .await;
-    let rows_at_stop = a.rows();
+    let mut pair = Pair::start(LONG_PRIORITY_TIMEOUT_MS).await;
+    let rows_at_stop = pair.mid_drain("SIGTERM");
+    pair.daemon_a.stop_cleanly();
     assert!(
-        rows_at_stop < MESSAGES as u64,
-        "the SIGTERM must land mid-drain ({rows_at_stop} of {MESSAGES} written)"
-    );
-    daemon_a.stop_cleanly();
-    assert!(
-        daemon_a.log_text().contains("released the pin at shutdown"),
+        pair.daemon_a
+            .log_text()
+            .contains("released the pin at shutdown"),
         "A released its pin:\n{}",
-        daemon_a.log_text()
+        pair.daemon_a.log_text()
     );
     // The priority timeout is ten minutes: B can only be pinned this soon because A
     // released the pin.
-    eventually(
-        Duration::from_secs(60),
-        "B is pinned after A released the pin",
-        || async { b.pinned().await == Some(1.0) },
-    )
-    .await;
-    publisher.await.expect("publisher");
-    eventually(
-        Duration::from_secs(90),
-        "every message committed and acknowledged",
-        || async {
-            consumer_state(&js, STREAM, "jetsink").await == (0, 0) && {
-                let (sa, _) = audit(&a.db());
-                let (sb, _) = audit(&b.db());
-                sa.union(&sb).count() == MESSAGES
-            }
-        },
-    )
-    .await;
-    daemon_b.stop_cleanly();
-    let (sa, commits_a) = audit(&a.db());
-    let (sb, commits_b) = audit(&b.db());
+    pair.b_pinned("A released the pin").await;
+    let ((sa, commits_a), (sb, commits_b)) = pair.drained().await;
     println!(
         "clean handover: A committed {} messages ({rows_at_stop} at SIGTERM), B {}",
         sa.len(),

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 
+pub mod audit;
 pub mod cluster;
 pub mod conformance;
 pub mod database;
@@ -464,6 +465,18 @@ pub async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
     }
 }
 
+/// Publishes a job to `jobs.run` (as the job tests configure it) with `id` as its
+/// `Nats-Msg-Id`, and waits for the PubAck.
+pub async fn publish_job(js: &jetstream::Context, id: &str, payload: &str) {
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("Nats-Msg-Id", id);
+    js.publish_with_headers("jobs.run", h, payload.to_string().into())
+        .await
+        .expect("publish")
+        .await
+        .expect("puback");
+}
+
 /// The result document stored for job `id` in the `RESULTS` stream (subject
 /// `jobs.results.<id>`), as the job tests configure it.
 pub async fn stored_result(js: &jetstream::Context, id: &str) -> Option<serde_json::Value> {
@@ -473,6 +486,57 @@ pub async fn stored_result(js: &jetstream::Context, id: &str) -> Option<serde_js
         .await
         .ok()?;
     serde_json::from_slice(&m.payload).ok()
+}
+
+/// A target stream for the `nats` destination, with a duplicate window far longer than
+/// any test (a copy published twice is stored once); `tune` sets what a test needs besides.
+pub async fn create_target_stream(
+    js: &jetstream::Context,
+    name: &str,
+    subject: &str,
+    tune: impl FnOnce(&mut jetstream::stream::Config),
+) {
+    let mut config = jetstream::stream::Config {
+        name: name.to_string(),
+        subjects: vec![subject.to_string()],
+        duplicate_window: Duration::from_secs(600),
+        ..Default::default()
+    };
+    tune(&mut config);
+    js.create_stream(config)
+        .await
+        .expect("create target stream");
+}
+
+/// The first `n` messages of `stream`, in order, read with an ordered consumer.
+pub async fn read_ordered(
+    js: &jetstream::Context,
+    stream: &str,
+    n: usize,
+) -> Vec<jetstream::Message> {
+    use futures::StreamExt;
+    let s = js.get_stream(stream).await.expect("target stream");
+    let consumer = s
+        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+        .await
+        .expect("ordered consumer");
+    let mut messages = consumer.messages().await.expect("messages");
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let next = tokio::time::timeout(Duration::from_secs(10), messages.next())
+            .await
+            .expect("message within 10 s");
+        out.push(next.expect("stream open").expect("message"));
+    }
+    out
+}
+
+/// The value of header `name` of a delivered message.
+pub fn header_value(m: &jetstream::Message, name: &str) -> Option<String> {
+    m.headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().to_string())
 }
 
 /// Whether consumer `jetsink` of `stream` exists and has nothing pending or unacknowledged.
