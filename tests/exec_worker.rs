@@ -71,6 +71,32 @@ fn write(dir: &Path, name: &str, cfg: &serde_json::Value) -> PathBuf {
     path
 }
 
+/// Writes the config of a worker (see [`config`]) listening on a free HTTP port; the
+/// config's path and that address.
+fn write_worker(
+    dir: &Path,
+    name: &str,
+    server: &NatsServer,
+    destination: serde_json::Value,
+    source: serde_json::Value,
+) -> (PathBuf, String) {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cfg = config(&server.url(), &listen, destination, source);
+    (write(dir, name, &cfg), listen)
+}
+
+/// Starts the daemon of config `path` and waits until its streams exist.
+async fn start_worker(
+    server: &NatsServer,
+    dir: &Path,
+    path: &Path,
+) -> (Daemon, jetstream::Context) {
+    let d = Daemon::start(path, dir);
+    let js = server.js().await;
+    started(&js, &d).await;
+    (d, js)
+}
+
 fn submit(dir: &Path, cfg: &Path, data: &str, id: &str) -> (i32, serde_json::Value, String) {
     let cfg = cfg.to_string_lossy().into_owned();
     let (code, out, err) = jetsink(
@@ -102,16 +128,6 @@ async fn started(js: &jetstream::Context, d: &Daemon) {
     assert!(!d.log_text().contains("ERROR"), "{}", d.log_text());
 }
 
-async fn publish_job(js: &jetstream::Context, id: &str, payload: &str) {
-    let mut h = async_nats::HeaderMap::new();
-    h.insert("Nats-Msg-Id", id);
-    js.publish_with_headers("jobs.run", h, payload.to_string().into())
-        .await
-        .expect("publish")
-        .await
-        .expect("puback");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_committed_job_carries_the_programs_stdout_as_output() {
     let server = NatsServer::start();
@@ -121,15 +137,14 @@ async fn a_committed_job_carries_the_programs_stdout_as_output() {
         "echo.sh",
         "printf '%s:' \"$JETSINK_JOB_ID\"; cat\n",
     );
-    let listen = format!("127.0.0.1:{}", free_port());
-    let path = write(
+    let (path, _) = write_worker(
         dir.path(),
         "c.json",
-        &config(&server.url(), &listen, json!({"command": cmd}), json!({})),
+        &server,
+        json!({"command": cmd}),
+        json!({}),
     );
-    let d = Daemon::start(&path, dir.path());
-    let js = server.js().await;
-    started(&js, &d).await;
+    let (d, _) = start_worker(&server, dir.path(), &path).await;
     let (code, result, err) = submit(dir.path(), &path, "hello world", "j-ok");
     assert_eq!(code, 0, "{err}\n{}", d.log_text());
     assert_eq!(result["status"], "committed");
@@ -149,15 +164,14 @@ async fn exit_75_hands_the_job_back_and_its_redelivery_succeeds() {
         marks.display()
     );
     let cmd = script(dir.path(), "flaky.sh", &body);
-    let listen = format!("127.0.0.1:{}", free_port());
-    let path = write(
+    let (path, _) = write_worker(
         dir.path(),
         "c.json",
-        &config(&server.url(), &listen, json!({"command": cmd}), json!({})),
+        &server,
+        json!({"command": cmd}),
+        json!({}),
     );
-    let d = Daemon::start(&path, dir.path());
-    let js = server.js().await;
-    started(&js, &d).await;
+    let (d, _) = start_worker(&server, dir.path(), &path).await;
     let (code, result, err) = submit(dir.path(), &path, "x", "j-flaky");
     assert_eq!(code, 0, "{err}\n{}", d.log_text());
     assert_eq!(result["status"], "committed");
@@ -171,20 +185,14 @@ async fn a_poison_job_is_dead_lettered_with_a_result_and_submit_exits_65() {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let cmd = script(dir.path(), "poison.sh", "cat > /dev/null; exit 1\n");
-    let listen = format!("127.0.0.1:{}", free_port());
-    let path = write(
+    let (path, _) = write_worker(
         dir.path(),
         "c.json",
-        &config(
-            &server.url(),
-            &listen,
-            json!({"command": cmd}),
-            json!({"max_deliver": 3}),
-        ),
+        &server,
+        json!({"command": cmd}),
+        json!({"max_deliver": 3}),
     );
-    let d = Daemon::start(&path, dir.path());
-    let js = server.js().await;
-    started(&js, &d).await;
+    let (d, js) = start_worker(&server, dir.path(), &path).await;
     let (code, result, err) = submit(dir.path(), &path, "POISON", "j-poison");
     assert_eq!(code, 65, "{err}\n{}", d.log_text());
     assert_eq!(result["status"], "dead_lettered");
@@ -212,20 +220,14 @@ async fn a_job_over_its_timeout_is_killed_with_what_it_started_and_refused() {
     let pidfile = dir.path().join("sleeper.pid");
     let body = format!("sleep 300 &\necho $! > {}\nwait\n", pidfile.display());
     let cmd = script(dir.path(), "slow.sh", &body);
-    let listen = format!("127.0.0.1:{}", free_port());
-    let path = write(
+    let (path, _) = write_worker(
         dir.path(),
         "c.json",
-        &config(
-            &server.url(),
-            &listen,
-            json!({"command": cmd, "timeout_ms": 500}),
-            json!({"max_deliver": 1}),
-        ),
+        &server,
+        json!({"command": cmd, "timeout_ms": 500}),
+        json!({"max_deliver": 1}),
     );
-    let d = Daemon::start(&path, dir.path());
-    let js = server.js().await;
-    started(&js, &d).await;
+    let (d, _) = start_worker(&server, dir.path(), &path).await;
     let (code, result, err) = submit(dir.path(), &path, "x", "j-slow");
     assert_eq!(code, 65, "{err}\n{}", d.log_text());
     assert!(
@@ -263,16 +265,12 @@ async fn in_a_batch_the_jobs_that_succeed_are_acked_while_one_that_asks_for_late
         release.display()
     );
     let cmd = script(dir.path(), "mixed.sh", &body);
-    let listen = format!("127.0.0.1:{}", free_port());
-    let path = write(
+    let (path, _) = write_worker(
         dir.path(),
         "c.json",
-        &config(
-            &server.url(),
-            &listen,
-            json!({"command": cmd, "concurrency": 4}),
-            json!({"max_deliver": -1}),
-        ),
+        &server,
+        json!({"command": cmd, "concurrency": 4}),
+        json!({"max_deliver": -1}),
     );
     let js = server.js().await;
     // The four jobs wait in the stream before the worker starts, so one pull takes them.
@@ -371,20 +369,10 @@ async fn a_job_longer_than_ack_wait_is_kept_alive_and_not_redelivered_to_a_secon
     );
     let cmd = script(dir.path(), "long.sh", &body);
     let js = server.js().await;
-    let listen_a = format!("127.0.0.1:{}", free_port());
-    let listen_b = format!("127.0.0.1:{}", free_port());
     let source = json!({"ack_wait_ms": 2000, "max_deliver": -1});
     let dest = json!({"command": cmd, "timeout_ms": 60000});
-    let a = write(
-        dir.path(),
-        "a.json",
-        &config(&server.url(), &listen_a, dest.clone(), source.clone()),
-    );
-    let b = write(
-        dir.path(),
-        "b.json",
-        &config(&server.url(), &listen_b, dest, source),
-    );
+    let (a, listen_a) = write_worker(dir.path(), "a.json", &server, dest.clone(), source.clone());
+    let (b, listen_b) = write_worker(dir.path(), "b.json", &server, dest, source);
     let da = Daemon::start(&a, dir.path());
     started(&js, &da).await;
     let db = Daemon::start(&b, dir.path());

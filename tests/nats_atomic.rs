@@ -11,49 +11,11 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use async_nats::jetstream;
 use common::*;
-use futures::StreamExt;
 use serde_json::json;
 
 fn atomic_capable() -> bool {
     nats_server_version().is_some_and(|v| v >= (2, 12, 1))
-}
-
-async fn create_target(js: &jetstream::Context, name: &str, subject: &str, atomic: bool) {
-    js.create_stream(jetstream::stream::Config {
-        name: name.to_string(),
-        subjects: vec![subject.to_string()],
-        duplicate_window: Duration::from_secs(600),
-        allow_atomic_publish: atomic,
-        ..Default::default()
-    })
-    .await
-    .expect("create target stream");
-}
-
-async fn read_all(js: &jetstream::Context, stream: &str, n: usize) -> Vec<jetstream::Message> {
-    let s = js.get_stream(stream).await.expect("target stream");
-    let consumer = s
-        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
-        .await
-        .expect("ordered consumer");
-    let mut messages = consumer.messages().await.expect("messages");
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        let next = tokio::time::timeout(Duration::from_secs(10), messages.next())
-            .await
-            .expect("message within 10 s");
-        out.push(next.expect("stream open").expect("message"));
-    }
-    out
-}
-
-fn header(m: &jetstream::Message, name: &str) -> Option<String> {
-    m.headers
-        .as_ref()
-        .and_then(|h| h.get(name))
-        .map(|v| v.as_str().to_string())
 }
 
 fn atomic_destination(server: &NatsServer, stream: &str) -> serde_json::Value {
@@ -76,7 +38,7 @@ async fn atomic_batches_land_whole_and_a_redelivered_batch_is_absorbed_across_a_
     let dir = tempfile::tempdir().expect("tempdir");
     let js = server.js().await;
     create_stream(&js, "ASRC", "asrc.>").await;
-    create_target(&js, "ADST", "copy.>", true).await;
+    create_target_stream(&js, "ADST", "copy.>", |c| c.allow_atomic_publish = true).await;
     publish_n(&js, "asrc.x", N).await;
     // The copy of source message 7 is already in the target, as if a commit had been
     // stored and its ACK lost: the server refuses the atomic batch holding it (10201).
@@ -123,21 +85,21 @@ async fn atomic_batches_land_whole_and_a_redelivered_batch_is_absorbed_across_a_
     daemon.stop_cleanly();
     assert_eq!(stored(&js, "ADST").await, N as u64, "each message once");
 
-    let copies = read_all(&js, "ADST", N).await;
+    let copies = read_ordered(&js, "ADST", N).await;
     let mut sequences = HashSet::new();
     // Batch id -> (batch sequences seen, the count its committing copy carries).
     let mut batches: BTreeMap<String, (Vec<u64>, bool)> = BTreeMap::new();
     for m in &copies {
-        let id = header(m, "Nats-Msg-Id").expect("message id");
+        let id = header_value(m, "Nats-Msg-Id").expect("message id");
         sequences.insert(id.clone());
-        if let Some(batch) = header(m, "Nats-Batch-Id") {
-            let seq: u64 = header(m, "Nats-Batch-Sequence")
+        if let Some(batch) = header_value(m, "Nats-Batch-Id") {
+            let seq: u64 = header_value(m, "Nats-Batch-Sequence")
                 .expect("batch sequence")
                 .parse()
                 .expect("a number");
             let entry = batches.entry(batch).or_default();
             entry.0.push(seq);
-            entry.1 |= header(m, "Nats-Batch-Commit").as_deref() == Some("1");
+            entry.1 |= header_value(m, "Nats-Batch-Commit").as_deref() == Some("1");
         }
     }
     assert_eq!(sequences.len(), N, "every source sequence once");
@@ -163,7 +125,7 @@ async fn a_target_stream_without_allow_atomic_is_refused_at_start() {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let js = server.js().await;
-    create_target(&js, "PLAIN", "copy.>", false).await;
+    create_target_stream(&js, "PLAIN", "copy.>", |_| {}).await;
     let cfg = config(
         &server,
         "NSRC",
@@ -193,7 +155,7 @@ async fn atomic_is_refused_at_start_on_a_server_before_2_12_1() {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let js = server.js().await;
-    create_target(&js, "OLD", "copy.>", false).await;
+    create_target_stream(&js, "OLD", "copy.>", |_| {}).await;
     let cfg = config(
         &server,
         "OSRC",

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use common::*;
-use futures::StreamExt;
 use serde_json::json;
 
 /// Publishes `count` messages on `subject`, each with a `Trace` header, awaiting PubAcks
@@ -37,44 +36,6 @@ async fn publish_traced(js: &jetstream::Context, subject: &str, count: usize) {
     }
 }
 
-/// Creates the target stream with a duplicate window far longer than the test.
-async fn create_target(js: &jetstream::Context, name: &str, subject: &str, max_msg_size: i32) {
-    js.create_stream(jetstream::stream::Config {
-        name: name.to_string(),
-        subjects: vec![subject.to_string()],
-        duplicate_window: Duration::from_secs(600),
-        max_message_size: max_msg_size,
-        ..Default::default()
-    })
-    .await
-    .expect("create target stream");
-}
-
-/// Every message of `stream`, read with an ordered consumer.
-async fn read_all(js: &jetstream::Context, stream: &str, n: usize) -> Vec<jetstream::Message> {
-    let s = js.get_stream(stream).await.expect("target stream");
-    let consumer = s
-        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
-        .await
-        .expect("ordered consumer");
-    let mut messages = consumer.messages().await.expect("messages");
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        let next = tokio::time::timeout(Duration::from_secs(10), messages.next())
-            .await
-            .expect("message within 10 s");
-        out.push(next.expect("stream open").expect("message"));
-    }
-    out
-}
-
-fn header(m: &jetstream::Message, name: &str) -> Option<String> {
-    m.headers
-        .as_ref()
-        .and_then(|h| h.get(name))
-        .map(|v| v.as_str().to_string())
-}
-
 fn destination(server: &NatsServer, stream: &str, subject: &str) -> serde_json::Value {
     json!({"type": "nats", "servers": [server.url()], "stream": stream,
            "subject": subject, "request_timeout_ms": 1000, "reconnect_delay_max_ms": 500})
@@ -87,7 +48,7 @@ async fn republish_across_a_sigkill_stores_each_message_once_with_its_headers() 
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "SRC", "src.>").await;
-    create_target(&js, "DST", "copy.>", -1).await;
+    create_target_stream(&js, "DST", "copy.>", |_| {}).await;
     publish_traced(&js, "src.orders", N).await;
     let cfg = config(
         &server,
@@ -117,18 +78,25 @@ async fn republish_across_a_sigkill_stores_each_message_once_with_its_headers() 
     daemon.stop_cleanly();
     assert_eq!(stored(&js, "DST").await, N as u64, "duplicates absorbed");
 
-    let copies = read_all(&js, "DST", N).await;
+    let copies = read_ordered(&js, "DST", N).await;
     let mut sequences = HashSet::new();
     for m in &copies {
         assert_eq!(m.subject.as_str(), "copy.orders.main");
-        assert_eq!(header(m, "Jetsink-Source-Stream").as_deref(), Some("SRC"));
-        let seq = header(m, "Jetsink-Source-Sequence").expect("source sequence");
         assert_eq!(
-            header(m, "Nats-Msg-Id").as_deref(),
+            header_value(m, "Jetsink-Source-Stream").as_deref(),
+            Some("SRC")
+        );
+        let seq = header_value(m, "Jetsink-Source-Sequence").expect("source sequence");
+        assert_eq!(
+            header_value(m, "Nats-Msg-Id").as_deref(),
             Some(format!("SRC:{seq}").as_str())
         );
         let i: u64 = seq.parse::<u64>().expect("a number") - 1;
-        assert_eq!(header(m, "Trace"), Some(format!("t-{i}")), "header kept");
+        assert_eq!(
+            header_value(m, "Trace"),
+            Some(format!("t-{i}")),
+            "header kept"
+        );
         assert_eq!(m.payload.as_ref(), format!("{{\"i\":{i}}}").as_bytes());
         sequences.insert(seq);
     }
@@ -142,7 +110,7 @@ async fn a_target_server_down_holds_the_batch_unacked_until_it_returns() {
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "FAIL", "fail.>").await;
-    create_target(&target.js().await, "DST", "out.>", -1).await;
+    create_target_stream(&target.js().await, "DST", "out.>", |_| {}).await;
     publish_n(&js, "fail.x", 200).await;
     let mut cfg = config(
         &server,
@@ -188,7 +156,7 @@ async fn a_copy_too_large_for_the_target_is_dead_lettered_and_the_rest_land() {
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "BIG", "big.>").await;
-    create_target(&js, "DST", "out.>", 1024).await;
+    create_target_stream(&js, "DST", "out.>", |c| c.max_message_size = 1024).await;
     publish_n(&js, "big.x", 20).await;
     js.publish("big.x", vec![b'x'; 4096].into())
         .await
@@ -215,7 +183,7 @@ async fn a_copy_too_large_for_the_target_is_dead_lettered_and_the_rest_land() {
     daemon.stop_cleanly();
     assert_eq!(stored(&js, "DST").await, 40, "the rest landed");
     assert_eq!(stored(&js, "DLQ").await, 1, "the large one dead-lettered");
-    let dead = read_all(&js, "DLQ", 1).await;
+    let dead = read_ordered(&js, "DLQ", 1).await;
     assert_eq!(dead[0].payload.len(), 4096);
 }
 

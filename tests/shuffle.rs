@@ -20,17 +20,6 @@ use serde_json::json;
 const N: usize = 5_000;
 const BUFFER: usize = 1_000;
 
-async fn create_target(js: &jetstream::Context, name: &str, subject: &str) {
-    js.create_stream(jetstream::stream::Config {
-        name: name.to_string(),
-        subjects: vec![subject.to_string()],
-        duplicate_window: Duration::from_secs(600),
-        ..Default::default()
-    })
-    .await
-    .expect("create target stream");
-}
-
 /// The source sequence of every copy in the target stream, in target order.
 async fn source_order(js: &jetstream::Context, stream: &str, n: usize) -> Vec<u64> {
     let s = js.get_stream(stream).await.expect("target stream");
@@ -93,7 +82,7 @@ async fn every_message_is_republished_once_shuffled_within_each_buffer() {
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "SHUF", "shuf.>").await;
-    create_target(&js, "SHUFDST", "copy.>").await;
+    create_target_stream(&js, "SHUFDST", "copy.>", |_| {}).await;
     publish_n(&js, "shuf.jobs", N).await;
     let cfg = shuffled(&server, "SHUF", &server, "SHUFDST");
     let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
@@ -139,7 +128,7 @@ async fn a_sigkill_mid_drain_loses_nothing_and_the_duplicate_window_absorbs_the_
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "SHUFK", "shufk.>").await;
-    create_target(&js, "SHUFKDST", "copy.>").await;
+    create_target_stream(&js, "SHUFKDST", "copy.>", |_| {}).await;
     publish_n(&js, "shufk.jobs", N).await;
     let cfg = shuffled(&server, "SHUFK", &server, "SHUFKDST");
     let path = write_config(dir.path(), &cfg);
@@ -176,7 +165,7 @@ async fn a_target_down_gets_nothing_acked_while_the_buffer_is_kept_alive() {
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "SHUFD", "shufd.>").await;
-    create_target(&target.js().await, "SHUFDDST", "copy.>").await;
+    create_target_stream(&target.js().await, "SHUFDDST", "copy.>", |_| {}).await;
     let mut cfg = shuffled(&server, "SHUFD", &target, "SHUFDDST");
     cfg["sinks"]["main"]["delivery"]["shuffle"] = json!({"buffer": 200, "flush_ms": 500});
     cfg["sinks"]["main"]["source"]["max_ack_pending"] = json!(300);
@@ -212,7 +201,7 @@ async fn the_flush_timer_delivers_a_partial_buffer_that_waited_past_ack_wait_onc
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "SHUFT", "shuft.>").await;
-    create_target(&js, "SHUFTDST", "copy.>").await;
+    create_target_stream(&js, "SHUFTDST", "copy.>", |_| {}).await;
     let mut cfg = shuffled(&server, "SHUFT", &server, "SHUFTDST");
     // The 10 messages wait in the buffer 5 s, longer than AckWait (2 s): only the
     // buffer's +WPI keeps the server from redelivering them meanwhile.
@@ -256,7 +245,7 @@ async fn sigterm_hands_the_buffer_back_unwritten_and_the_next_start_writes_it_on
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "SHUFS", "shufs.>").await;
-    create_target(&js, "SHUFSDST", "copy.>").await;
+    create_target_stream(&js, "SHUFSDST", "copy.>", |_| {}).await;
     let mut cfg = shuffled(&server, "SHUFS", &server, "SHUFSDST");
     // The buffer would wait a minute, and AckWait is a minute: only the NAK at shutdown
     // lets the next start have the 10 messages before then.
