@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use common::*;
-use futures::StreamExt;
 use serde_json::json;
 
 const N: usize = 5_000;
@@ -22,28 +21,15 @@ const BUFFER: usize = 1_000;
 
 /// The source sequence of every copy in the target stream, in target order.
 async fn source_order(js: &jetstream::Context, stream: &str, n: usize) -> Vec<u64> {
-    let s = js.get_stream(stream).await.expect("target stream");
-    let consumer = s
-        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+    read_ordered(js, stream, n)
         .await
-        .expect("ordered consumer");
-    let mut messages = consumer.messages().await.expect("messages");
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        let m = tokio::time::timeout(Duration::from_secs(10), messages.next())
-            .await
-            .expect("message within 10 s")
-            .expect("stream open")
-            .expect("message");
-        let seq = m
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("Jetsink-Source-Sequence"))
-            .and_then(|v| v.as_str().parse().ok())
-            .expect("source sequence header");
-        out.push(seq);
-    }
-    out
+        .iter()
+        .map(|m| {
+            header_value(m, "Jetsink-Source-Sequence")
+                .and_then(|v| v.parse().ok())
+                .expect("source sequence header")
+        })
+        .collect()
 }
 
 /// Pairs out of order over all pairs: 0 for a sorted order, about 0.5 for a uniform shuffle.
