@@ -1,9 +1,8 @@
 //! The config file's shape, close to what the operator typed.
 //!
 //! Every struct denies unknown keys so a misspelt option is an error, not a silent default.
-//! Durations are integers with the unit in the key name. Sections that a later release
-//! implements are accepted as raw JSON here and refused by validation with a clear
-//! "not supported yet", never ignored.
+//! Durations are integers with the unit in the key name. A destination is kept as raw JSON
+//! here and read by its `type` later, so its errors name the destination's own keys.
 
 use std::collections::BTreeMap;
 
@@ -151,7 +150,7 @@ pub struct RawSink {
     /// Batching, retry and shutdown settings.
     #[serde(default)]
     pub delivery: DeliveryConfig,
-    /// Where committed messages go: `{"type": "sqlite" | "file", ...}`.
+    /// Where committed messages go: an object whose `type` names the destination.
     #[schemars(with = "DestinationConfig")]
     pub destination: Value,
     /// How priority, classification and labels are read from headers and subject rules.

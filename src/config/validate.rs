@@ -542,7 +542,7 @@ mod tests {
     }
 
     #[test]
-    fn planned_sections_are_refused_not_ignored() {
+    fn an_empty_encryption_section_is_checked_not_refused() {
         let text = MINIMAL.replace(r#""destination""#, r#""encryption": {}, "destination""#);
         let errs = errors(&text);
         // Encryption is built: an empty section is checked, not refused as planned.
