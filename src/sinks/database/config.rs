@@ -46,6 +46,14 @@ pub struct DatabaseTlsConfig {
     /// PEM file of the certificate authorities to trust. Default: the system's roots.
     #[serde(default)]
     pub ca_file: Option<String>,
+    /// PEM file of the client certificate (chain) presented to a server that asks for one
+    /// (PostgreSQL `cert` authentication, MySQL `REQUIRE X509`). Given with `key_file`.
+    #[serde(default)]
+    pub cert_file: Option<String>,
+    /// PEM file of the client certificate's private key (PKCS#8, PKCS#1 or SEC1). Read at
+    /// every connect, never logged. Given with `cert_file`.
+    #[serde(default)]
+    pub key_file: Option<String>,
 }
 
 /// The default table name of every database destination.
@@ -137,15 +145,28 @@ pub(crate) fn database_problems(k: &DatabaseKeys<'_>) -> Vec<(String, String)> {
     if k.password_file.is_some_and(|p| p.trim().is_empty()) {
         push("password_file", "must not be empty".into());
     }
-    if k.tls.ca_file.is_some() && !k.tls.enabled {
-        push("tls.ca_file", "needs `tls.enabled: true`".into());
+    for (key, file) in [
+        ("tls.ca_file", &k.tls.ca_file),
+        ("tls.cert_file", &k.tls.cert_file),
+        ("tls.key_file", &k.tls.key_file),
+    ] {
+        if file.is_some() && !k.tls.enabled {
+            push(key, "needs `tls.enabled: true`".into());
+        }
+        if file.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            push(key, "must not be empty".into());
+        }
     }
-    if k.tls
-        .ca_file
-        .as_deref()
-        .is_some_and(|p| p.trim().is_empty())
-    {
-        push("tls.ca_file", "must not be empty".into());
+    match (&k.tls.cert_file, &k.tls.key_file) {
+        (Some(_), None) => push(
+            "tls.key_file",
+            "a client certificate (`tls.cert_file`) needs its private key here".into(),
+        ),
+        (None, Some(_)) => push(
+            "tls.cert_file",
+            "a private key (`tls.key_file`) needs its client certificate here".into(),
+        ),
+        _ => {}
     }
     if !is_sql_identifier(k.table) {
         push(

@@ -485,3 +485,48 @@ fn only_a_server_warning_is_logged_above_debug_level() {
     }
     assert!(!notice_is_warning(None));
 }
+
+#[test]
+fn a_client_certificate_needs_its_key_and_tls_on_both_engines() {
+    use crate::sinks::mysql::MysqlConfig;
+    use crate::sinks::postgres::PostgresConfig;
+    use crate::sinks::settings::DestinationSettings;
+    let keys = |problems: Vec<(String, String)>| -> Vec<String> {
+        let mut k: Vec<String> = problems.into_iter().map(|(k, _)| k).collect();
+        k.sort();
+        k
+    };
+    let base = serde_json::json!({"host": "db", "database": "shop"});
+    let with = |tls: serde_json::Value| {
+        let mut v = base.clone();
+        v["tls"] = tls;
+        v
+    };
+    for (tls, expected) in [
+        (
+            serde_json::json!({"enabled": true, "cert_file": "c.pem", "key_file": "k.pem"}),
+            vec![],
+        ),
+        (
+            serde_json::json!({"enabled": true, "cert_file": "c.pem"}),
+            vec!["tls.key_file"],
+        ),
+        (
+            serde_json::json!({"enabled": true, "key_file": "k.pem"}),
+            vec!["tls.cert_file"],
+        ),
+        (
+            serde_json::json!({"cert_file": "c.pem", "key_file": "k.pem"}),
+            vec!["tls.cert_file", "tls.key_file"],
+        ),
+        (
+            serde_json::json!({"enabled": true, "cert_file": " ", "key_file": "k.pem"}),
+            vec!["tls.cert_file"],
+        ),
+    ] {
+        let pg: PostgresConfig = serde_json::from_value(with(tls.clone())).unwrap();
+        assert_eq!(keys(pg.problems()), expected, "postgres {tls}");
+        let my: MysqlConfig = serde_json::from_value(with(tls.clone())).unwrap();
+        assert_eq!(keys(my.problems()), expected, "mysql {tls}");
+    }
+}
