@@ -6,7 +6,8 @@
 //! the type classes and the generated SQL, `encode` turns a batch into bindable column
 //! arrays (refusing content it can check itself, by index), and `sink` is the [`Dialect`]:
 //! connecting, the table check and the two write paths (multi-row `INSERT` from arrays,
-//! binary `COPY`). The connection lifecycle shared with MySQL is
+//! binary `COPY`), with `tls` building the TLS client configuration (trusted CAs, the client
+//! certificate). The connection lifecycle shared with MySQL is
 //! [`DatabaseSink`](crate::sinks::database::DatabaseSink); the column mapping and table
 //! check shared with MySQL live in `sinks::database::columns`.
 //!
@@ -19,6 +20,7 @@ mod schema;
 mod sink;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 pub use classify::{class_of, classify, Class};
 pub use config::{PostgresConfig, PostgresPayloadType};

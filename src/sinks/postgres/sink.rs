@@ -14,7 +14,6 @@
 //! the runner bisects the batch; content jetsink can check itself (JSON, UTF-8) is refused
 //! with the exact index before anything is sent.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::SinkExt;
@@ -27,11 +26,12 @@ use super::classify::classify;
 use super::config::{PostgresConfig, PostgresPayloadType};
 use super::encode::{copy_data, documents, encode, Refused};
 use super::schema::{self, Wire};
+use super::tls::tls_config;
 use crate::envelope::Envelope;
 use crate::sinks::database::columns::{
     plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey,
 };
-use crate::sinks::database::config::{DatabaseTlsConfig, WriteMode};
+use crate::sinks::database::config::WriteMode;
 use crate::sinks::database::util::{read_password, Phase};
 use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
 use crate::sinks::{Probe, SinkError};
@@ -346,46 +346,6 @@ async fn read_keys(client: &Client, oid: u32) -> Result<Vec<UniqueKey>, tokio_po
             columns: r.get(2),
         })
         .collect())
-}
-
-/// The rustls client configuration: the CA file's certificates, or the system's roots.
-fn tls_config(tls: &DatabaseTlsConfig) -> Result<rustls::ClientConfig, SinkError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::CertificateDer;
-    let bad = |message: String| SinkError::Misconfigured { message };
-    let mut roots = rustls::RootCertStore::empty();
-    match &tls.ca_file {
-        Some(path) => {
-            let pem = std::fs::read(path)
-                .map_err(|e| bad(format!("tls.ca_file: cannot read {path}: {e}")))?;
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| bad(format!("tls.ca_file {path}: {e}")))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| bad(format!("tls.ca_file {path}: {e}")))?;
-            }
-            if roots.is_empty() {
-                return Err(bad(format!("tls.ca_file {path} holds no PEM certificate")));
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            for cert in found.certs {
-                let _ = roots.add(cert);
-            }
-            if roots.is_empty() {
-                return Err(bad(
-                    "tls: no system root certificates found; set tls.ca_file".to_string(),
-                ));
-            }
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(format!("tls: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
 }
 
 impl Dialect for Postgres {
