@@ -16,6 +16,7 @@ pub mod audit;
 pub mod cluster;
 pub mod conformance;
 pub mod database;
+pub mod pki;
 
 /// Finds a free loopback port.
 pub fn free_port() -> u16 {
