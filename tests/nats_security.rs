@@ -7,79 +7,19 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::ConnectOptions;
+use common::pki::Pki;
 use common::*;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair,
-};
 use serde_json::{json, Value};
 
 const N: usize = 20;
 
-/// A CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and a
-/// second CA that signed nothing here; all written as PEM files under `dir`.
-struct Pki {
-    ca: PathBuf,
-    other_ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
-}
-
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    CertifiedIssuer::self_signed(params, KeyPair::generate().expect("ca key")).expect("ca cert")
-}
-
-fn leaf(
-    names: &[&str],
-    usage: ExtendedKeyUsagePurpose,
-    issuer: &CertifiedIssuer<'static, KeyPair>,
-) -> (String, String) {
-    let mut params =
-        CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .expect("leaf params");
-    params.distinguished_name.push(DnType::CommonName, names[0]);
-    params.extended_key_usages = vec![usage];
-    let key = KeyPair::generate().expect("leaf key");
-    let cert = params.signed_by(&key, issuer).expect("sign leaf");
-    (cert.pem(), key.serialize_pem())
-}
-
+/// How the NATS tests use the certificates.
 impl Pki {
-    fn new(dir: &Path) -> Pki {
-        let root = ca("jetsink test CA");
-        let other = ca("some other CA");
-        let (server_cert, server_key) = leaf(
-            &["127.0.0.1", "localhost"],
-            ExtendedKeyUsagePurpose::ServerAuth,
-            &root,
-        );
-        let (client_cert, client_key) =
-            leaf(&["jetsink"], ExtendedKeyUsagePurpose::ClientAuth, &root);
-        let write = |name: &str, text: &str| {
-            let p = dir.join(name);
-            std::fs::write(&p, text).expect("write pem");
-            p
-        };
-        Pki {
-            ca: write("ca.pem", &root.pem()),
-            other_ca: write("other-ca.pem", &other.pem()),
-            server_cert: write("server.pem", &server_cert),
-            server_key: write("server-key.pem", &server_key),
-            client_cert: write("client.pem", &client_cert),
-            client_key: write("client-key.pem", &client_key),
-        }
-    }
-
     /// The server's `tls` block; `verify` asks every client for a certificate this CA signed.
     fn server_block(&self, verify: bool, handshake_first: bool) -> String {
         format!(

@@ -16,7 +16,9 @@ pub mod audit;
 pub mod cluster;
 pub mod conformance;
 pub mod database;
+pub mod mysql_tls;
 pub mod pg_tls;
+pub mod pki;
 
 /// Finds a free loopback port.
 pub fn free_port() -> u16 {

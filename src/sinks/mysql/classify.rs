@@ -198,8 +198,14 @@ pub fn classify(err: &mysql_async::Error, phase: Phase, rows: Option<Rows>) -> S
                 message: format!("mysql url: {e}"),
             }
         }
-        // I/O, TLS, a closed connection, protocol errors: the server is unavailable.
-        other => return SinkError::transient(format!("mysql: {other}")),
+        // I/O, TLS, a closed connection, protocol errors: the server is unavailable (a
+        // certificate can be fixed on either side while the batch waits).
+        other => {
+            return SinkError::transient(match super::tls::failure(other) {
+                Some(why) => format!("mysql: {why}"),
+                None => format!("mysql: {other}"),
+            })
+        }
     };
     let code = server.code;
     let name = error_name(code);

@@ -4,7 +4,8 @@
 //! Split like the PostgreSQL destination: `classify` is the pure error-number →
 //! retry-or-reject mapping (and reads the failing row out of data errors), `schema` owns
 //! the DDL, catalog queries, type classes and generated SQL, `encode` turns envelopes into
-//! parameter rows (refusing content it can check itself, by index), and `sink` is the
+//! parameter rows (refusing content it can check itself, by index), `tls` checks the TLS
+//! files before the driver reads them, and `sink` is the
 //! [`Dialect`]: connection options, the table check and the write path. The connection
 //! lifecycle shared with PostgreSQL is
 //! [`DatabaseSink`](crate::sinks::database::DatabaseSink); the column mapping and table
@@ -19,6 +20,7 @@ mod schema;
 mod sink;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 pub use classify::{class_of, classify, row_of, Class, Rows};
 pub use config::{MysqlConfig, MysqlPayloadType};

@@ -9,17 +9,17 @@
 //! one explicit transaction. MySQL names the failing row of many data errors, which becomes
 //! the index the runner isolates; otherwise the runner bisects.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Opts, OptsBuilder, Params, SslOpts, TxOpts, Value};
+use mysql_async::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
 use time::OffsetDateTime;
 
 use super::classify::{classify, Rows};
 use super::config::{MysqlConfig, MysqlPayloadType};
 use super::encode;
 use super::schema;
+use super::tls;
 use crate::envelope::Envelope;
 use crate::sinks::database::cells::parse_documents;
 use crate::sinks::database::columns::{
@@ -72,11 +72,9 @@ impl Mysql {
             b = b.pass(Some(pw));
         }
         if c.tls.enabled {
-            let mut ssl = SslOpts::default();
-            if let Some(ca) = &c.tls.ca_file {
-                ssl = ssl.with_root_certs(vec![PathBuf::from(ca).into()]);
-            }
-            b = b.ssl_opts(Some(ssl));
+            // The driver would otherwise move a loopback connection to the server's Unix
+            // socket, which carries no TLS: no client certificate, and not what was asked.
+            b = b.ssl_opts(Some(tls::ssl_opts(&c.tls)?)).prefer_socket(false);
         }
         Ok(b.stmt_cache_size(STATEMENT_CACHE)
             .init(schema::SESSION_INIT.to_vec())

@@ -1,0 +1,204 @@
+//! TLS towards MySQL/MariaDB: the driver's [`SslOpts`] from `tls`, with the files checked
+//! first.
+//!
+//! The driver reads the CA, certificate and key files itself at every connect, and its
+//! error for a file it cannot use is vague (`no key found`, a bare I/O error) and would
+//! surface as an unreachable server. Reading them here first turns each mistake into a
+//! configuration error naming the key (`tls.key_file`) and the path; the key's content is
+//! never put in a message. The files are still handed over as paths, so a rotated
+//! certificate is picked up at the next connect.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mysql_async::{ClientIdentity, SslOpts};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::sinks::database::config::DatabaseTlsConfig;
+use crate::sinks::SinkError;
+
+fn bad(message: String) -> SinkError {
+    SinkError::Misconfigured { message }
+}
+
+/// The driver's TLS options: server certificate and host name always verified, against
+/// `ca_file` alone when it is given (the bundled web PKI roots otherwise), and the client
+/// certificate when `cert_file`/`key_file` are given.
+pub(super) fn ssl_opts(tls: &DatabaseTlsConfig) -> Result<SslOpts, SinkError> {
+    let mut ssl = SslOpts::default();
+    if let Some(ca) = &tls.ca_file {
+        certificates("tls.ca_file", ca)?;
+        // A private CA is the only one trusted: a public CA's certificate for the same
+        // name must not be accepted instead.
+        ssl = ssl
+            .with_root_certs(vec![PathBuf::from(ca).into()])
+            .with_disable_built_in_roots(true);
+    }
+    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+        check_identity(cert, key)?;
+        ssl = ssl.with_client_identity(Some(ClientIdentity::new(
+            PathBuf::from(cert).into(),
+            PathBuf::from(key).into(),
+        )));
+    }
+    Ok(ssl)
+}
+
+/// The PEM certificates in the file at `path`, read for the config key `key`.
+fn certificates(key: &str, path: &str) -> Result<Vec<CertificateDer<'static>>, SinkError> {
+    let pem = std::fs::read(path).map_err(|e| bad(format!("{key}: cannot read {path}: {e}")))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("{key} {path}: {e}")))?;
+    if certs.is_empty() {
+        return Err(bad(format!("{key} {path} holds no PEM certificate")));
+    }
+    Ok(certs)
+}
+
+/// Checks that `cert` holds a certificate chain, `key` a private key, and that they
+/// belong together (rustls refuses a key of another certificate only at the handshake).
+fn check_identity(cert: &str, key: &str) -> Result<(), SinkError> {
+    let chain = certificates("tls.cert_file", cert)?;
+    let pem =
+        std::fs::read(key).map_err(|e| bad(format!("tls.key_file: cannot read {key}: {e}")))?;
+    // The parser's error may quote the file, so only the outcome is reported.
+    let private = PrivateKeyDer::from_pem_slice(&pem).map_err(|_| {
+        bad(format!(
+            "tls.key_file {key} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)"
+        ))
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(format!("tls: {e}")))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_client_auth_cert(chain, private)
+        .map_err(|e| {
+            bad(format!(
+                "tls.key_file {key} cannot be used with the certificate in tls.cert_file \
+                 {cert}: {e}"
+            ))
+        })?;
+    Ok(())
+}
+
+/// Why the TLS session with the server failed, with where to look, when `err` is a TLS
+/// failure: the driver reports those as a bare I/O error.
+pub(super) fn failure(err: &mysql_async::Error) -> Option<String> {
+    let tls = rustls_error(err)?;
+    let hint = match tls {
+        rustls::Error::InvalidCertificate(_) => {
+            "the server's certificate was not accepted: check tls.ca_file (the CA that \
+             signed it) and that it names the host connected to"
+        }
+        rustls::Error::AlertReceived(_) => {
+            "the server ended the handshake: check tls.cert_file (a certificate its CA \
+             signed) and the server's TLS settings"
+        }
+        _ => "check the tls settings and the server's TLS settings",
+    };
+    Some(format!("TLS with the server failed ({tls}); {hint}"))
+}
+
+/// The rustls error somewhere in `err`'s chain. An `io::Error` hides the error it wraps
+/// from `source()`, so it is looked into with `get_ref`.
+fn rustls_error(err: &mysql_async::Error) -> Option<&rustls::Error> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+                return Some(tls);
+            }
+            current = Some(inner);
+            continue;
+        }
+        current = e.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &std::path::Path, cert: &str, key: &str) -> DatabaseTlsConfig {
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).expect("write");
+            p.display().to_string()
+        };
+        DatabaseTlsConfig {
+            enabled: true,
+            ca_file: None,
+            cert_file: Some(write("cert.pem", cert)),
+            key_file: Some(write("key.pem", key)),
+        }
+    }
+
+    fn message(result: Result<SslOpts, SinkError>) -> String {
+        match result {
+            Err(SinkError::Misconfigured { message }) => message,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    fn self_signed() -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let params = rcgen::CertificateParams::new(vec!["jetsink".to_string()]).expect("params");
+        let cert = params.self_signed(&key).expect("cert");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn a_matching_certificate_and_key_become_the_client_identity() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (cert, key) = self_signed();
+        let ssl = ssl_opts(&config(dir.path(), &cert, &key)).expect("usable identity");
+        assert!(ssl.client_identity().is_some());
+        assert!(!ssl.skip_domain_validation() && !ssl.accept_invalid_certs());
+    }
+
+    #[test]
+    fn a_key_file_without_a_key_is_named_without_its_content() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (cert, _) = self_signed();
+        let tls = config(dir.path(), &cert, "S3CRET-NOT-A-KEY\n");
+        let m = message(ssl_opts(&tls));
+        assert!(m.contains("tls.key_file"), "{m}");
+        assert!(m.contains(tls.key_file.as_deref().unwrap_or("?")), "{m}");
+        assert!(!m.contains("S3CRET"), "{m}");
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_is_refused_naming_both_files() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (cert, _) = self_signed();
+        let (_, other_key) = self_signed();
+        let m = message(ssl_opts(&config(dir.path(), &cert, &other_key)));
+        assert!(m.contains("tls.key_file") && m.contains("tls.cert_file"), "{m}");
+        assert!(!m.contains("PRIVATE KEY"), "{m}");
+    }
+
+    #[test]
+    fn unreadable_and_empty_files_name_their_key_and_path() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (_, key) = self_signed();
+        let tls = config(dir.path(), "not a certificate\n", &key);
+        let m = message(ssl_opts(&tls));
+        assert!(m.contains("tls.cert_file") && m.contains("holds no PEM certificate"), "{m}");
+        let tls = DatabaseTlsConfig {
+            ca_file: Some("/nonexistent/jetsink/ca.pem".into()),
+            ..tls
+        };
+        let m = message(ssl_opts(&tls));
+        assert!(m.contains("tls.ca_file: cannot read /nonexistent/jetsink/ca.pem"), "{m}");
+    }
+}
