@@ -15,10 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair,
-};
 use serde_json::{json, Value};
 
 use super::free_port;
@@ -26,68 +22,7 @@ use super::free_port;
 /// The database user the client certificate is for (its CN) and the database it owns.
 pub const USER: &str = "jetsink";
 
-/// Certificates and keys (PEM files) for a server, its client, and a CA nobody uses.
-pub struct Pki {
-    pub ca: PathBuf,
-    pub other_ca: PathBuf,
-    pub server_cert: PathBuf,
-    pub server_key: PathBuf,
-    pub client_cert: PathBuf,
-    pub client_key: PathBuf,
-}
-
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    CertifiedIssuer::self_signed(params, KeyPair::generate().expect("ca key")).expect("ca cert")
-}
-
-/// A certificate for `names` (the first is also the CN) signed by `issuer`: (cert, key).
-fn leaf(
-    names: &[&str],
-    usage: ExtendedKeyUsagePurpose,
-    issuer: &CertifiedIssuer<'static, KeyPair>,
-) -> (String, String) {
-    let mut params =
-        CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .expect("leaf params");
-    params.distinguished_name.push(DnType::CommonName, names[0]);
-    params.extended_key_usages = vec![usage];
-    let key = KeyPair::generate().expect("leaf key");
-    let cert = params.signed_by(&key, issuer).expect("sign leaf");
-    (cert.pem(), key.serialize_pem())
-}
-
-impl Pki {
-    pub fn new(dir: &Path) -> Pki {
-        let root = ca("jetsink postgres test CA");
-        let other = ca("some other CA");
-        let (server_cert, server_key) = leaf(
-            &["localhost", "127.0.0.1"],
-            ExtendedKeyUsagePurpose::ServerAuth,
-            &root,
-        );
-        let (client_cert, client_key) = leaf(&[USER], ExtendedKeyUsagePurpose::ClientAuth, &root);
-        let write = |name: &str, text: &str| {
-            let p = dir.join(name);
-            std::fs::write(&p, text).expect("write pem");
-            p
-        };
-        let pki = Pki {
-            ca: write("ca.pem", &root.pem()),
-            other_ca: write("other-ca.pem", &other.pem()),
-            server_cert: write("server.pem", &server_cert),
-            server_key: write("server-key.pem", &server_key),
-            client_cert: write("client.pem", &client_cert),
-            client_key: write("client-key.pem", &client_key),
-        };
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&pki.server_key, std::fs::Permissions::from_mode(0o600))
-            .expect("server key mode 0600");
-        pki
-    }
-}
+pub use super::pki::Pki;
 
 /// A running private PostgreSQL cluster with TLS on; stopped and removed on `Drop`.
 pub struct PgTlsServer {

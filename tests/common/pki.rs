@@ -58,13 +58,18 @@ impl Pki {
             std::fs::write(&p, text).expect("write pem");
             p
         };
-        Pki {
+        let pki = Pki {
             ca: write("ca.pem", &root.pem()),
             other_ca: write("other-ca.pem", &other.pem()),
             server_cert: write("server.pem", &server_cert),
             server_key: write("server-key.pem", &server_key),
             client_cert: write("client.pem", &client_cert),
             client_key: write("client-key.pem", &client_key),
-        }
+        };
+        // PostgreSQL refuses a server key others may read.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pki.server_key, std::fs::Permissions::from_mode(0o600))
+            .expect("server key mode 0600");
+        pki
     }
 }

@@ -17,6 +17,7 @@ pub mod config;
 mod dialect;
 pub mod settings;
 mod sink;
+pub(crate) mod tls_files;
 pub mod util;
 
 pub use dialect::Dialect;

@@ -9,18 +9,12 @@
 //! certificate is picked up at the next connect.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use mysql_async::{ClientIdentity, SslOpts};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::sinks::database::config::DatabaseTlsConfig;
+use crate::sinks::database::tls_files::{certificates, client_config};
 use crate::sinks::SinkError;
-
-fn bad(message: String) -> SinkError {
-    SinkError::Misconfigured { message }
-}
 
 /// The driver's TLS options: server certificate and host name always verified, against
 /// `ca_file` alone when it is given (the bundled web PKI roots otherwise), and the client
@@ -36,52 +30,15 @@ pub(super) fn ssl_opts(tls: &DatabaseTlsConfig) -> Result<SslOpts, SinkError> {
             .with_disable_built_in_roots(true);
     }
     if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
-        check_identity(cert, key)?;
+        // The certificate holds a chain, the key a key, and they belong together (rustls
+        // would refuse a key of another certificate only at the handshake).
+        client_config(tls, rustls::RootCertStore::empty())?;
         ssl = ssl.with_client_identity(Some(ClientIdentity::new(
             PathBuf::from(cert).into(),
             PathBuf::from(key).into(),
         )));
     }
     Ok(ssl)
-}
-
-/// The PEM certificates in the file at `path`, read for the config key `key`.
-fn certificates(key: &str, path: &str) -> Result<Vec<CertificateDer<'static>>, SinkError> {
-    let pem = std::fs::read(path).map_err(|e| bad(format!("{key}: cannot read {path}: {e}")))?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad(format!("{key} {path}: {e}")))?;
-    if certs.is_empty() {
-        return Err(bad(format!("{key} {path} holds no PEM certificate")));
-    }
-    Ok(certs)
-}
-
-/// Checks that `cert` holds a certificate chain, `key` a private key, and that they
-/// belong together (rustls refuses a key of another certificate only at the handshake).
-fn check_identity(cert: &str, key: &str) -> Result<(), SinkError> {
-    let chain = certificates("tls.cert_file", cert)?;
-    let pem =
-        std::fs::read(key).map_err(|e| bad(format!("tls.key_file: cannot read {key}: {e}")))?;
-    // The parser's error may quote the file, so only the outcome is reported.
-    let private = PrivateKeyDer::from_pem_slice(&pem).map_err(|_| {
-        bad(format!(
-            "tls.key_file {key} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)"
-        ))
-    })?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(format!("tls: {e}")))?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_client_auth_cert(chain, private)
-        .map_err(|e| {
-            bad(format!(
-                "tls.key_file {key} cannot be used with the certificate in tls.cert_file \
-                 {cert}: {e}"
-            ))
-        })?;
-    Ok(())
 }
 
 /// Why the TLS session with the server failed, with where to look, when `err` is a TLS

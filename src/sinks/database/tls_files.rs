@@ -1,0 +1,87 @@
+//! The TLS files of a database destination (`tls.ca_file`, `tls.cert_file`,
+//! `tls.key_file`), read and checked the same way for every engine.
+//!
+//! Each mistake is a configuration error naming the key and the path. A key file's content
+//! never appears in a message: a PEM parser's error can quote a line of the file, so key
+//! errors are reduced to their kind. The files are read at every connect, so a renewed
+//! certificate is picked up by the next reconnect without a restart.
+
+use std::sync::Arc;
+
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::config::DatabaseTlsConfig;
+use crate::sinks::SinkError;
+
+fn bad(message: String) -> SinkError {
+    SinkError::Misconfigured { message }
+}
+
+/// Every PEM certificate in the file the config key `field` names; at least one.
+pub(crate) fn certificates(
+    field: &str,
+    path: &str,
+) -> Result<Vec<CertificateDer<'static>>, SinkError> {
+    let text = std::fs::read(path).map_err(|e| bad(format!("{field}: cannot read {path}: {e}")))?;
+    let certs = CertificateDer::pem_slice_iter(&text)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("{field} {path}: {e}")))?;
+    if certs.is_empty() {
+        return Err(bad(format!("{field} {path} holds no PEM certificate")));
+    }
+    Ok(certs)
+}
+
+/// The client's private key: the first PKCS#8, PKCS#1 or SEC1 PEM key in `tls.key_file`.
+pub(crate) fn private_key(path: &str) -> Result<PrivateKeyDer<'static>, SinkError> {
+    let text =
+        std::fs::read(path).map_err(|e| bad(format!("tls.key_file: cannot read {path}: {e}")))?;
+    PrivateKeyDer::from_pem_slice(&text).map_err(|e| {
+        let what = match e {
+            pem::Error::NoItemsFound => {
+                "holds no PEM private key (PKCS#8, PKCS#1 or SEC1)".to_string()
+            }
+            other => format!("is not valid PEM ({})", pem_error_kind(&other)),
+        };
+        bad(format!("tls.key_file {path} {what}"))
+    })
+}
+
+/// What went wrong reading PEM, without the line of the file some errors quote.
+fn pem_error_kind(e: &pem::Error) -> &'static str {
+    match e {
+        pem::Error::MissingSectionEnd { .. } => "a section has no END line",
+        pem::Error::IllegalSectionStart { .. } => "a BEGIN line is malformed",
+        pem::Error::Base64Decode(_) => "bad base64",
+        pem::Error::SectionTooLarge => "a section is too large",
+        _ => "unreadable",
+    }
+}
+
+/// A rustls client configuration trusting `roots`, presenting the client certificate when
+/// `cert_file` and `key_file` are set. A key that does not belong to its certificate is
+/// refused here, naming both files, instead of failing the handshake later.
+pub(crate) fn client_config(
+    tls: &DatabaseTlsConfig,
+    roots: rustls::RootCertStore,
+) -> Result<rustls::ClientConfig, SinkError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(format!("tls: {e}")))?
+        .with_root_certificates(roots);
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(cert_file), Some(key_file)) => {
+            let chain = certificates("tls.cert_file", cert_file)?;
+            let key = private_key(key_file)?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| {
+                bad(format!(
+                    "tls.key_file {key_file} does not fit tls.cert_file {cert_file}: {e}"
+                ))
+            })
+        }
+        // Config validation refuses one without the other.
+        _ => Ok(builder.with_no_client_auth()),
+    }
+}
