@@ -39,12 +39,29 @@ pub(crate) fn private_key(path: &str) -> Result<PrivateKeyDer<'static>, SinkErro
         std::fs::read(path).map_err(|e| bad(format!("tls.key_file: cannot read {path}: {e}")))?;
     PrivateKeyDer::from_pem_slice(&text).map_err(|e| {
         let what = match e {
+            _ if is_encrypted_key(&text) => {
+                "holds an encrypted private key; jetsink reads unencrypted keys only \
+                 (decrypt it with `openssl pkey -in KEY -out KEY.plain` and keep that file \
+                 readable by jetsink's user alone)"
+                    .to_string()
+            }
             pem::Error::NoItemsFound => {
                 "holds no PEM private key (PKCS#8, PKCS#1 or SEC1)".to_string()
             }
             other => format!("is not valid PEM ({})", pem_error_kind(&other)),
         };
         bad(format!("tls.key_file {path} {what}"))
+    })
+}
+
+/// Whether the PEM text holds a password-protected key (PKCS#8 `ENCRYPTED PRIVATE KEY`, or
+/// an OpenSSL legacy key with `Proc-Type: 4,ENCRYPTED`), which rustls skips as unknown.
+/// Only the section labels are looked at, never the key.
+fn is_encrypted_key(text: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(text);
+    text.lines().any(|l| {
+        let l = l.trim();
+        l == "-----BEGIN ENCRYPTED PRIVATE KEY-----" || l == "Proc-Type: 4,ENCRYPTED"
     })
 }
 
@@ -83,5 +100,45 @@ pub(crate) fn client_config(
         }
         // Config validation refuses one without the other.
         _ => Ok(builder.with_no_client_auth()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_error(text: &str) -> String {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("key.pem");
+        std::fs::write(&path, text).expect("write");
+        match private_key(&path.display().to_string()) {
+            Err(SinkError::Misconfigured { message }) => message,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_encrypted_key_is_named_as_such_without_its_content() {
+        let pkcs8 = "-----BEGIN ENCRYPTED PRIVATE KEY-----\nU0VDUkVUQk9EWQ==\n-----END ENCRYPTED PRIVATE KEY-----\n";
+        let m = key_error(pkcs8);
+        assert!(
+            m.contains("tls.key_file") && m.contains("encrypted private key"),
+            "{m}"
+        );
+        assert!(!m.contains("U0VDUkVUQk9EWQ"), "{m}");
+        let legacy = "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-256-CBC,00\n\nU0VDUkVU\n-----END RSA PRIVATE KEY-----\n";
+        let m = key_error(legacy);
+        assert!(m.contains("encrypted private key"), "{m}");
+        assert!(!m.contains("U0VDUkVU"), "{m}");
+    }
+
+    #[test]
+    fn a_file_without_a_key_says_which_formats_are_read() {
+        let m = key_error("just some text\n");
+        assert!(
+            m.contains("holds no PEM private key (PKCS#8, PKCS#1 or SEC1)"),
+            "{m}"
+        );
+        assert!(!m.contains("just some text"), "{m}");
     }
 }
