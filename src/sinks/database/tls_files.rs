@@ -132,6 +132,43 @@ mod tests {
         assert!(!m.contains("U0VDUkVU"), "{m}");
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Whatever a key file holds — a PEM-looking section with a body of any bytes, or
+        /// free text — reading it never panics, and a refusal never quotes the file: the
+        /// message has the path and the kind of problem, not a line of the key.
+        #[test]
+        fn a_refused_key_file_is_never_quoted(
+            label in proptest::sample::select(vec![
+                "PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY",
+                "ENCRYPTED PRIVATE KEY", "CERTIFICATE", "NONSENSE",
+            ]),
+            secret in "[A-Za-z0-9+/=]{12,64}",
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            framed in proptest::prelude::any::<bool>(),
+        ) {
+            let mut text = Vec::new();
+            if framed {
+                text.extend_from_slice(format!("-----BEGIN {label}-----\n").as_bytes());
+            }
+            text.extend_from_slice(secret.as_bytes());
+            text.push(b'\n');
+            text.extend_from_slice(&junk);
+            if framed {
+                text.extend_from_slice(format!("\n-----END {label}-----\n").as_bytes());
+            }
+            let dir = tempfile::tempdir().expect("dir");
+            let path = dir.path().join("key.pem");
+            std::fs::write(&path, &text).expect("write");
+            if let Err(e) = private_key(&path.display().to_string()) {
+                let m = e.to_string();
+                proptest::prop_assert!(m.contains("tls.key_file"), "{}", m);
+                proptest::prop_assert!(!m.contains(&secret), "{}", m);
+            }
+        }
+    }
+
     #[test]
     fn a_file_without_a_key_says_which_formats_are_read() {
         let m = key_error("just some text\n");
