@@ -43,6 +43,8 @@ pub struct Metrics {
     randomizer_window: IntGaugeVec,
     shuffle_buffered: IntGaugeVec,
     shuffle_flushes: IntCounterVec,
+    rollover_buffered: IntGaugeVec,
+    rollover_flushes: IntCounterVec,
     pinned: IntGaugeVec,
     nats_connected: IntGauge,
     nats_connection_up: IntGaugeVec,
@@ -57,6 +59,13 @@ fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntC
         .unwrap_or_else(|e| panic!("metric {name} is malformed: {e}"));
     register(registry, Box::new(c.clone()), name);
     c
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), &["sink"])
+        .unwrap_or_else(|e| panic!("metric {name} is malformed: {e}"));
+    register(registry, Box::new(g.clone()), name);
+    g
 }
 
 fn histogram(registry: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> HistogramVec {
@@ -202,6 +211,17 @@ impl Metrics {
                 r,
                 "jetsink_shuffle_flushes_total",
                 "Shuffle buffers handed to the destination, by reason: full (another pull could overflow it) or timer (its oldest message waited flush_ms).",
+                &["sink", "reason"],
+            ),
+            rollover_buffered: gauge(
+                r,
+                "jetsink_rollover_buffered",
+                "Messages held for the next object (s3 destination.rollover), unacknowledged, waiting to be written.",
+            ),
+            rollover_flushes: counter(
+                r,
+                "jetsink_rollover_flushes_total",
+                "Rollover buffers written as one batch, by reason: full (another pull could take it past max_messages) or timer (its oldest message waited max_age_ms).",
                 &["sink", "reason"],
             ),
             pinned,
@@ -407,9 +427,8 @@ impl Metrics {
             randomizer_delayed: self.randomizer_delayed.with_label_values(&[name]),
             randomizer_redelivered: self.randomizer_redelivered.with_label_values(&[name]),
             randomizer_window: self.randomizer_window.with_label_values(&[name]),
-            shuffle_buffered: self.shuffle_buffered.with_label_values(&[name]),
-            shuffle_flushed_full: self.shuffle_flushes.with_label_values(&[name, "full"]),
-            shuffle_flushed_timer: self.shuffle_flushes.with_label_values(&[name, "timer"]),
+            shuffle: BufferMetrics::of(&self.shuffle_buffered, &self.shuffle_flushes, name),
+            rollover: BufferMetrics::of(&self.rollover_buffered, &self.rollover_flushes, name),
             pinned: self.pinned.clone(),
             malformed: self.malformed.with_label_values(&[name]),
             jobs_committed: self.jobs_finished.with_label_values(&[name, "committed"]),
@@ -518,12 +537,10 @@ pub struct SinkMetrics {
     pub randomizer_redelivered: IntCounter,
     /// Current randomizer window.
     pub randomizer_window: IntGauge,
-    /// Messages in the shuffle buffer.
-    pub shuffle_buffered: IntGauge,
-    /// Shuffle buffers flushed because another pull could overflow them.
-    pub shuffle_flushed_full: IntCounter,
-    /// Shuffle buffers flushed by the timer.
-    pub shuffle_flushed_timer: IntCounter,
+    /// The shuffler's buffer (`jetsink_shuffle_*`).
+    pub shuffle: BufferMetrics,
+    /// The s3 rollover buffer (`jetsink_rollover_*`).
+    pub rollover: BufferMetrics,
     /// Messages found with a header block the client cannot read.
     pub malformed: IntCounter,
     /// Jobs whose `committed` result was stored (job-queue mode).
@@ -534,6 +551,28 @@ pub struct SinkMetrics {
     pub result_failures: IntCounter,
     pinned: IntGaugeVec,
     name: String,
+}
+
+/// One sink's handles on a buffer of pulled batches: the shuffler's or the s3 rollover's,
+/// kept apart so each is named for what the operator configured.
+#[derive(Clone)]
+pub struct BufferMetrics {
+    /// Messages held.
+    pub buffered: IntGauge,
+    /// Flushes because another pull could overflow the buffer.
+    pub flushed_full: IntCounter,
+    /// Flushes by the timer.
+    pub flushed_timer: IntCounter,
+}
+
+impl BufferMetrics {
+    fn of(buffered: &IntGaugeVec, flushes: &IntCounterVec, name: &str) -> BufferMetrics {
+        BufferMetrics {
+            buffered: buffered.with_label_values(&[name]),
+            flushed_full: flushes.with_label_values(&[name, "full"]),
+            flushed_timer: flushes.with_label_values(&[name, "timer"]),
+        }
+    }
 }
 
 /// One NATS connection's metric handles.

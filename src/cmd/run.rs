@@ -100,7 +100,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
         let js = jetstream_on(&conn.client, &config);
         let bound = bind_all(&js, spec).await?;
         check_randomizer(spec, &bound)?;
-        check_shuffle(spec, &bound)?;
+        check_buffer(spec, &bound)?;
         let sink_health = health.sink(&spec.name);
         sink_health.set_bound(true);
         let sink = open_destination(spec).await?;
@@ -418,26 +418,31 @@ fn check_randomizer(spec: &SinkSpec, bound: &[Bound]) -> Result<(), AppError> {
     Ok(())
 }
 
-/// Refuses consumers whose live MaxAckPending cannot carry the shuffler's buffer and the
-/// batch pulled ahead (exit 78, naming both settings).
-fn check_shuffle(spec: &SinkSpec, bound: &[Bound]) -> Result<(), AppError> {
-    let Some(cfg) = &spec.delivery.shuffle else {
-        return Ok(());
-    };
+/// Refuses consumers whose live MaxAckPending cannot carry the buffer of pulled batches
+/// (the shuffler's, or an s3 `rollover`) and the batch pulled ahead (exit 78, naming both
+/// settings).
+fn check_buffer(spec: &SinkSpec, bound: &[Bound]) -> Result<(), AppError> {
     let delivery = spec.lanes_path.trim_end_matches(".priority_lanes");
-    let source = match delivery.strip_suffix(".delivery") {
-        Some(base) => format!("{base}.source"),
-        None => "nats".to_string(),
+    let base = delivery.strip_suffix(".delivery");
+    let (setting, size) = match (&spec.delivery.shuffle, spec.destination.accumulate()) {
+        (Some(cfg), _) => (format!("{delivery}.shuffle.buffer"), cfg.buffer),
+        (None, Some(a)) => {
+            let dest = base.map_or("sink".to_string(), |b| format!("{b}.destination"));
+            (format!("{dest}.{}.{}", a.key, a.messages_key), a.messages)
+        }
+        (None, None) => return Ok(()),
     };
+    let source = base.map_or("nats".to_string(), |b| format!("{b}.source"));
     for b in bound {
         let info = b.consumer.cached_info();
         let live = info.config.max_ack_pending;
+        let batch_size = spec.delivery.batch_size;
         if let Some(problem) =
-            crate::config::shuffle::check_consumer(cfg, spec.delivery.batch_size, live)
+            crate::config::shuffle::check_consumer(size, &setting, batch_size, live)
         {
             return Err(AppError::Config(format!(
-                "{delivery}.shuffle.buffer: sink {}: consumer {} cannot carry the shuffle buffer: \
-                 {problem} (the consumer's {source}.max_ack_pending, as the server has it)",
+                "{setting}: sink {}: consumer {} cannot carry the buffer: {problem} (the \
+                 consumer's {source}.max_ack_pending, as the server has it)",
                 spec.name, info.name
             )));
         }

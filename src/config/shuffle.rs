@@ -41,19 +41,9 @@ fn default_flush_ms() -> u64 {
 
 /// Checks `delivery.shuffle` found at `path` against the sink's `delivery.batch_size`.
 pub fn validate_shuffle(cfg: &ShuffleConfig, path: &str, batch_size: usize) -> Vec<Issue> {
-    let mut out = Vec::new();
-    let upper = MAX_UNACKED.saturating_sub(batch_size);
-    if cfg.buffer < batch_size || cfg.buffer > upper {
-        out.push(Issue {
-            path: format!("{path}.buffer"),
-            message: format!(
-                "must be between delivery.batch_size ({batch_size}) and {MAX_UNACKED} - \
-                 batch_size = {upper}, got {}: the buffer plus the batch pulled ahead stay \
-                 unacknowledged at once",
-                cfg.buffer
-            ),
-        });
-    }
+    let mut out: Vec<Issue> = validate_buffer(cfg.buffer, &format!("{path}.buffer"), batch_size)
+        .into_iter()
+        .collect();
     if !(1..=MAX_FLUSH_MS).contains(&cfg.flush_ms) {
         out.push(Issue {
             path: format!("{path}.flush_ms"),
@@ -63,25 +53,42 @@ pub fn validate_shuffle(cfg: &ShuffleConfig, path: &str, batch_size: usize) -> V
     out
 }
 
-/// The start-up check of the shuffler against the consumer's MaxAckPending (the live
-/// value at start-up, the configured one in `validate`): it must be -1 or at least
-/// `buffer` + `batch_size` — the buffer and the batch pulled ahead while it is written.
-/// A smaller cap would stop delivery before the buffer fills, so every flush would wait
-/// for the timer. Returns the explanation of the problem, if any.
+/// Checks the size of a buffer of pulled batches (the shuffler's `buffer`, the s3
+/// `rollover.max_messages`) found at `path`: at least one batch, and with the batch pulled
+/// ahead within [`MAX_UNACKED`], as all of it stays unacknowledged at once.
+pub fn validate_buffer(buffer: usize, path: &str, batch_size: usize) -> Option<Issue> {
+    let upper = MAX_UNACKED.saturating_sub(batch_size);
+    (buffer < batch_size || buffer > upper).then(|| Issue {
+        path: path.to_string(),
+        message: format!(
+            "must be between delivery.batch_size ({batch_size}) and {MAX_UNACKED} - \
+             batch_size = {upper}, got {buffer}: the buffer plus the batch pulled ahead stay \
+             unacknowledged at once"
+        ),
+    })
+}
+
+/// The start-up check of a buffer of pulled batches (the shuffler's, or an s3
+/// `rollover`'s) against the consumer's MaxAckPending (the live value at start-up, the
+/// configured one in `validate`): it must be -1 or at least `buffer` + `batch_size` — the
+/// buffer and the batch pulled ahead while it is written. A smaller cap would stop
+/// delivery before the buffer fills, so every flush would wait for the timer. `setting`
+/// names the buffer's size (`delivery.shuffle.buffer`). Returns the explanation of the
+/// problem, if any.
 pub fn check_consumer(
-    cfg: &ShuffleConfig,
+    buffer: usize,
+    setting: &str,
     batch_size: usize,
     max_ack_pending: i64,
 ) -> Option<String> {
-    let needed = cfg.buffer.saturating_add(batch_size);
+    let needed = buffer.saturating_add(batch_size);
     let needed_i64 = i64::try_from(needed).unwrap_or(i64::MAX);
     (max_ack_pending != -1 && max_ack_pending < needed_i64).then(|| {
         format!(
-            "consumer max_ack_pending is {max_ack_pending}; with delivery.shuffle.buffer ({}) it \
-             must be -1 or at least buffer + delivery.batch_size ({batch_size}) = {needed}: every \
-             buffered message stays unacknowledged until its batch is written, next to the batch \
-             pulled ahead, so a smaller cap stops delivery before the buffer fills",
-            cfg.buffer
+            "consumer max_ack_pending is {max_ack_pending}; with {setting} ({buffer}) it must be \
+             -1 or at least {setting} + delivery.batch_size ({batch_size}) = {needed}: every \
+             buffered message stays unacknowledged until it is written, next to the batch \
+             pulled ahead, so a smaller cap stops delivery before the buffer fills"
         )
     })
 }
@@ -119,10 +126,13 @@ mod tests {
 
     #[test]
     fn max_ack_pending_must_carry_the_buffer_and_a_batch() {
-        let c = cfg(1000, 2000);
-        assert!(check_consumer(&c, 100, -1).is_none());
-        assert!(check_consumer(&c, 100, 1100).is_none());
-        let p = check_consumer(&c, 100, 1099).unwrap();
-        assert!(p.contains("1099") && p.contains("1100"), "{p}");
+        let at = "delivery.shuffle.buffer";
+        assert!(check_consumer(1000, at, 100, -1).is_none());
+        assert!(check_consumer(1000, at, 100, 1100).is_none());
+        let p = check_consumer(1000, at, 100, 1099).unwrap();
+        assert!(
+            p.contains("1099") && p.contains("1100") && p.contains(at),
+            "{p}"
+        );
     }
 }

@@ -53,11 +53,11 @@ use super::isolate::Isolator;
 use super::puller::{Ahead, Pulled, Puller, Waiting};
 use super::reconfirm::{self, Recent};
 use super::settle::{Settler, SettlerParts, Stop};
-use super::shuffle::{FlushReason, ShuffleBuffer};
+use super::shuffle::{FlushReason, Mode, ShuffleBuffer};
 use crate::config::SinkSpec;
 use crate::dlq::DeadLetters;
 use crate::health::SinkHealth;
-use crate::metrics::SinkMetrics;
+use crate::metrics::{BufferMetrics, SinkMetrics};
 use crate::nats::Drops;
 use crate::sinks::Sink;
 
@@ -68,7 +68,8 @@ pub struct Runner {
     ahead: Ahead,
     /// The randomizer, when enabled.
     delay: Option<Delay>,
-    /// The shuffle buffer, with `delivery.shuffle`.
+    /// The buffer stage: the shuffler's with `delivery.shuffle`, or a whole-batch one for
+    /// a destination that accumulates (s3 `rollover`).
     shuffle: Option<Shuffle>,
     settler: Settler<Acks>,
     /// Finds and settles, after a connection drop, what the client cannot read.
@@ -94,10 +95,13 @@ struct Delay {
     rng: StdRng,
 }
 
-/// The shuffle stage: the buffer, the clock and rng it is given, and a `+WPI` clock of its
+/// The buffer stage: the buffer, the clock and rng it is given, and a `+WPI` clock of its
 /// own for the messages it holds (the settler's covers only what is being written).
 struct Shuffle {
     buffer: ShuffleBuffer,
+    /// `"shuffle"` or `"rollover"`, for the log.
+    what: &'static str,
+    metrics: BufferMetrics,
     /// Origin of the buffer's millisecond clock.
     origin: Instant,
     rng: StdRng,
@@ -107,6 +111,40 @@ struct Shuffle {
 }
 
 impl Shuffle {
+    /// The buffer stage the sink's settings ask for, if any: `delivery.shuffle` shuffles,
+    /// a destination that accumulates gets its batches written whole.
+    fn for_sink(
+        spec: &SinkSpec,
+        acks: &Acks,
+        ack_wait: Duration,
+        m: &SinkMetrics,
+    ) -> Option<Shuffle> {
+        let batch_size = spec.delivery.batch_size;
+        let (buffer, what, metrics) = match (&spec.delivery.shuffle, spec.destination.accumulate())
+        {
+            (Some(cfg), _) => (
+                ShuffleBuffer::new(Mode::Shuffle, cfg.buffer, cfg.flush_ms, batch_size),
+                "shuffle",
+                m.shuffle.clone(),
+            ),
+            (None, Some(a)) => (
+                ShuffleBuffer::new(Mode::Whole, a.messages, a.flush_ms, batch_size),
+                "rollover",
+                m.rollover.clone(),
+            ),
+            (None, None) => return None,
+        };
+        Some(Shuffle {
+            buffer,
+            what,
+            metrics,
+            origin: Instant::now(),
+            rng: StdRng::from_os_rng(),
+            keep: KeepAlive::new(acks.clone(), ack_wait / 2, m.progress_acks.clone()),
+            armed: false,
+        })
+    }
+
     fn now_ms(&self) -> u64 {
         self.origin.elapsed().as_millis() as u64
     }
@@ -224,13 +262,7 @@ impl Runner {
             origin: Instant::now(),
             rng: StdRng::from_os_rng(),
         });
-        let shuffle = spec.delivery.shuffle.as_ref().map(|cfg| Shuffle {
-            buffer: ShuffleBuffer::new(cfg, spec.delivery.batch_size),
-            origin: Instant::now(),
-            rng: StdRng::from_os_rng(),
-            keep: KeepAlive::new(acks.clone(), ack_wait / 2, metrics.progress_acks.clone()),
-            armed: false,
-        });
+        let shuffle = Shuffle::for_sink(&spec, &acks, ack_wait, &metrics);
         Runner {
             reconfirm,
             ahead: Ahead::new(&spec.name),
@@ -342,30 +374,30 @@ impl Runner {
         if !batch.envelopes.is_empty() {
             sh.buffer.push(batch, now);
             sh.keep_buffer().await;
-            self.metrics.shuffle_buffered.set(sh.buffer.len() as i64);
+            sh.metrics.buffered.set(sh.buffer.len() as i64);
         }
         if let Some(reason) = sh.buffer.due(now) {
             self.flush(reason).await;
         }
     }
 
-    /// Shuffles the buffer and settles it batch by batch: each batch is ACKed by the
-    /// settler after it committed. The batches still waiting are kept alive here; once
+    /// Takes the buffer (shuffled into batches, or whole as one batch) and settles it batch
+    /// by batch: each batch is ACKed by the settler after it committed. The batches still waiting are kept alive here; once
     /// shutdown begins they are handed back (NAK) instead of written.
     async fn flush(&mut self, reason: FlushReason) {
         let Some(sh) = self.shuffle.as_mut() else {
             return;
         };
         match reason {
-            FlushReason::Full => self.metrics.shuffle_flushed_full.inc(),
-            FlushReason::Timer => self.metrics.shuffle_flushed_timer.inc(),
+            FlushReason::Full => sh.metrics.flushed_full.inc(),
+            FlushReason::Timer => sh.metrics.flushed_timer.inc(),
         }
-        tracing::debug!(sink = %self.puller.spec().name, messages = sh.buffer.len(), reason = reason.as_str(), "shuffle buffer flushed");
-        let mut parts = sh.buffer.take_shuffled(&mut sh.rng);
+        tracing::debug!(sink = %self.puller.spec().name, messages = sh.buffer.len(), reason = reason.as_str(), "{} buffer flushed", sh.what);
+        let mut parts = sh.buffer.take(&mut sh.rng);
         parts.reverse();
         while let Some(part) = parts.pop() {
             let waiting: Vec<Subject> = parts.iter().flat_map(|b| b.replies.clone()).collect();
-            self.metrics.shuffle_buffered.set(waiting.len() as i64);
+            sh.metrics.buffered.set(waiting.len() as i64);
             sh.keep.narrow(waiting).await;
             if self.stop.stopping() {
                 parts.push(part);
@@ -380,7 +412,7 @@ impl Runner {
         sh.keep.disarm().await;
         sh.armed = false;
         let rest: Vec<Subject> = parts.into_iter().flat_map(|b| b.replies).collect();
-        self.metrics.shuffle_buffered.set(0);
+        sh.metrics.buffered.set(0);
         if !rest.is_empty() {
             self.settler
                 .acknowledger()
@@ -389,7 +421,7 @@ impl Runner {
         }
     }
 
-    /// At shutdown: hands the unwritten shuffle buffer back (NAK without delay), so
+    /// At shutdown: hands the unwritten buffer back (NAK without delay), so
     /// another instance, or the next start, gets it at once. Never ACKed unwritten.
     async fn hand_back_buffer(&mut self, by: Instant) {
         let Some(sh) = self.shuffle.as_mut() else {
@@ -398,17 +430,17 @@ impl Runner {
         sh.keep.disarm().await;
         sh.armed = false;
         let replies = sh.buffer.take_replies();
-        self.metrics.shuffle_buffered.set(0);
+        sh.metrics.buffered.set(0);
         if replies.is_empty() {
             return;
         }
-        tracing::info!(sink = %self.puller.spec().name, messages = replies.len(), "handing back the shuffle buffer");
+        tracing::info!(sink = %self.puller.spec().name, messages = replies.len(), "handing back the {} buffer", sh.what);
         let nak = self
             .settler
             .acknowledger()
             .send(replies, AckKind::Nak(None));
         if tokio::time::timeout_at(by, nak).await.is_err() {
-            tracing::warn!(sink = %self.puller.spec().name, "no time left to hand back the shuffle buffer; it is redelivered after AckWait");
+            tracing::warn!(sink = %self.puller.spec().name, "no time left to hand back the buffer; it is redelivered after AckWait");
         }
     }
 

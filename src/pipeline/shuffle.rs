@@ -1,13 +1,14 @@
-//! The shuffler's buffer (`delivery.shuffle`): prepared batches collected across pulls,
-//! shuffled uniformly and cut into write batches. Pure: the clock (milliseconds since an
-//! origin the runner keeps) and the rng are passed in; the runner does the I/O, and the
-//! settler ACKs each write batch after it committed.
+//! The buffer of prepared batches collected across pulls: the shuffler's
+//! (`delivery.shuffle`, shuffled uniformly and cut into write batches) and the s3
+//! rollover's (written whole, in arrival order, as one batch so one object holds several
+//! pulls). Pure: the clock (milliseconds since an origin the runner keeps) and the rng are
+//! passed in; the runner does the I/O, and the settler ACKs each write batch after it
+//! committed.
 
 use async_nats::Subject;
 use rand::Rng;
 
 use super::batch::Batch;
-use crate::config::shuffle::ShuffleConfig;
 use crate::envelope::Envelope;
 
 /// Shuffles `items` in place with the Fisher-Yates algorithm: every permutation is equally
@@ -29,7 +30,8 @@ pub(super) enum FlushReason {
 }
 
 impl FlushReason {
-    /// The `reason` label of `jetsink_shuffle_flushes_total`.
+    /// The `reason` label of `jetsink_shuffle_flushes_total` and
+    /// `jetsink_rollover_flushes_total`.
     pub(super) fn as_str(self) -> &'static str {
         match self {
             FlushReason::Full => "full",
@@ -38,9 +40,19 @@ impl FlushReason {
     }
 }
 
-/// Messages waiting to be shuffled, with their reply subjects (same order).
+/// What a flush makes of the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Shuffled, cut into batches of `batch_size` (`delivery.shuffle`).
+    Shuffle,
+    /// One batch in arrival order (a destination that accumulates, s3 `rollover`).
+    Whole,
+}
+
+/// Messages waiting to be written, with their reply subjects (same order).
 #[derive(Debug)]
 pub(super) struct ShuffleBuffer {
+    mode: Mode,
     buffer: usize,
     batch_size: usize,
     flush_ms: u64,
@@ -51,12 +63,14 @@ pub(super) struct ShuffleBuffer {
 }
 
 impl ShuffleBuffer {
-    /// An empty buffer for a validated section (`buffer` ≥ `batch_size` ≥ 1).
-    pub(super) fn new(cfg: &ShuffleConfig, batch_size: usize) -> ShuffleBuffer {
+    /// An empty buffer of `size` messages for a validated section (`size` ≥ `batch_size`
+    /// ≥ 1), flushed by the timer after `flush_ms`.
+    pub(super) fn new(mode: Mode, size: usize, flush_ms: u64, batch_size: usize) -> ShuffleBuffer {
         ShuffleBuffer {
-            buffer: cfg.buffer.max(1),
+            mode,
+            buffer: size.max(1),
             batch_size: batch_size.max(1),
-            flush_ms: cfg.flush_ms,
+            flush_ms,
             envelopes: Vec::new(),
             replies: Vec::new(),
             since_ms: None,
@@ -102,12 +116,20 @@ impl ShuffleBuffer {
         }
     }
 
-    /// Empties the buffer: its messages shuffled, cut into batches of `batch_size` (the
-    /// last one may be shorter), each envelope still beside its reply subject.
-    pub(super) fn take_shuffled(&mut self, rng: &mut impl Rng) -> Vec<Batch> {
+    /// Empties the buffer into the batches to write, each envelope still beside its reply
+    /// subject: in `Whole` mode one batch in arrival order, in `Shuffle` mode the messages
+    /// shuffled and cut into batches of `batch_size` (the last one may be shorter).
+    pub(super) fn take(&mut self, rng: &mut impl Rng) -> Vec<Batch> {
         self.since_ms = None;
         let envelopes = std::mem::take(&mut self.envelopes);
         let replies = std::mem::take(&mut self.replies);
+        if self.mode == Mode::Whole {
+            return if envelopes.is_empty() {
+                Vec::new()
+            } else {
+                vec![Batch { envelopes, replies }]
+            };
+        }
         let mut pairs: Vec<(Envelope, Subject)> = envelopes.into_iter().zip(replies).collect();
         fisher_yates(&mut pairs, rng);
         let mut out = Vec::with_capacity(pairs.len().div_ceil(self.batch_size));
@@ -143,7 +165,11 @@ mod tests {
     }
 
     fn buffer(buffer: usize, batch_size: usize, flush_ms: u64) -> ShuffleBuffer {
-        ShuffleBuffer::new(&ShuffleConfig { buffer, flush_ms }, batch_size)
+        ShuffleBuffer::new(Mode::Shuffle, buffer, flush_ms, batch_size)
+    }
+
+    fn whole(buffer: usize, batch_size: usize, flush_ms: u64) -> ShuffleBuffer {
+        ShuffleBuffer::new(Mode::Whole, buffer, flush_ms, batch_size)
     }
 
     proptest! {
@@ -168,7 +194,7 @@ mod tests {
                 b.push(batch(next..next + n), 0);
                 next += n;
             }
-            let out = b.take_shuffled(&mut StdRng::seed_from_u64(seed));
+            let out = b.take(&mut StdRng::seed_from_u64(seed));
             prop_assert_eq!(b.len(), 0);
             prop_assert_eq!(b.deadline_ms(), None);
             let mut seen = Vec::new();
@@ -200,10 +226,38 @@ mod tests {
                 next += n;
                 prop_assert!(b.len() <= size);
                 if b.due(0).is_some() {
-                    b.take_shuffled(&mut StdRng::seed_from_u64(1));
+                    b.take(&mut StdRng::seed_from_u64(1));
                 }
             }
         }
+    }
+
+    #[test]
+    fn whole_mode_flushes_every_pull_as_one_batch_in_arrival_order() {
+        let mut b = whole(1000, 100, 500);
+        b.push(batch(0..100), 0);
+        b.push(batch(100..150), 10);
+        b.push(batch(150..250), 20);
+        let out = b.take(&mut StdRng::seed_from_u64(3));
+        assert_eq!(out.len(), 1);
+        let seqs: Vec<u64> = out[0].envelopes.iter().map(|e| e.stream_sequence).collect();
+        assert_eq!(seqs, (0..250).collect::<Vec<_>>());
+        for (e, r) in out[0].envelopes.iter().zip(&out[0].replies) {
+            assert_eq!(r.as_str(), format!("ack.{}", e.stream_sequence));
+        }
+        assert_eq!((b.len(), b.deadline_ms()), (0, None));
+        assert!(b.take(&mut StdRng::seed_from_u64(3)).is_empty());
+    }
+
+    #[test]
+    fn whole_mode_is_due_full_before_a_pull_could_pass_max_messages_else_by_timer() {
+        let mut b = whole(1000, 100, 60_000);
+        assert_eq!(b.due(u64::MAX), None);
+        b.push(batch(0..900), 5);
+        assert_eq!(b.due(60_004), None);
+        assert_eq!(b.due(60_005), Some(FlushReason::Timer));
+        b.push(batch(900..901), 6);
+        assert_eq!(b.due(6), Some(FlushReason::Full));
     }
 
     #[test]

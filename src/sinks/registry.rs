@@ -88,6 +88,11 @@ macro_rules! destinations {
             pub fn problems(&self) -> Vec<(String, String)> {
                 self.settings().problems()
             }
+
+            /// How many pulled batches the destination gathers into one write, if any.
+            pub fn accumulate(&self) -> Option<$crate::sinks::settings::Accumulate> {
+                self.settings().accumulate()
+            }
         }
 
         /// Builds the destination a config describes. Nothing is opened yet.

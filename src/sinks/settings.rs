@@ -17,6 +17,27 @@ pub trait DestinationSettings {
     /// A stable, secret-free name of what is written to. Two sinks with the same target
     /// would interleave writes, so validation refuses that.
     fn target(&self) -> String;
+
+    /// Whether the destination wants several pulled batches gathered into one write, and
+    /// how many: the runner then holds them in its buffer stage (unacknowledged, kept
+    /// alive) and writes them as one batch. `None`: every batch is written as pulled.
+    fn accumulate(&self) -> Option<Accumulate> {
+        None
+    }
+}
+
+/// How many messages a destination gathers into one write, and for how long at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accumulate {
+    /// Most messages held before they are written as one batch.
+    pub messages: usize,
+    /// Longest time, in milliseconds, the oldest held message waits for the write.
+    pub flush_ms: u64,
+    /// Where the setting lives, relative to the destination object (`rollover`), so
+    /// errors name it.
+    pub key: &'static str,
+    /// The key of `messages` under `key` (`max_messages`).
+    pub messages_key: &'static str,
 }
 
 /// Adds a problem for each `(key, value, min, max)` whose value lies outside `min..=max`.

@@ -2,6 +2,7 @@
 //! the randomizer's offline check of the consumer it will run on.
 
 use super::paths::SinkPaths;
+use crate::config::destination::DestinationConfig;
 use crate::config::issue::Issues;
 use crate::config::randomizer;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
@@ -71,12 +72,76 @@ pub(crate) fn check_shuffle(
             ),
         );
     }
-    if let Some(problem) = shuffle::check_consumer(cfg, d.batch_size, source.max_ack_pending) {
+    let buffer = format!("{at}.buffer");
+    consumer_carries(cfg.buffer, &buffer, d.batch_size, source, p, issues);
+}
+
+/// Checks, offline, that the configured `max_ack_pending` carries a buffer of `size`
+/// messages (set at `setting`) and a batch; start-up checks again on the live consumer.
+fn consumer_carries(
+    size: usize,
+    setting: &str,
+    batch_size: usize,
+    source: &SourceConfig,
+    p: &SinkPaths,
+    issues: &mut Issues,
+) {
+    let max_ack_pending = source.max_ack_pending;
+    if let Some(problem) = shuffle::check_consumer(size, setting, batch_size, max_ack_pending) {
         issues.push(
-            format!("{at}.buffer"),
+            setting.to_string(),
             format!("{problem} (see {}.max_ack_pending)", p.source),
         );
     }
+}
+
+/// Checks a destination that accumulates several batches per write (s3 `rollover`): its
+/// size against the batch and the unacknowledged ceiling, the stages it cannot run with
+/// (each would reorder or hold the same messages), and the `max_ack_pending` it needs.
+pub(crate) fn check_rollover(
+    dest: &DestinationConfig,
+    d: &DeliveryConfig,
+    source: &SourceConfig,
+    p: &SinkPaths,
+    issues: &mut Issues,
+) {
+    let Some(a) = dest.accumulate() else {
+        return;
+    };
+    let at = format!("{}.{}", p.destination, a.key);
+    let size_at = format!("{at}.{}", a.messages_key);
+    issues
+        .0
+        .extend(shuffle::validate_buffer(a.messages, &size_at, d.batch_size));
+    let conflicts = [
+        (
+            d.shuffle.is_some(),
+            "shuffle",
+            "the shuffler writes its buffer in shuffled batches",
+        ),
+        (
+            d.randomizer.enabled,
+            "randomizer.enabled",
+            "the randomizer holds messages unacknowledged against max_ack_pending too",
+        ),
+        (
+            d.priority_lanes.enabled,
+            "priority_lanes.enabled",
+            "a buffer written whole would undo the lane order",
+        ),
+    ];
+    for (on, key, why) in conflicts {
+        if on {
+            issues.push(
+                at.clone(),
+                format!(
+                    "cannot be combined with {}.{key}: {why}; choose one",
+                    p.delivery
+                ),
+            );
+        }
+    }
+    consumer_carries(a.messages, &size_at, d.batch_size, source, p, issues);
 }
 
 /// Checks the batch, timeout and retry ranges; `ack_wait_ms` is the source's, which the
@@ -163,6 +228,104 @@ mod tests {
         let mut issues = Issues::default();
         check(&d, 30_000, &SinkPaths::multi("sinks.orders"), &mut issues);
         issues.0.iter().map(|i| i.to_string()).collect()
+    }
+
+    /// The issues of an s3 sink with `rollover` and the given delivery and source tweaks.
+    fn rollover_problems(
+        rollover: serde_json::Value,
+        tweak: impl FnOnce(&mut DeliveryConfig, &mut SourceConfig),
+    ) -> Vec<String> {
+        let value = serde_json::json!({"type": "s3", "bucket": "archive", "rollover": rollover});
+        let dest = crate::config::destination::parse("sinks.a.destination", value).expect("s3");
+        let mut d = DeliveryConfig {
+            batch_size: 100,
+            ..DeliveryConfig::default()
+        };
+        let mut source: SourceConfig =
+            serde_json::from_value(serde_json::json!({"stream": "S", "consumer": "c"}))
+                .expect("source");
+        tweak(&mut d, &mut source);
+        let mut issues = Issues::default();
+        check_rollover(
+            &dest,
+            &d,
+            &source,
+            &SinkPaths::multi("sinks.a"),
+            &mut issues,
+        );
+        issues.0.iter().map(|i| i.to_string()).collect()
+    }
+
+    #[test]
+    fn rollover_max_messages_is_at_least_a_batch_and_within_the_unacked_ceiling() {
+        let ok = |n: usize| {
+            rollover_problems(serde_json::json!({"max_messages": n}), |_, s| {
+                s.max_ack_pending = -1
+            })
+        };
+        assert!(ok(100).is_empty());
+        assert!(ok(99_900).is_empty());
+        for n in [99, 99_901] {
+            let got = ok(n);
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert!(
+                got[0].starts_with("sinks.a.destination.rollover.max_messages: must be between"),
+                "{got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rollover_is_refused_with_a_shuffle_randomizer_or_lanes_naming_both_paths() {
+        let cases: [(fn(&mut DeliveryConfig), &str); 3] = [
+            (
+                |d| {
+                    d.shuffle = Some(crate::config::shuffle::ShuffleConfig {
+                        buffer: 100,
+                        flush_ms: 10,
+                    })
+                },
+                "sinks.a.delivery.shuffle",
+            ),
+            (
+                |d| d.randomizer.enabled = true,
+                "sinks.a.delivery.randomizer.enabled",
+            ),
+            (
+                |d| d.priority_lanes.enabled = true,
+                "sinks.a.delivery.priority_lanes.enabled",
+            ),
+        ];
+        for (tweak, other) in cases {
+            let got = rollover_problems(serde_json::json!({"max_messages": 1000}), |d, _| tweak(d));
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert!(
+                got[0].starts_with("sinks.a.destination.rollover: cannot be combined with"),
+                "{got:?}"
+            );
+            assert!(got[0].contains(other), "{got:?}");
+        }
+    }
+
+    #[test]
+    fn rollover_needs_max_ack_pending_of_the_buffer_and_a_batch() {
+        let with = |map: i64| {
+            rollover_problems(serde_json::json!({"max_messages": 1000}), |_, s| {
+                s.max_ack_pending = map
+            })
+        };
+        assert!(with(1100).is_empty());
+        assert!(with(-1).is_empty());
+        let got = with(1099);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            got[0].starts_with(
+                "sinks.a.destination.rollover.max_messages: consumer max_ack_pending is 1099"
+            ),
+            "{got:?}"
+        );
+        assert!(got[0].contains("sinks.a.source.max_ack_pending"), "{got:?}");
+        assert!(got[0].contains("1100"), "{got:?}");
     }
 
     #[test]

@@ -95,6 +95,7 @@ pub(crate) fn check_sink(
     source::check(&raw.source, &raw.delivery, &p, issues);
     delivery::check(&raw.delivery, raw.source.ack_wait_ms, &p, issues);
     let destination = destination::check(raw.destination, raw.delivery.batch_size, &p, issues)?;
+    delivery::check_rollover(&destination, &raw.delivery, &raw.source, &p, issues);
     Some(SinkSpec {
         name,
         source: raw.source,

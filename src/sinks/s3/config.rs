@@ -7,7 +7,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::key::Template;
-use crate::sinks::settings::{connect_within_request, out_of_range, DestinationSettings};
+use crate::sinks::settings::{
+    connect_within_request, out_of_range, Accumulate, DestinationSettings,
+};
 
 /// The `s3` destination: each batch becomes one JSON Lines object (one per partition the
 /// batch touches) in a bucket of any S3-compatible store, committed when the upload
@@ -74,7 +76,31 @@ pub struct S3Config {
     /// Default 30000. A request that outlasts it is a transient failure.
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u64,
+    /// Several pulled batches per object: messages are held (unacknowledged) until
+    /// `max_messages` or `max_age_ms`, then written as one batch, one object per
+    /// partition, and ACKed after it is stored. Default: none, one object per batch.
+    #[serde(default)]
+    pub rollover: Option<RolloverConfig>,
 }
+
+/// `destination.rollover` of an `s3` sink: when a buffer of pulled batches is written.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RolloverConfig {
+    /// Most messages per write: at least `delivery.batch_size`; `max_messages` +
+    /// `batch_size` at most 100000 and at most the consumer's `max_ack_pending` (unless
+    /// -1). Required.
+    pub max_messages: usize,
+    /// Longest time, in milliseconds, the oldest held message waits before a partial
+    /// buffer is written (1000 to 3600000). Default 60000.
+    #[serde(default = "default_max_age_ms")]
+    pub max_age_ms: u64,
+}
+
+/// Shortest `rollover.max_age_ms`.
+pub const MIN_MAX_AGE_MS: u64 = 1_000;
+/// Longest `rollover.max_age_ms`: one hour, as the shuffler's `flush_ms`.
+pub const MAX_MAX_AGE_MS: u64 = 3_600_000;
 
 /// How objects are compressed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -282,16 +308,43 @@ impl DestinationSettings for S3Config {
             ],
         );
         connect_within_request(&mut out, self.connect_timeout_ms, self.request_timeout_ms);
+        if let Some(r) = &self.rollover {
+            out_of_range(
+                &mut out,
+                &[(
+                    "rollover.max_age_ms",
+                    r.max_age_ms,
+                    MIN_MAX_AGE_MS,
+                    MAX_MAX_AGE_MS,
+                )],
+            );
+        }
         out
+    }
+
+    fn accumulate(&self) -> Option<Accumulate> {
+        self.rollover.as_ref().map(|r| Accumulate {
+            messages: r.max_messages,
+            flush_ms: r.max_age_ms,
+            key: "rollover",
+            messages_key: "max_messages",
+        })
     }
 
     fn describe(&self) -> String {
         format!(
-            "s3 {} (endpoint {}, {} objects, partition {}, credentials from {})",
+            "s3 {} (endpoint {}, {} objects, partition {}, {}, credentials from {})",
             self.location(),
             self.endpoint_shown(),
             self.compression.extension(),
             self.partition,
+            match &self.rollover {
+                Some(r) => format!(
+                    "rollover at {} messages or {} ms",
+                    r.max_messages, r.max_age_ms
+                ),
+                None => "one object per batch".into(),
+            },
             if self.explicit_keys() {
                 "the configured env/file"
             } else {
@@ -319,4 +372,7 @@ fn default_connect_timeout_ms() -> u64 {
 }
 fn default_request_timeout_ms() -> u64 {
     30_000
+}
+fn default_max_age_ms() -> u64 {
+    60_000
 }

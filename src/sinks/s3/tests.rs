@@ -57,6 +57,29 @@ fn a_bucket_alone_is_valid_with_documented_defaults() {
 }
 
 #[test]
+fn rollover_defaults_to_a_minute_and_its_age_is_range_checked_with_its_key() {
+    let c = config(serde_json::json!({"bucket": "archive"}));
+    assert_eq!(c.accumulate(), None);
+    let c = config(serde_json::json!({"bucket": "archive", "rollover": {"max_messages": 1000}}));
+    assert!(problems(&c).is_empty(), "{:?}", problems(&c));
+    let a = c.accumulate().expect("rollover accumulates");
+    assert_eq!((a.messages, a.flush_ms), (1000, 60_000));
+    assert!(c.describe().contains("rollover at 1000 messages or 60000 ms"));
+    for age in [999, 3_600_001] {
+        let c = config(serde_json::json!({"bucket": "archive",
+                                          "rollover": {"max_messages": 10, "max_age_ms": age}}));
+        assert_eq!(
+            problems(&c),
+            [format!("rollover.max_age_ms: must be between 1000 and 3600000, got {age}")]
+        );
+    }
+    let bad = serde_json::from_value::<S3Config>(
+        serde_json::json!({"bucket": "archive", "rollover": {"max_age_ms": 1000}}),
+    );
+    assert!(bad.is_err(), "max_messages is required");
+}
+
+#[test]
 fn plain_http_endpoints_need_allow_http() {
     let c = config(serde_json::json!({"bucket": "b01", "endpoint": "http://127.0.0.1:9000"}));
     let p = problems(&c);
