@@ -4,7 +4,9 @@
 //! than one part is uploaded in parts; a store that is down holds the batch without ACKing
 //! and drains when it is back; a bucket that disappears holds the batch as misconfigured,
 //! naming the sink and the bucket; bad credentials stop start-up with exit 78; an
-//! encrypted sink's records decrypt.
+//! encrypted sink's records decrypt. With `rollover`, objects hold several batches, each
+//! message once; a partial buffer is written by its age; a SIGKILL with a buffer held loses
+//! nothing after a restart; a SIGTERM hands the buffer back and the next start writes it.
 //!
 //! moto: `JETSINK_TEST_MOTO_SERVER`, else `.ci/venv/bin/moto_server` or
 //! `.ci/venv-s3/bin/moto_server` in the repository, else `moto_server` on PATH.
@@ -592,4 +594,210 @@ async fn an_encrypted_sinks_records_hold_no_plaintext_and_decrypt() {
     for r in &clear {
         assert_eq!(r["payload"]["card"], "4111-1111-1111-1111", "{r}");
     }
+}
+
+/// An s3 sink reading `stream` with batches of 100 and `rollover`, and its metrics address.
+fn rollover_config(
+    server: &NatsServer,
+    moto: &Moto,
+    dir: &Path,
+    stream: &str,
+    bucket: &str,
+    rollover: Value,
+) -> (Value, String) {
+    let subject = format!("{}.>", stream.to_lowercase());
+    let cfg = config(
+        server,
+        stream,
+        &subject,
+        destination(moto, dir, bucket, json!({"rollover": rollover})),
+        json!({"batch_size": 100}),
+    );
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    (cfg, listen)
+}
+
+/// The value of one of the sink's rollover metrics (`buffered`, `flushes_total{...}`).
+async fn rollover_metric(listen: &str, series: &str) -> f64 {
+    metric_value(listen, &format!("jetsink_rollover_{series}"))
+        .await
+        .unwrap_or(-1.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rollover_writes_several_batches_per_object_each_message_once_and_drains() {
+    const N: usize = 3_000;
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("roll-test");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "S3ROLL", "s3roll.>").await;
+    let rollover = json!({"max_messages": 1000, "max_age_ms": 1000});
+    let (cfg, listen) =
+        rollover_config(&server, &moto, dir.path(), "S3ROLL", "roll-test", rollover);
+    let path = write_config(dir.path(), &cfg);
+    publish_n(&js, "s3roll.x", N).await;
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(30), "the stream is drained", || {
+        drained(&js, "S3ROLL")
+    })
+    .await;
+    let full = rollover_metric(&listen, "flushes_total{reason=\"full\",sink=\"main\"}").await;
+    daemon.stop_cleanly();
+
+    let all = objects(&moto.store("roll-test")).await;
+    let sizes: Vec<usize> = all.iter().map(|(_, _, r)| r.len()).collect();
+    assert!(
+        all.len() <= 6,
+        "a few objects of up to 1000 messages, not one per batch: {sizes:?}"
+    );
+    let mut small = sizes.iter().filter(|&&n| n <= 100).count();
+    if sizes.last().is_some_and(|&n| n <= 100) {
+        // The last flush may be the timer's, of what was left.
+        small -= 1;
+    }
+    assert_eq!(
+        small, 0,
+        "every full object holds several batches: {sizes:?}"
+    );
+    assert!(full >= 2.0, "the buffer filled and flushed: {full}");
+    let (keys, records) = distinct_stored(&moto.store("roll-test")).await;
+    assert_eq!((keys.len(), records), (N, N), "each message stored once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partial_rollover_buffer_is_written_as_one_object_when_its_age_is_reached() {
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("roll-timer");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "S3RTIME", "s3rtime.>").await;
+    let rollover = json!({"max_messages": 1000, "max_age_ms": 1000});
+    let (cfg, listen) = rollover_config(
+        &server,
+        &moto,
+        dir.path(),
+        "S3RTIME",
+        "roll-timer",
+        rollover,
+    );
+    let path = write_config(dir.path(), &cfg);
+    publish_n(&js, "s3rtime.x", 250).await;
+    let mut daemon = Daemon::start(&path, dir.path());
+    let store = moto.store("roll-timer");
+    eventually(Duration::from_secs(20), "an object appears", || async {
+        store.list(None).next().await.is_some()
+    })
+    .await;
+    eventually(Duration::from_secs(10), "the stream is drained", || {
+        drained(&js, "S3RTIME")
+    })
+    .await;
+    let timer = rollover_metric(&listen, "flushes_total{reason=\"timer\",sink=\"main\"}").await;
+    let buffered = rollover_metric(&listen, "buffered{sink=\"main\"}").await;
+    daemon.stop_cleanly();
+    let sizes: Vec<usize> = objects(&store)
+        .await
+        .iter()
+        .map(|(_, _, r)| r.len())
+        .collect();
+    assert_eq!(sizes, [250], "one object of the whole partial buffer");
+    assert_eq!((timer, buffered), (1.0, 0.0), "one flush, by the timer");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sigkill_while_the_rollover_buffer_holds_messages_loses_none_after_restart() {
+    const N: usize = 1_250;
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("roll-kill");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "S3RKILL", "s3rkill.>").await;
+    // A minute's age: the 250 after the first full object wait in the buffer.
+    let rollover = json!({"max_messages": 1000, "max_age_ms": 60_000});
+    let (mut cfg, listen) =
+        rollover_config(&server, &moto, dir.path(), "S3RKILL", "roll-kill", rollover);
+    let path = write_config(dir.path(), &cfg);
+    publish_n(&js, "s3rkill.x", N).await;
+    let mut daemon = Daemon::start(&path, dir.path());
+    let store = moto.store("roll-kill");
+    eventually(
+        Duration::from_secs(20),
+        "250 held after a full object",
+        || async {
+            rollover_metric(&listen, "buffered{sink=\"main\"}").await == 250.0
+                && store.list(None).next().await.is_some()
+        },
+    )
+    .await;
+    daemon.kill();
+    let (_, stored_before) = distinct_stored(&store).await;
+    assert!(
+        stored_before < N,
+        "the SIGKILL came after everything was stored"
+    );
+
+    cfg["sinks"]["main"]["destination"]["rollover"]["max_age_ms"] = json!(1000);
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(30), "the stream is drained", || {
+        drained(&js, "S3RKILL")
+    })
+    .await;
+    daemon.stop_cleanly();
+    let (keys, records) = distinct_stored(&store).await;
+    assert_eq!(keys.len(), N, "every message stored, {records} records");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_hands_a_partial_rollover_buffer_back_and_the_next_start_writes_it() {
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("roll-term");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "S3RTERM", "s3rterm.>").await;
+    let rollover = json!({"max_messages": 1000, "max_age_ms": 60_000});
+    let (mut cfg, listen) =
+        rollover_config(&server, &moto, dir.path(), "S3RTERM", "roll-term", rollover);
+    // AckWait is a minute too: only the NAK at shutdown lets the next start have the
+    // messages before then.
+    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(60_000);
+    let path = write_config(dir.path(), &cfg);
+    publish_n(&js, "s3rterm.x", 250).await;
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(20), "250 buffered", || async {
+        rollover_metric(&listen, "buffered{sink=\"main\"}").await == 250.0
+    })
+    .await;
+    daemon.stop_cleanly();
+    assert!(
+        daemon
+            .log_text()
+            .contains("handing back the rollover buffer"),
+        "{}",
+        daemon.log_text()
+    );
+    let store = moto.store("roll-term");
+    assert!(store.list(None).next().await.is_none(), "nothing written");
+
+    cfg["sinks"]["main"]["destination"]["rollover"]["max_age_ms"] = json!(1000);
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(20), "the stream is drained", || {
+        drained(&js, "S3RTERM")
+    })
+    .await;
+    daemon.stop_cleanly();
+    let sizes: Vec<usize> = objects(&store)
+        .await
+        .iter()
+        .map(|(_, _, r)| r.len())
+        .collect();
+    assert_eq!(sizes, [250], "written once, as one object");
+    let (keys, _) = distinct_stored(&store).await;
+    assert_eq!(keys.len(), 250);
 }

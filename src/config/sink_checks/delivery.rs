@@ -277,7 +277,8 @@ mod tests {
 
     #[test]
     fn rollover_is_refused_with_a_shuffle_randomizer_or_lanes_naming_both_paths() {
-        let cases: [(fn(&mut DeliveryConfig), &str); 3] = [
+        type Tweak = fn(&mut DeliveryConfig);
+        let cases: [(Tweak, &str); 3] = [
             (
                 |d| {
                     d.shuffle = Some(crate::config::shuffle::ShuffleConfig {
