@@ -16,13 +16,14 @@ use serde_json::Value;
 /// HTTPS endpoint and its token (HTTP), certificates and a TLS server (NATS TLS), an
 /// S3-compatible store and its keys (S3), a target stream (the shuffler's republish). `validate`, the schema and the port check below
 /// still cover them.
-const NEED_MORE_THAN_A_SERVER: [&str; 7] = [
+const NEED_MORE_THAN_A_SERVER: [&str; 8] = [
     "postgres.json",
     "mysql.json",
     "nats-republish.json",
     "http.json",
     "nats-tls.json",
     "s3.json",
+    "s3-rollover.json",
     "shuffle.json",
 ];
 

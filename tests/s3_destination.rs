@@ -801,3 +801,32 @@ async fn sigterm_hands_a_partial_rollover_buffer_back_and_the_next_start_writes_
     let (keys, _) = distinct_stored(&store).await;
     assert_eq!(keys.len(), 250);
 }
+
+#[test]
+fn validate_refuses_a_rollover_the_consumer_cannot_carry_or_beside_the_shuffler() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = json!({
+        "nats": {"servers": ["nats://127.0.0.1:1"]},
+        "sinks": {"main": {
+            "source": {"stream": "S", "subjects": "s.>", "consumer": "c", "max_ack_pending": 1000},
+            "delivery": {"batch_size": 100, "shuffle": {"buffer": 100}},
+            "destination": {"type": "s3", "bucket": "archive",
+                            "rollover": {"max_messages": 1000, "max_age_ms": 500}}
+        }}
+    });
+    let path = write_config(dir.path(), &cfg);
+    let (code, out, err) = jetsink(
+        &["validate", "--config", path.to_str().unwrap()],
+        dir.path(),
+    );
+    let text = format!("{out}{err}");
+    assert_eq!(code, 78, "{text}");
+    for needle in [
+        "sinks.main.destination.rollover.max_age_ms: must be between 1000 and 3600000, got 500",
+        "sinks.main.destination.rollover: cannot be combined with sinks.main.delivery.shuffle",
+        "sinks.main.destination.rollover.max_messages: consumer max_ack_pending is 1000",
+        "sinks.main.source.max_ack_pending",
+    ] {
+        assert!(text.contains(needle), "{needle}\n{text}");
+    }
+}
