@@ -381,9 +381,10 @@ impl Runner {
         }
     }
 
-    /// Takes the buffer (shuffled into batches, or whole as one batch) and settles it batch
-    /// by batch: each batch is ACKed by the settler after it committed. The batches still waiting are kept alive here; once
-    /// shutdown begins they are handed back (NAK) instead of written.
+    /// Takes the buffer (shuffled into batches, or whole as one batch) and settles it
+    /// batch by batch: each batch is ACKed by the settler after it committed. The batches
+    /// still waiting are kept alive here; once shutdown begins they are handed back (NAK)
+    /// instead of written.
     async fn flush(&mut self, reason: FlushReason) {
         let Some(sh) = self.shuffle.as_mut() else {
             return;
