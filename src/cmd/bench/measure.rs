@@ -357,6 +357,23 @@ fn delivery_of(opts: &Options) -> DeliveryConfig {
 }
 
 /// The destination of run `run`, and the directory to remove afterwards.
+/// The pipeline consumer's MaxAckPending: 10,000, or more when the sink holds a buffer of
+/// pulled batches (the shuffler's, or a destination's rollover) — the buffer and the batch
+/// pulled ahead must fit, or the buffer could only ever be flushed by its timer, and the
+/// pass would measure the timer instead of the pipeline.
+fn pipeline_max_ack_pending(
+    delivery: &DeliveryConfig,
+    destination: Option<&DestinationConfig>,
+) -> i64 {
+    let buffer = match (&delivery.shuffle, destination.and_then(|d| d.accumulate())) {
+        (Some(cfg), _) => cfg.buffer,
+        (None, Some(a)) => a.messages,
+        (None, None) => 0,
+    };
+    let needed = buffer.saturating_add(delivery.batch_size);
+    i64::try_from(needed).unwrap_or(i64::MAX).max(10_000)
+}
+
 fn destination_of(
     opts: &Options,
     stream: &str,
@@ -393,6 +410,8 @@ async fn pipeline_pass(
     bar: &indicatif::ProgressBar,
 ) -> Result<(Pass, String), BenchError> {
     let (destination, scratch) = destination_of(opts, stream, run);
+    let delivery = delivery_of(opts);
+    let max_ack_pending = pipeline_max_ack_pending(&delivery, destination.as_ref());
     let spec = SinkSpec {
         name: "bench".into(),
         source: SourceConfig {
@@ -401,7 +420,7 @@ async fn pipeline_pass(
             consumer: format!("pipeline-{run}"),
             ack_wait_ms: 30_000,
             max_deliver: -1,
-            max_ack_pending: 10_000,
+            max_ack_pending,
             backoff_ms: Vec::new(),
             deliver_policy: Default::default(),
             create_stream: None,
@@ -409,7 +428,7 @@ async fn pipeline_pass(
             connection_group: None,
             pinned: None,
         },
-        delivery: delivery_of(opts),
+        delivery,
         metadata: match &opts.target {
             Target::Configured(s) => s.metadata.clone(),
             _ => None,
@@ -559,5 +578,33 @@ impl Report {
             self.median_ceiling, self.median_pipeline, self.median_ratio, self.verified
         ));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pipeline_consumer_carries_a_shuffle_or_rollover_buffer_and_a_batch() {
+        let delivery = DeliveryConfig {
+            batch_size: 1_000,
+            ..DeliveryConfig::default()
+        };
+        assert_eq!(pipeline_max_ack_pending(&delivery, None), 10_000);
+        let s3: DestinationConfig = crate::config::destination::parse(
+            "d",
+            serde_json::json!({"type": "s3", "bucket": "b", "rollover": {"max_messages": 20000}}),
+        )
+        .expect("s3 config");
+        assert_eq!(pipeline_max_ack_pending(&delivery, Some(&s3)), 21_000);
+        let shuffled = DeliveryConfig {
+            shuffle: Some(crate::config::shuffle::ShuffleConfig {
+                buffer: 30_000,
+                flush_ms: 2_000,
+            }),
+            ..delivery
+        };
+        assert_eq!(pipeline_max_ack_pending(&shuffled, None), 31_000);
     }
 }
