@@ -124,8 +124,10 @@ async fn a_ca_that_did_not_sign_the_server_fails_verification_with_exit_69() {
     assert_eq!(code, Some(69), "{log}");
     assert!(log.contains("sink main: cannot open destination"), "{log}");
     assert!(
-        log.contains("TLS handshake: invalid peer certificate: UnknownIssuer"),
-        "{log}"
+        log.contains("TLS handshake")
+            && log.contains("invalid peer certificate: UnknownIssuer")
+            && log.contains("check tls.ca_file"),
+        "a hint where to look: {log}"
     );
     assert_eq!(
         consumer_state(&js, "PGOTHERCA", "jetsink").await,

@@ -103,6 +103,47 @@ pub(crate) fn client_config(
     }
 }
 
+/// Why the TLS session with the server failed, with the setting to check, when `err` is
+/// a TLS failure: the client libraries report those as a bare I/O error.
+pub(crate) fn handshake_failure(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let tls = rustls_error(err)?;
+    let hint = match tls {
+        rustls::Error::InvalidCertificate(_) => {
+            "the server's certificate was not accepted: check tls.ca_file (the CA that \
+             signed it) and that it names the host connected to"
+        }
+        rustls::Error::AlertReceived(_) => {
+            "the server ended the handshake: check tls.cert_file (a certificate its CA \
+             signed) and the server's TLS settings"
+        }
+        _ => "check the tls settings and the server's TLS settings",
+    };
+    Some(format!("TLS with the server failed ({tls}); {hint}"))
+}
+
+/// The rustls error somewhere in `err`'s chain. An `io::Error` hides the error it wraps
+/// from `source()`, so it is looked into with `get_ref`.
+fn rustls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+                return Some(tls);
+            }
+            current = Some(inner);
+            continue;
+        }
+        current = e.source();
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

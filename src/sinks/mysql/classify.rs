@@ -201,7 +201,7 @@ pub fn classify(err: &mysql_async::Error, phase: Phase, rows: Option<Rows>) -> S
         // I/O, TLS, a closed connection, protocol errors: the server is unavailable (a
         // certificate can be fixed on either side while the batch waits).
         other => {
-            return SinkError::transient(match super::tls::failure(other) {
+            return SinkError::transient(match crate::sinks::database::tls_files::handshake_failure(other) {
                 Some(why) => format!("mysql: {why}"),
                 None => format!("mysql: {other}"),
             })

@@ -117,7 +117,9 @@ pub fn classify(err: &tokio_postgres::Error, phase: Phase, index: Option<usize>)
         // Connection, TLS, protocol and timeout errors: the server is unavailable. Their
         // text comes from the client library and the operating system, never from data.
         let mut message = format!("postgres: {err}");
-        if let Some(source) = std::error::Error::source(err) {
+        if let Some(why) = crate::sinks::database::tls_files::handshake_failure(err) {
+            message.push_str(&format!(": {why}"));
+        } else if let Some(source) = std::error::Error::source(err) {
             message.push_str(&format!(": {source}"));
         }
         return SinkError::transient(message);
