@@ -596,60 +596,118 @@ async fn an_encrypted_sinks_records_hold_no_plaintext_and_decrypt() {
     }
 }
 
-/// An s3 sink reading `stream` with batches of 100 and `rollover`, and its metrics address.
-fn rollover_config(
-    server: &NatsServer,
-    moto: &Moto,
-    dir: &Path,
-    stream: &str,
-    bucket: &str,
-    rollover: Value,
-) -> (Value, String) {
-    let subject = format!("{}.>", stream.to_lowercase());
-    let cfg = config(
-        server,
-        stream,
-        &subject,
-        destination(moto, dir, bucket, json!({"rollover": rollover})),
-        json!({"batch_size": 100}),
-    );
-    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
-    (cfg, listen)
+/// One rollover test's world: a private server, moto with one bucket, the stream
+/// `<STREAM>` on `<stream>.>`, and the config of an s3 sink reading it in batches of 100
+/// with `rollover` (written, not started).
+struct Rollover {
+    /// Kept running for the test's length.
+    _server: NatsServer,
+    moto: Moto,
+    dir: tempfile::TempDir,
+    js: async_nats::jetstream::Context,
+    stream: &'static str,
+    bucket: &'static str,
+    cfg: Value,
+    listen: String,
 }
 
-/// The value of one of the sink's rollover metrics (`buffered`, `flushes_total{...}`).
-async fn rollover_metric(listen: &str, series: &str) -> f64 {
-    metric_value(listen, &format!("jetsink_rollover_{series}"))
-        .await
-        .unwrap_or(-1.0)
+impl Rollover {
+    async fn new(stream: &'static str, bucket: &'static str, rollover: Value) -> Rollover {
+        let server = NatsServer::start();
+        let moto = Moto::start();
+        moto.create_bucket(bucket);
+        let dir = tempfile::tempdir().unwrap();
+        let js = server.js().await;
+        let subject = format!("{}.>", stream.to_lowercase());
+        create_stream(&js, stream, &subject).await;
+        let cfg = config(
+            &server,
+            stream,
+            &subject,
+            destination(&moto, dir.path(), bucket, json!({"rollover": rollover})),
+            json!({"batch_size": 100}),
+        );
+        let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+        Rollover {
+            _server: server,
+            moto,
+            dir,
+            js,
+            stream,
+            bucket,
+            cfg,
+            listen,
+        }
+    }
+
+    /// Publishes `n` messages to the stream.
+    async fn publish(&self, n: usize) {
+        publish_n(&self.js, &format!("{}.x", self.stream.to_lowercase()), n).await;
+    }
+
+    /// Starts a daemon on the config as it is now.
+    fn start(&self) -> Daemon {
+        Daemon::start(&write_config(self.dir.path(), &self.cfg), self.dir.path())
+    }
+
+    /// The value of one of the sink's rollover metrics (`buffered`, `flushes_total{...}`).
+    async fn metric(&self, series: &str) -> f64 {
+        metric_value(&self.listen, &format!("jetsink_rollover_{series}"))
+            .await
+            .unwrap_or(-1.0)
+    }
+
+    fn store(&self) -> Arc<dyn ObjectStore> {
+        self.moto.store(self.bucket)
+    }
+
+    /// Waits until the stream is drained (within `secs`).
+    async fn drained(&self, secs: u64) {
+        eventually(Duration::from_secs(secs), "the stream is drained", || {
+            drained(&self.js, self.stream)
+        })
+        .await;
+    }
+
+    /// Starts again with a one-second `max_age_ms`, so what is left is written at once,
+    /// waits for the drain and stops cleanly.
+    async fn restart_and_drain(&mut self) {
+        self.cfg["sinks"]["main"]["destination"]["rollover"]["max_age_ms"] = json!(1000);
+        let mut daemon = self.start();
+        self.drained(30).await;
+        daemon.stop_cleanly();
+    }
+
+    /// The number of records in each stored object.
+    async fn object_sizes(&self) -> Vec<usize> {
+        objects(&self.store())
+            .await
+            .iter()
+            .map(|(_, _, r)| r.len())
+            .collect()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rollover_writes_several_batches_per_object_each_message_once_and_drains() {
     const N: usize = 3_000;
-    let server = NatsServer::start();
-    let moto = Moto::start();
-    moto.create_bucket("roll-test");
-    let dir = tempfile::tempdir().unwrap();
-    let js = server.js().await;
-    create_stream(&js, "S3ROLL", "s3roll.>").await;
-    let rollover = json!({"max_messages": 1000, "max_age_ms": 1000});
-    let (cfg, listen) =
-        rollover_config(&server, &moto, dir.path(), "S3ROLL", "roll-test", rollover);
-    let path = write_config(dir.path(), &cfg);
-    publish_n(&js, "s3roll.x", N).await;
-    let mut daemon = Daemon::start(&path, dir.path());
-    eventually(Duration::from_secs(30), "the stream is drained", || {
-        drained(&js, "S3ROLL")
-    })
+    let r = Rollover::new(
+        "S3ROLL",
+        "roll-test",
+        json!({"max_messages": 1000, "max_age_ms": 1000}),
+    )
     .await;
-    let full = rollover_metric(&listen, "flushes_total{reason=\"full\",sink=\"main\"}").await;
+    r.publish(N).await;
+    let mut daemon = r.start();
+    r.drained(30).await;
+    let full = r
+        .metric("flushes_total{reason=\"full\",sink=\"main\"}")
+        .await;
     daemon.stop_cleanly();
 
-    let all = objects(&moto.store("roll-test")).await;
-    let sizes: Vec<usize> = all.iter().map(|(_, _, r)| r.len()).collect();
+    let sizes = r.object_sizes().await;
     assert!(
-        all.len() <= 6,
+        sizes.len() <= 6,
         "a few objects of up to 1000 messages, not one per batch: {sizes:?}"
     );
     let mut small = sizes.iter().filter(|&&n| n <= 100).count();
@@ -662,73 +720,57 @@ async fn rollover_writes_several_batches_per_object_each_message_once_and_drains
         "every full object holds several batches: {sizes:?}"
     );
     assert!(full >= 2.0, "the buffer filled and flushed: {full}");
-    let (keys, records) = distinct_stored(&moto.store("roll-test")).await;
+    let (keys, records) = distinct_stored(&r.store()).await;
     assert_eq!((keys.len(), records), (N, N), "each message stored once");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partial_rollover_buffer_is_written_as_one_object_when_its_age_is_reached() {
-    let server = NatsServer::start();
-    let moto = Moto::start();
-    moto.create_bucket("roll-timer");
-    let dir = tempfile::tempdir().unwrap();
-    let js = server.js().await;
-    create_stream(&js, "S3RTIME", "s3rtime.>").await;
-    let rollover = json!({"max_messages": 1000, "max_age_ms": 1000});
-    let (cfg, listen) = rollover_config(
-        &server,
-        &moto,
-        dir.path(),
+    let r = Rollover::new(
         "S3RTIME",
         "roll-timer",
-        rollover,
-    );
-    let path = write_config(dir.path(), &cfg);
-    publish_n(&js, "s3rtime.x", 250).await;
-    let mut daemon = Daemon::start(&path, dir.path());
-    let store = moto.store("roll-timer");
+        json!({"max_messages": 1000, "max_age_ms": 1000}),
+    )
+    .await;
+    r.publish(250).await;
+    let mut daemon = r.start();
+    let store = r.store();
     eventually(Duration::from_secs(20), "an object appears", || async {
         store.list(None).next().await.is_some()
     })
     .await;
-    eventually(Duration::from_secs(10), "the stream is drained", || {
-        drained(&js, "S3RTIME")
-    })
-    .await;
-    let timer = rollover_metric(&listen, "flushes_total{reason=\"timer\",sink=\"main\"}").await;
-    let buffered = rollover_metric(&listen, "buffered{sink=\"main\"}").await;
+    r.drained(10).await;
+    let timer = r
+        .metric("flushes_total{reason=\"timer\",sink=\"main\"}")
+        .await;
+    let buffered = r.metric("buffered{sink=\"main\"}").await;
     daemon.stop_cleanly();
-    let sizes: Vec<usize> = objects(&store)
-        .await
-        .iter()
-        .map(|(_, _, r)| r.len())
-        .collect();
-    assert_eq!(sizes, [250], "one object of the whole partial buffer");
+    assert_eq!(
+        r.object_sizes().await,
+        [250],
+        "one object of the whole partial buffer"
+    );
     assert_eq!((timer, buffered), (1.0, 0.0), "one flush, by the timer");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sigkill_while_the_rollover_buffer_holds_messages_loses_none_after_restart() {
     const N: usize = 1_250;
-    let server = NatsServer::start();
-    let moto = Moto::start();
-    moto.create_bucket("roll-kill");
-    let dir = tempfile::tempdir().unwrap();
-    let js = server.js().await;
-    create_stream(&js, "S3RKILL", "s3rkill.>").await;
     // A minute's age: the 250 after the first full object wait in the buffer.
-    let rollover = json!({"max_messages": 1000, "max_age_ms": 60_000});
-    let (mut cfg, listen) =
-        rollover_config(&server, &moto, dir.path(), "S3RKILL", "roll-kill", rollover);
-    let path = write_config(dir.path(), &cfg);
-    publish_n(&js, "s3rkill.x", N).await;
-    let mut daemon = Daemon::start(&path, dir.path());
-    let store = moto.store("roll-kill");
+    let mut r = Rollover::new(
+        "S3RKILL",
+        "roll-kill",
+        json!({"max_messages": 1000, "max_age_ms": 60_000}),
+    )
+    .await;
+    r.publish(N).await;
+    let mut daemon = r.start();
+    let store = r.store();
     eventually(
         Duration::from_secs(20),
         "messages held after a full object",
         || async {
-            rollover_metric(&listen, "buffered{sink=\"main\"}").await > 0.0
+            r.metric("buffered{sink=\"main\"}").await > 0.0
                 && store.list(None).next().await.is_some()
         },
     )
@@ -739,38 +781,26 @@ async fn a_sigkill_while_the_rollover_buffer_holds_messages_loses_none_after_res
         stored_before < N,
         "the SIGKILL came after everything was stored"
     );
-
-    cfg["sinks"]["main"]["destination"]["rollover"]["max_age_ms"] = json!(1000);
-    let path = write_config(dir.path(), &cfg);
-    let mut daemon = Daemon::start(&path, dir.path());
-    eventually(Duration::from_secs(30), "the stream is drained", || {
-        drained(&js, "S3RKILL")
-    })
-    .await;
-    daemon.stop_cleanly();
+    r.restart_and_drain().await;
     let (keys, records) = distinct_stored(&store).await;
     assert_eq!(keys.len(), N, "every message stored, {records} records");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_hands_a_partial_rollover_buffer_back_and_the_next_start_writes_it() {
-    let server = NatsServer::start();
-    let moto = Moto::start();
-    moto.create_bucket("roll-term");
-    let dir = tempfile::tempdir().unwrap();
-    let js = server.js().await;
-    create_stream(&js, "S3RTERM", "s3rterm.>").await;
-    let rollover = json!({"max_messages": 1000, "max_age_ms": 60_000});
-    let (mut cfg, listen) =
-        rollover_config(&server, &moto, dir.path(), "S3RTERM", "roll-term", rollover);
+    let mut r = Rollover::new(
+        "S3RTERM",
+        "roll-term",
+        json!({"max_messages": 1000, "max_age_ms": 60_000}),
+    )
+    .await;
     // AckWait is a minute too: only the NAK at shutdown lets the next start have the
     // messages before then.
-    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(60_000);
-    let path = write_config(dir.path(), &cfg);
-    publish_n(&js, "s3rterm.x", 250).await;
-    let mut daemon = Daemon::start(&path, dir.path());
+    r.cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(60_000);
+    r.publish(250).await;
+    let mut daemon = r.start();
     eventually(Duration::from_secs(20), "250 buffered", || async {
-        rollover_metric(&listen, "buffered{sink=\"main\"}").await == 250.0
+        r.metric("buffered{sink=\"main\"}").await == 250.0
     })
     .await;
     daemon.stop_cleanly();
@@ -781,23 +811,11 @@ async fn sigterm_hands_a_partial_rollover_buffer_back_and_the_next_start_writes_
         "{}",
         daemon.log_text()
     );
-    let store = moto.store("roll-term");
+    let store = r.store();
     assert!(store.list(None).next().await.is_none(), "nothing written");
 
-    cfg["sinks"]["main"]["destination"]["rollover"]["max_age_ms"] = json!(1000);
-    let path = write_config(dir.path(), &cfg);
-    let mut daemon = Daemon::start(&path, dir.path());
-    eventually(Duration::from_secs(20), "the stream is drained", || {
-        drained(&js, "S3RTERM")
-    })
-    .await;
-    daemon.stop_cleanly();
-    let sizes: Vec<usize> = objects(&store)
-        .await
-        .iter()
-        .map(|(_, _, r)| r.len())
-        .collect();
-    assert_eq!(sizes, [250], "written once, as one object");
+    r.restart_and_drain().await;
+    assert_eq!(r.object_sizes().await, [250], "written once, as one object");
     let (keys, _) = distinct_stored(&store).await;
     assert_eq!(keys.len(), 250);
 }
