@@ -32,10 +32,7 @@ fn daemon_config(server: &NatsServer, stream: &str, subject: &str, destination: 
 /// Starts the daemon, expects it to exit with `code` at start-up, and returns its log,
 /// which must hold no private key.
 fn refused(dir: &std::path::Path, cfg: &Value, code: i32) -> String {
-    let mut daemon = Daemon::start(&write_config(dir, cfg), dir);
-    let status = daemon.wait_exit(Duration::from_secs(30));
-    let log = daemon.log_text();
-    assert_eq!(status.and_then(|s| s.code()), Some(code), "{log}");
+    let log = refused_at_start(dir, cfg, code);
     assert!(
         !log.contains("PRIVATE KEY"),
         "key material in the log:\n{log}"

@@ -133,13 +133,7 @@ async fn a_target_stream_without_allow_atomic_is_refused_at_start() {
         atomic_destination(&server, "PLAIN"),
         json!({"batch_size": 100}),
     );
-    let path = write_config(dir.path(), &cfg);
-    let mut daemon = Daemon::start(&path, dir.path());
-    let status = daemon
-        .wait_exit(Duration::from_secs(20))
-        .expect("jetsink exits");
-    let log = daemon.log_text();
-    assert_eq!(status.code(), Some(78), "{log}");
+    let log = refused_at_start(dir.path(), &cfg, 78);
     assert!(log.contains("stream PLAIN has allow_atomic false"), "{log}");
 }
 
@@ -163,13 +157,7 @@ async fn atomic_is_refused_at_start_on_a_server_before_2_12_1() {
         atomic_destination(&server, "OLD"),
         json!({"batch_size": 100}),
     );
-    let path = write_config(dir.path(), &cfg);
-    let mut daemon = Daemon::start(&path, dir.path());
-    let status = daemon
-        .wait_exit(Duration::from_secs(20))
-        .expect("jetsink exits");
-    let log = daemon.log_text();
-    assert_eq!(status.code(), Some(78), "{log}");
+    let log = refused_at_start(dir.path(), &cfg, 78);
     let (a, b, c) = nats_server_version().expect("version");
     assert!(log.contains("needs nats-server 2.12.1 or later"), "{log}");
     assert!(

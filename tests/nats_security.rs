@@ -97,12 +97,7 @@ async fn drains(server: &NatsServer, dir: &Path, nats: Value) {
 
 /// Starts the daemon and expects it to exit with `code` at start-up; returns its log.
 fn refused(server: &NatsServer, dir: &Path, nats: Value, code: i32) -> String {
-    let cfg = daemon_config(server, nats);
-    let mut daemon = Daemon::start(&write_config(dir, &cfg), dir);
-    let status = daemon.wait_exit(Duration::from_secs(30));
-    let log = daemon.log_text();
-    assert_eq!(status.and_then(|s| s.code()), Some(code), "{log}");
-    log
+    refused_at_start(dir, &daemon_config(server, nats), code)
 }
 
 fn path(p: &Path) -> String {

@@ -38,13 +38,6 @@ fn assert_no_key_material(text: &str, key_file: &Path) {
     }
 }
 
-/// Starts `jetsink run` on `cfg` and waits for it to exit: (exit code, log).
-fn run_to_exit(dir: &Path, cfg: &Value) -> (Option<i32>, String) {
-    let mut daemon = Daemon::start(&write_config(dir, cfg), dir);
-    let status = daemon.wait_exit(Duration::from_secs(30));
-    (status.and_then(|s| s.code()), daemon.log_text())
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_certificate_logs_in_over_tls_drains_1000_messages_and_validates_online_ok() {
     let pg = PgTlsServer::start().await;
@@ -94,8 +87,11 @@ async fn without_a_client_certificate_the_login_is_refused_with_exit_78_and_noth
     create_stream(&js, "PGNOCERT", "pgnocert.>").await;
     publish_n(&js, "pgnocert.x", 10).await;
     let destination = pg.destination(json!({"cert_file": null, "key_file": null}));
-    let (code, log) = run_to_exit(dir.path(), &tls_config(&server, "PGNOCERT", destination));
-    assert_eq!(code, Some(78), "{log}");
+    let log = refused_at_start(
+        dir.path(),
+        &tls_config(&server, "PGNOCERT", destination),
+        78,
+    );
     assert!(log.contains("sink main: cannot open destination"), "{log}");
     assert!(
         log.contains("connection requires a valid client certificate"),
@@ -120,8 +116,11 @@ async fn a_ca_that_did_not_sign_the_server_fails_verification_with_exit_69() {
     create_stream(&js, "PGOTHERCA", "pgotherca.>").await;
     publish_n(&js, "pgotherca.x", 10).await;
     let destination = pg.destination(json!({"ca_file": pg.pki.other_ca}));
-    let (code, log) = run_to_exit(dir.path(), &tls_config(&server, "PGOTHERCA", destination));
-    assert_eq!(code, Some(69), "{log}");
+    let log = refused_at_start(
+        dir.path(),
+        &tls_config(&server, "PGOTHERCA", destination),
+        69,
+    );
     assert!(log.contains("sink main: cannot open destination"), "{log}");
     assert!(
         log.contains("TLS handshake")
@@ -154,8 +153,7 @@ async fn a_key_file_without_a_key_or_with_another_certificates_key_exits_78_nami
     let not_a_key = dir.path().join("not-a-key.pem");
     std::fs::copy(&pki.client_cert, &not_a_key).expect("copy a certificate");
     let cfg = tls_config(&server, "PGNOKEY", destination(&not_a_key));
-    let (code, log) = run_to_exit(dir.path(), &cfg);
-    assert_eq!(code, Some(78), "{log}");
+    let log = refused_at_start(dir.path(), &cfg, 78);
     let named = format!(
         "tls.key_file {} holds no PEM private key",
         not_a_key.display()

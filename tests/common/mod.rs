@@ -422,6 +422,16 @@ pub fn write_config(dir: &Path, value: &serde_json::Value) -> PathBuf {
     path
 }
 
+/// Starts `jetsink run` on `cfg` in `dir`, expects it to exit with `code` during
+/// start-up, and returns its log.
+pub fn refused_at_start(dir: &Path, cfg: &serde_json::Value, code: i32) -> String {
+    let mut daemon = Daemon::start(&write_config(dir, cfg), dir);
+    let status = daemon.wait_exit(Duration::from_secs(30));
+    let log = daemon.log_text();
+    assert_eq!(status.and_then(|s| s.code()), Some(code), "{log}");
+    log
+}
+
 /// Creates a file-storage stream capturing `subject`.
 pub async fn create_stream(js: &jetstream::Context, name: &str, subject: &str) {
     js.get_or_create_stream(jetstream::stream::Config {
