@@ -85,6 +85,19 @@ fn write_worker(
     (write(dir, name, &cfg), listen)
 }
 
+/// Writes `c.json` for a worker (see [`config`]), starts it and waits until its streams
+/// exist: the config's path, the daemon and a JetStream context.
+async fn worker(
+    server: &NatsServer,
+    dir: &Path,
+    destination: serde_json::Value,
+    source: serde_json::Value,
+) -> (PathBuf, Daemon, jetstream::Context) {
+    let (path, _) = write_worker(dir, "c.json", server, destination, source);
+    let (d, js) = start_worker(server, dir, &path).await;
+    (path, d, js)
+}
+
 /// Starts the daemon of config `path` and waits until its streams exist.
 async fn start_worker(
     server: &NatsServer,
@@ -137,14 +150,7 @@ async fn a_committed_job_carries_the_programs_stdout_as_output() {
         "echo.sh",
         "printf '%s:' \"$JETSINK_JOB_ID\"; cat\n",
     );
-    let (path, _) = write_worker(
-        dir.path(),
-        "c.json",
-        &server,
-        json!({"command": cmd}),
-        json!({}),
-    );
-    let (d, _) = start_worker(&server, dir.path(), &path).await;
+    let (path, d, _) = worker(&server, dir.path(), json!({"command": cmd}), json!({})).await;
     let (code, result, err) = submit(dir.path(), &path, "hello world", "j-ok");
     assert_eq!(code, 0, "{err}\n{}", d.log_text());
     assert_eq!(result["status"], "committed");
@@ -164,14 +170,7 @@ async fn exit_75_hands_the_job_back_and_its_redelivery_succeeds() {
         marks.display()
     );
     let cmd = script(dir.path(), "flaky.sh", &body);
-    let (path, _) = write_worker(
-        dir.path(),
-        "c.json",
-        &server,
-        json!({"command": cmd}),
-        json!({}),
-    );
-    let (d, _) = start_worker(&server, dir.path(), &path).await;
+    let (path, d, _) = worker(&server, dir.path(), json!({"command": cmd}), json!({})).await;
     let (code, result, err) = submit(dir.path(), &path, "x", "j-flaky");
     assert_eq!(code, 0, "{err}\n{}", d.log_text());
     assert_eq!(result["status"], "committed");
@@ -185,14 +184,13 @@ async fn a_poison_job_is_dead_lettered_with_a_result_and_submit_exits_65() {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let cmd = script(dir.path(), "poison.sh", "cat > /dev/null; exit 1\n");
-    let (path, _) = write_worker(
-        dir.path(),
-        "c.json",
+    let (path, d, js) = worker(
         &server,
+        dir.path(),
         json!({"command": cmd}),
         json!({"max_deliver": 3}),
-    );
-    let (d, js) = start_worker(&server, dir.path(), &path).await;
+    )
+    .await;
     let (code, result, err) = submit(dir.path(), &path, "POISON", "j-poison");
     assert_eq!(code, 65, "{err}\n{}", d.log_text());
     assert_eq!(result["status"], "dead_lettered");
@@ -220,14 +218,13 @@ async fn a_job_over_its_timeout_is_killed_with_what_it_started_and_refused() {
     let pidfile = dir.path().join("sleeper.pid");
     let body = format!("sleep 300 &\necho $! > {}\nwait\n", pidfile.display());
     let cmd = script(dir.path(), "slow.sh", &body);
-    let (path, _) = write_worker(
-        dir.path(),
-        "c.json",
+    let (path, d, _) = worker(
         &server,
+        dir.path(),
         json!({"command": cmd, "timeout_ms": 500}),
         json!({"max_deliver": 1}),
-    );
-    let (d, _) = start_worker(&server, dir.path(), &path).await;
+    )
+    .await;
     let (code, result, err) = submit(dir.path(), &path, "x", "j-slow");
     assert_eq!(code, 65, "{err}\n{}", d.log_text());
     assert!(
