@@ -58,7 +58,9 @@ pub fn is_valid_group(g: &str) -> bool {
 /// The most a pinned instance can be between pulls while it is idle: a long poll of the
 /// batch timeout, with the local grace around it, then the next pull.
 pub fn longest_idle_gap_ms(batch_timeout_ms: u64) -> u64 {
-    2 * batch_timeout_ms + 2_000
+    // Saturating: the batch timeout is range-checked elsewhere, but this runs on the
+    // value as typed, and a hostile one must give an error, not an overflow.
+    batch_timeout_ms.saturating_mul(2).saturating_add(2_000)
 }
 
 /// Checks `pinned` at `path` (`sinks.<name>.source.pinned`). `several_consumers` names
@@ -142,6 +144,17 @@ mod tests {
         assert!(
             e[0].starts_with("sinks.a.source.pinned.timeout_ms: must exceed 20000")
                 && e[0].contains("batch_timeout_ms = 9000"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_batch_timeout_near_the_integer_limit_is_refused_not_overflowed() {
+        // Found by the config mutation test: `2 * u64::MAX` panicked in a debug build.
+        let e = problems(&PinnedConfig::default(), u64::MAX, None);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("sinks.a.source.pinned.timeout_ms: must exceed"),
             "{e:?}"
         );
     }
