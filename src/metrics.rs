@@ -50,6 +50,7 @@ pub struct Metrics {
     nats_connection_up: IntGaugeVec,
     nats_reconnects: IntCounterVec,
     malformed: IntCounterVec,
+    unreadable_scans: IntCounterVec,
     jobs_finished: IntCounterVec,
     result_failures: IntCounterVec,
 }
@@ -373,6 +374,12 @@ impl Metrics {
                 "Messages whose header block the NATS client cannot read, found by reading them raw and dead-lettered or terminated.",
                 &["sink"],
             ),
+            unreadable_scans: counter(
+                r,
+                "jetsink_unreadable_scans_total",
+                "Scans of a sink's outstanding messages for ones the NATS client cannot read, completed after its connection dropped.",
+                &["sink"],
+            ),
             jobs_finished: counter(
                 r,
                 "jetsink_jobs_finished_total",
@@ -431,6 +438,7 @@ impl Metrics {
             rollover: BufferMetrics::of(&self.rollover_buffered, &self.rollover_flushes, name),
             pinned: self.pinned.clone(),
             malformed: self.malformed.with_label_values(&[name]),
+            unreadable_scans: self.unreadable_scans.with_label_values(&[name]),
             jobs_committed: self.jobs_finished.with_label_values(&[name, "committed"]),
             jobs_dead_lettered: self
                 .jobs_finished
@@ -543,6 +551,8 @@ pub struct SinkMetrics {
     pub rollover: BufferMetrics,
     /// Messages found with a header block the client cannot read.
     pub malformed: IntCounter,
+    /// Scans for such messages completed after a connection drop.
+    pub unreadable_scans: IntCounter,
     /// Jobs whose `committed` result was stored (job-queue mode).
     pub jobs_committed: IntCounter,
     /// Jobs whose `dead_lettered` result was stored (job-queue mode).

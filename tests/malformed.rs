@@ -225,3 +225,131 @@ async fn a_header_name_with_a_space_is_dead_lettered_and_disturbs_no_other_sink(
 async fn a_header_block_that_is_not_utf8_is_dead_lettered_and_disturbs_no_other_sink() {
     a_poison_disturbs_only_its_own_sink(b"NATS/1.0\r\nX-Bin: \xff\xfe\xfd\r\n\r\n").await;
 }
+
+/// A sink holding a work-queue stream's messages in a shuffle buffer when its connection
+/// drops, with messages whose header blocks the client reads fine although a naive rule
+/// would call them unreadable: a status on the version line (`NATS/1.0 200`, `NATS/1.0 503
+/// …`), and more header values than the envelope keeps. The scan after the drop must
+/// settle none of them (a TERM deletes from a work-queue stream): the status messages are
+/// written, and the one with too many headers is refused by the pipeline's own rule and
+/// stays in the stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn messages_with_a_status_line_or_many_headers_survive_the_scan_after_a_drop() {
+    let mut server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    js.get_or_create_stream(jetstream::stream::Config {
+        name: "JOBS".into(),
+        subjects: vec!["jobs.>".into()],
+        retention: jetstream::stream::RetentionPolicy::WorkQueue,
+        ..Default::default()
+    })
+    .await
+    .expect("work-queue stream");
+    publish_good(&js, "jobs.a", 0, 5).await; // 1-5
+    raw_hpub(
+        &server,
+        "jobs.a",
+        b"NATS/1.0 200\r\nX-Kind: ok\r\n\r\n",
+        b"{\"status\":200}",
+    ); // 6
+    publish_good(&js, "jobs.a", 5, 7).await; // 7-8
+    raw_hpub(
+        &server,
+        "jobs.a",
+        b"NATS/1.0 503 Odd Text\r\n\r\n",
+        b"{\"status\":503}",
+    ); // 9
+    let mut many = b"NATS/1.0\r\n".to_vec();
+    for i in 0..1_100 {
+        many.extend_from_slice(format!("H{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    raw_hpub(&server, "jobs.a", &many, b"{\"many\":true}"); // 10
+    publish_good(&js, "jobs.a", 7, 10).await; // 11-13
+
+    let url = server.url();
+    let sink = |shuffle: bool, listen: &str| {
+        let mut delivery = json!({"batch_size": 100, "batch_timeout_ms": 200});
+        if shuffle {
+            // Held far longer than the test: only the hand-back at SIGTERM empties it.
+            delivery["shuffle"] = json!({"buffer": 500, "flush_ms": 600_000});
+        }
+        json!({
+            "nats": {"servers": [url], "connect_timeout_ms": 2000},
+            "http": {"listen": listen},
+            "sinks": {"jobs": {
+                // AckWait far beyond the test, so nothing comes back by the clock.
+                "source": {"stream": "JOBS", "subjects": "jobs.>", "consumer": "jetsink",
+                           "ack_wait_ms": 600_000},
+                "delivery": delivery,
+                "destination": {"type": "file", "directory": "out"}
+            }}
+        })
+    };
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cfg = write_config(dir.path(), &sink(true, &listen));
+    let mut daemon = Daemon::start(&cfg, dir.path());
+    let m = |series: &str| {
+        let (listen, series) = (listen.clone(), series.to_string());
+        async move { metric(&listen, &series).await }
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the 12 readable messages held in the shuffle buffer, the 13th refused",
+        || async {
+            m("jetsink_shuffle_buffered{sink=\"jobs\"}").await == 12.0
+                && m("jetsink_messages_rejected_total{sink=\"jobs\"}").await == 1.0
+        },
+    )
+    .await;
+
+    server.restart();
+    eventually(
+        Duration::from_secs(60),
+        "a completed scan for unreadable messages after the drop",
+        || async { m("jetsink_unreadable_scans_total{sink=\"jobs\"}").await >= 1.0 },
+    )
+    .await;
+    assert_eq!(
+        m("jetsink_malformed_messages_total{sink=\"jobs\"}").await,
+        0.0
+    );
+    assert_eq!(
+        m("jetsink_messages_terminated_total{sink=\"jobs\"}").await,
+        0.0
+    );
+    daemon.stop_cleanly();
+    let js = server.js().await;
+    assert_eq!(
+        stored(&js, "JOBS").await,
+        13,
+        "nothing deleted from the work queue"
+    );
+
+    // Written by a sink without a buffer: every readable message lands, once.
+    let listen2 = format!("127.0.0.1:{}", free_port());
+    let cfg2 = dir.path().join("plain.json");
+    std::fs::write(&cfg2, sink(false, &listen2).to_string()).unwrap();
+    let _daemon = Daemon::start(&cfg2, dir.path());
+    let out = dir.path().join("out");
+    eventually(Duration::from_secs(60), "12 messages written", || async {
+        distinct_keys(&jsonl_lines(&out)).len() == 12
+    })
+    .await;
+    let keys = distinct_keys(&jsonl_lines(&out));
+    for seq in [6, 9] {
+        assert!(
+            keys.contains(&format!("JOBS:{seq}")),
+            "JOBS:{seq} written: {keys:?}"
+        );
+    }
+    assert!(
+        !keys.contains("JOBS:10"),
+        "too many headers: refused, never written"
+    );
+    eventually(Duration::from_secs(30), "the 12 ACKed", || async {
+        stored(&server.js().await, "JOBS").await == 1
+    })
+    .await;
+}

@@ -95,33 +95,17 @@ pub async fn fetch_batch(
             }
         }
     }
-    let mut first = match pin {
-        // The client refuses `batch()` on a pinned consumer (it cannot carry the pin id).
-        Some(_) => {
-            let request = PullRequest::new(1, 0, Some(limits.wait), pin);
-            let (first, err) = pull(js, consumer, request, limits.wait + GRACE, drops, pin).await?;
-            match err {
-                Some(e) if first.is_empty() => return Err(e),
-                _ => first,
-            }
+    // The long poll is sent and read here too, not through the client's `batch()`: both
+    // fetch paths then hand over exactly the same messages (see [`pull_reply`]), which is
+    // what the scan for unreadable messages relies on. The client also refuses `batch()`
+    // on a pinned consumer (it cannot carry the pin id).
+    let request = PullRequest::new(1, 0, Some(limits.wait), pin);
+    let (mut first, err) = pull(js, consumer, request, limits.wait + GRACE, drops, pin).await?;
+    if let Some(e) = err {
+        if first.is_empty() {
+            return Err(e);
         }
-        None => {
-            let dropped = drops.watch();
-            let batch = consumer
-                .batch()
-                .max_messages(1)
-                .expires(limits.wait)
-                .messages()
-                .await?;
-            let batch = batch.map(|m| m.map(|m| m.message));
-            let (first, err) =
-                drain(batch, limits.wait + GRACE, limits.max_messages, dropped).await;
-            match err {
-                Some(e) if first.is_empty() => return Err(e),
-                _ => first,
-            }
-        }
-    };
+    }
     if first.is_empty() {
         return Ok(first);
     }
@@ -199,7 +183,8 @@ async fn pull(
                 return Ok((out, Some(e.into())));
             }
         };
-        match pull_reply(reply.status, reply.description.as_deref()) {
+        let stored = reply.reply.as_ref().is_some_and(|r| is_stored(r));
+        match pull_reply(reply.status, reply.description.as_deref(), stored) {
             PullReply::Message => {
                 if let (Some(pin), Some(id)) = (
                     pin,
@@ -252,7 +237,13 @@ enum PullReply {
     Fail,
 }
 
-fn pull_reply(status: Option<StatusCode>, description: Option<&str>) -> PullReply {
+/// What a reply to a pull is. `stored`: it carries a `$JS.ACK` reply subject, so it is a
+/// message of the stream, whatever status its own header block puts on its version line
+/// (a publisher may store `NATS/1.0 503`): the server's own statuses never carry one.
+fn pull_reply(status: Option<StatusCode>, description: Option<&str>, stored: bool) -> PullReply {
+    if stored {
+        return PullReply::Message;
+    }
     match status {
         None | Some(StatusCode::OK) => PullReply::Message,
         Some(StatusCode::IDLE_HEARTBEAT) => PullReply::Ignore,
@@ -267,51 +258,10 @@ fn pull_reply(status: Option<StatusCode>, description: Option<&str>) -> PullRepl
     }
 }
 
-/// Collects a pull's messages until it ends, fails, times out locally or its connection
-/// drops (`dropped` was taken before the pull was sent, so a drop during it is seen).
-/// `expected` sizes the vector once, at the first message, instead of growing it message
-/// by message.
-async fn drain<S>(
-    mut batch: S,
-    limit: Duration,
-    expected: usize,
-    mut dropped: watch::Receiver<u64>,
-) -> (Vec<Message>, Option<async_nats::Error>)
-where
-    S: futures::Stream<Item = Result<Message, async_nats::Error>> + Unpin,
-{
-    let deadline = tokio::time::sleep_until(Instant::now() + limit);
-    tokio::pin!(deadline);
-    let dropped = connection_dropped(&mut dropped);
-    tokio::pin!(dropped);
-    let mut out = Vec::new();
-    loop {
-        let next = tokio::select! {
-            // Messages already received come out before the drop is noticed.
-            biased;
-            next = batch.next() => Ok(next),
-            () = &mut deadline => Err(()),
-            () = &mut dropped => {
-                return (out, Some(DROPPED_MID_PULL.into()));
-            }
-        };
-        match next {
-            Ok(Some(Ok(m))) => {
-                // Sized at the first message, so the many empty pulls of an idle sink
-                // (or of empty buckets) allocate nothing.
-                if out.is_empty() {
-                    out.reserve(expected.min(MAX_PRESIZE));
-                }
-                out.push(m);
-            }
-            Ok(Some(Err(e))) => return (out, Some(e)),
-            Ok(None) => return (out, None),
-            Err(_) => {
-                let e: async_nats::Error = format!("pull did not finish within {limit:?}").into();
-                return (out, Some(e));
-            }
-        }
-    }
+/// Whether a reply subject is a JetStream acknowledgement subject, which only a delivered
+/// stream message carries (both layouts: `$JS.ACK.<stream>…` and `$JS.ACK.<domain>.<hash>…`).
+fn is_stored(reply: &str) -> bool {
+    reply.starts_with("$JS.ACK.")
 }
 
 /// The error of a pull its connection dropped under.
@@ -378,21 +328,21 @@ mod pull_reply_tests {
     #[test]
     fn batch_completed_409_does_not_end_the_pull_but_other_409s_fail_it() {
         let conflict = Some(StatusCode::REQUEST_TERMINATED);
-        assert_eq!(pull_reply(None, None), PullReply::Message);
+        assert_eq!(pull_reply(None, None, false), PullReply::Message);
         assert_eq!(
-            pull_reply(conflict, Some("Batch Completed")),
+            pull_reply(conflict, Some("Batch Completed"), false),
             PullReply::Ignore
         );
         assert_eq!(
-            pull_reply(Some(StatusCode::IDLE_HEARTBEAT), None),
+            pull_reply(Some(StatusCode::IDLE_HEARTBEAT), None, false),
             PullReply::Ignore
         );
         assert_eq!(
-            pull_reply(Some(StatusCode::NOT_FOUND), Some("No Messages")),
+            pull_reply(Some(StatusCode::NOT_FOUND), Some("No Messages"), false),
             PullReply::End
         );
         assert_eq!(
-            pull_reply(Some(StatusCode::TIMEOUT), Some("Request Timeout")),
+            pull_reply(Some(StatusCode::TIMEOUT), Some("Request Timeout"), false),
             PullReply::End
         );
         for other in [
@@ -401,21 +351,46 @@ mod pull_reply_tests {
             "Exceeded MaxRequestBatch of 10",
         ] {
             assert_eq!(
-                pull_reply(conflict, Some(other)),
+                pull_reply(conflict, Some(other), false),
                 PullReply::Fail,
                 "{other}"
             );
         }
-        assert_eq!(pull_reply(conflict, None), PullReply::Fail);
+        assert_eq!(pull_reply(conflict, None, false), PullReply::Fail);
         for description in ["Nats-Pin-Id mismatch", "Nats-Wrong-Pin-Id"] {
             assert_eq!(
-                pull_reply(Some(StatusCode::PIN_ID_MISMATCH), Some(description)),
+                pull_reply(Some(StatusCode::PIN_ID_MISMATCH), Some(description), false),
                 PullReply::PinLost
             );
         }
         assert_eq!(
-            pull_reply(Some(StatusCode::NO_RESPONDERS), None),
+            pull_reply(Some(StatusCode::NO_RESPONDERS), None, false),
             PullReply::Fail
         );
+    }
+
+    #[test]
+    fn a_stored_message_is_a_message_whatever_status_its_own_header_block_carries() {
+        // A publisher may store `NATS/1.0 503` or `NATS/1.0 404`: the server delivers it
+        // with its ACK reply subject, and it must reach the sink, not end the pull.
+        for status in [
+            None,
+            Some(StatusCode::OK),
+            Some(StatusCode::NO_RESPONDERS),
+            Some(StatusCode::NOT_FOUND),
+            Some(StatusCode::TIMEOUT),
+            Some(StatusCode::IDLE_HEARTBEAT),
+            Some(StatusCode::REQUEST_TERMINATED),
+        ] {
+            assert_eq!(
+                pull_reply(status, Some("x"), true),
+                PullReply::Message,
+                "{status:?}"
+            );
+        }
+        assert!(is_stored("$JS.ACK.ORDERS.db.1.2.3.4.5"));
+        assert!(is_stored("$JS.ACK.hub.ACC.ORDERS.db.1.2.3.4.5.tok"));
+        assert!(!is_stored("_INBOX.abc"));
+        assert!(!is_stored("$JS.FC.ORDERS.x"));
     }
 }

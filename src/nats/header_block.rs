@@ -18,16 +18,14 @@
 //! 4. the assembled value (leading space of its first line and trailing space of the whole
 //!    removed) holds no carriage return.
 //!
-//! Two more cases are refused although the client parses them: a status on the version
-//! line (the client reads a stored message carrying one as the server's own status — end
-//! of a pull, no responders — so it is never handed over as a message), and more than
-//! [`MAX_HEADER_LINES`] header lines (a block built to make every reader slow). The check
-//! is one pass over the block, linear in its length.
-
-/// Most header lines a block may hold before it counts as malformed: the same cap the
-/// envelope puts on header values, far above what any real publisher sends, low enough
-/// that reading one block stays cheap.
-pub const MAX_HEADER_LINES: usize = crate::envelope::MAX_HEADER_VALUES;
+//! Nothing else is refused. A valid status on the version line (`NATS/1.0 200`,
+//! `NATS/1.0 503 Odd`) parses, and the fetch path hands a stored message carrying one to
+//! the sink like any other (it tells a stored message from the server's own status by its
+//! `$JS.ACK` reply subject); a block with thousands of header lines parses too, and the
+//! pipeline refuses it as a metadata failure (`envelope::MAX_HEADER_VALUES`). Refusing
+//! either here would settle, as unreadable, a message the sink may hold or has refused by
+//! its own rules: the scan runs while batches are in hand, and on a work-queue stream a
+//! TERM deletes. The check is one pass over the block, linear in its length.
 
 /// Why a header block cannot be read by the client; the text goes into the dead-letter
 /// copy's `Jetsink-Error` and the logs (it never quotes the block itself).
@@ -45,13 +43,6 @@ pub enum Malformed {
     /// The version line carries something that is not a three-digit status.
     #[error("the version line carries an invalid status code")]
     BadStatus,
-    /// The version line carries a valid status, which the client would take for the
-    /// server's own.
-    #[error("the version line carries status {code}, which the client reads as a server status, not a message")]
-    Status {
-        /// The status code.
-        code: u16,
-    },
     /// A header line without a `:`.
     #[error("header line {line} has no ':' between name and value")]
     NoColon {
@@ -71,12 +62,6 @@ pub enum Malformed {
         /// 1-based line number in the block where the value starts.
         line: usize,
     },
-    /// More header lines than [`MAX_HEADER_LINES`].
-    #[error("the header block holds more than {max} header lines")]
-    TooManyLines {
-        /// The limit.
-        max: usize,
-    },
 }
 
 /// Checks a raw header block (everything before the payload, `NATS/1.0` line and the
@@ -95,22 +80,14 @@ pub fn check(block: &[u8]) -> Result<(), Malformed> {
         .split_once(' ')
         .map(|(s, _)| s.trim())
         .unwrap_or(suffix);
-    if !status.is_empty() {
-        let code = status_code(status.as_bytes()).ok_or(Malformed::BadStatus)?;
-        return Err(Malformed::Status { code });
+    if !status.is_empty() && status_code(status.as_bytes()).is_none() {
+        return Err(Malformed::BadStatus);
     }
     let mut line_no = 1;
-    let mut headers = 0;
     while let Some(line) = lines.next() {
         line_no += 1;
         if line.is_empty() {
             continue;
-        }
-        headers += 1;
-        if headers > MAX_HEADER_LINES {
-            return Err(Malformed::TooManyLines {
-                max: MAX_HEADER_LINES,
-            });
         }
         let start = line_no;
         let (name, value) = line
@@ -158,6 +135,11 @@ mod tests {
             b"NATS/1.0\r\n$Odd_Name.~!: v\r\n\r\n",
             b"NATS/1.0\r\nX: caf\xc3\xa9\r\n\r\n",
             b"NATS/1.0",
+            // A status the client parses: the fetch path hands such a stored message over.
+            b"NATS/1.0 200\r\n\r\n",
+            b"NATS/1.0 200 OK\r\nX: y\r\n\r\n",
+            b"NATS/1.0 503 Odd Description\r\n\r\n",
+            b"NATS/1.0 100 Idle Heartbeat\r\n\r\n",
         ] {
             assert_eq!(check(block), Ok(()), "{:?}", String::from_utf8_lossy(block));
         }
@@ -178,7 +160,7 @@ mod tests {
             (b"HTTP/1.1\r\n\r\n", Malformed::NoVersionLine),
             (b"NATS/1.0 abc\r\n\r\n", Malformed::BadStatus),
             (b"NATS/1.0 099\r\n\r\n", Malformed::BadStatus),
-            (b"NATS/1.0 503\r\n\r\n", Malformed::Status { code: 503 }),
+            (b"NATS/1.0 20\r\n\r\n", Malformed::BadStatus),
             (
                 b"NATS/1.0\r\nA: b\r\nno colon here\r\n\r\n",
                 Malformed::NoColon { line: 3 },
@@ -212,26 +194,14 @@ mod tests {
     }
 
     #[test]
-    fn an_absurd_header_count_is_malformed() {
+    fn a_block_with_more_header_lines_than_the_envelope_keeps_is_readable() {
+        // The client reads it; the pipeline refuses it by its own rule (a metadata
+        // failure), so the scan must not settle it as unreadable.
         let mut block = b"NATS/1.0\r\n".to_vec();
-        for i in 0..=MAX_HEADER_LINES {
+        for i in 0..=crate::envelope::MAX_HEADER_VALUES {
             block.extend_from_slice(format!("H{i}: v\r\n").as_bytes());
         }
-        assert_eq!(
-            check(&block),
-            Err(Malformed::TooManyLines {
-                max: MAX_HEADER_LINES
-            })
-        );
-        let ok: Vec<u8> = block
-            .split(|b| *b == b'\n')
-            .take(MAX_HEADER_LINES + 1)
-            .fold(Vec::new(), |mut acc, l| {
-                acc.extend_from_slice(l);
-                acc.push(b'\n');
-                acc
-            });
-        assert_eq!(check(&ok), Ok(()));
+        assert_eq!(check(&block), Ok(()));
     }
 
     fn name() -> impl Strategy<Value = String> {
@@ -260,6 +230,15 @@ mod tests {
             }
             block.push_str("\r\n");
             prop_assert_eq!(check(block.as_bytes()), Ok(()));
+        }
+
+        /// The status rule is the client's own: a version line with a status and a
+        /// description is accepted exactly when async-nats parses the status.
+        #[test]
+        fn the_status_rule_matches_the_client(code in "[0-9a-z]{1,4}", description in "[ -~]{0,12}") {
+            let block = format!("NATS/1.0 {code} {description}\r\nX: y\r\n\r\n");
+            let client_ok = async_nats::StatusCode::from_str(&code).is_ok();
+            prop_assert_eq!(check(block.as_bytes()).is_ok(), client_ok);
         }
 
         /// The name rule is the client's own: a one-header block is accepted exactly when

@@ -149,6 +149,7 @@ impl Isolator {
             }
         }
         self.seen = drops;
+        self.metrics.unreadable_scans.inc();
     }
 
     /// Whether the connection is up, waiting a bounded time for the reconnect.
@@ -189,7 +190,7 @@ impl Isolator {
     async fn isolate(&self, o: &Outstanding, m: &RawStored, why: &Malformed) -> bool {
         let why = why.to_string();
         let Some(dl) = &self.dead_letters else {
-            tracing::error!(sink = %self.sink, stream = %o.stream, consumer = %o.consumer, stream_sequence = m.sequence, error = %why, "the NATS client cannot read this message's headers and the sink has no dead-letter queue; terminating it (it stays in the stream)");
+            tracing::error!(sink = %self.sink, stream = %o.stream, consumer = %o.consumer, stream_sequence = m.sequence, error = %why, "the NATS client cannot read this message's headers and the sink has no dead-letter queue; terminating it (TERM: on a limits stream it stays stored until the stream's limits remove it; on a work-queue stream it is deleted now; on an interest stream once no other consumer still needs it). Add dead_letter to keep a copy");
             return self.settle(o, m.sequence, "+TERM").await;
         };
         let raw = Unreadable {
