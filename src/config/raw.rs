@@ -195,7 +195,10 @@ pub struct SourceConfig {
     /// Default 10000; must be at least `delivery.batch_size`.
     #[serde(default = "default_max_ack_pending")]
     pub max_ack_pending: i64,
-    /// Consumer redelivery backoff steps in milliseconds (replaces AckWait per attempt).
+    /// Consumer redelivery backoff steps in milliseconds: the n-th delivery of a message is
+    /// redelivered after the n-th step (the last step for later ones). With it the server
+    /// uses the first step as AckWait and ignores `ack_wait_ms`; jetsink's keep-alive
+    /// follows the shortest step.
     #[serde(default)]
     pub backoff_ms: Vec<u64>,
     /// Where a new consumer starts: `all` (default), `new`, `last`, `last_per_subject`.
@@ -224,6 +227,29 @@ pub struct SourceConfig {
 }
 
 impl SourceConfig {
+    /// The AckWait the server applies: with `backoff_ms`, nats-server (2.9 to 2.14)
+    /// replaces AckWait by the first step, and reports that back; `ack_wait_ms` then only
+    /// counts when no backoff is set.
+    pub fn effective_ack_wait(&self) -> std::time::Duration {
+        let ms = self.backoff_ms.first().copied().unwrap_or(self.ack_wait_ms);
+        std::time::Duration::from_millis(ms)
+    }
+
+    /// The shortest time the server leaves a delivered, unacknowledged message before it
+    /// redelivers it: AckWait, or with `backoff_ms` the shortest step, since the server
+    /// times each delivery by its own step (the first delivery by the first, the n-th by
+    /// the n-th, the last step for any later one). jetsink's `+WPI` keep-alive beats
+    /// twice within it.
+    pub fn shortest_redelivery(&self) -> std::time::Duration {
+        let ms = self
+            .backoff_ms
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(self.ack_wait_ms);
+        std::time::Duration::from_millis(ms.max(1))
+    }
+
     /// The consumers this source binds: itself, or one per bucket with derived names and
     /// bucket filters (a stream created by any of them captures every bucket).
     pub fn bindings(&self) -> Vec<SourceConfig> {

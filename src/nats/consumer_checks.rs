@@ -122,7 +122,8 @@ pub fn wanted_consumer(source: &SourceConfig, owner: &BTreeMap<String, String>) 
         filter_subjects,
         metadata: owner.clone().into_iter().collect(),
         ack_policy: AckPolicy::Explicit,
-        ack_wait: Duration::from_millis(source.ack_wait_ms),
+        // What the server stores and reports: with a backoff, its first step.
+        ack_wait: source.effective_ack_wait(),
         max_deliver: source.max_deliver,
         max_ack_pending: source.max_ack_pending,
         backoff: source
