@@ -618,11 +618,17 @@ impl SinkMetrics {
 
     /// Counts one destination error by its class.
     pub fn sink_error(&self, err: &crate::sinks::SinkError) {
-        match err {
-            crate::sinks::SinkError::Transient { .. } => self.errors_transient.inc(),
-            crate::sinks::SinkError::Permanent { .. } => self.errors_permanent.inc(),
-            crate::sinks::SinkError::Unclassified { .. } => self.errors_unclassified.inc(),
-            crate::sinks::SinkError::Misconfigured { .. } => self.errors_misconfigured.inc(),
+        self.error_of(err.kind());
+    }
+
+    /// Counts one destination failure of `class`.
+    pub fn error_of(&self, class: crate::sinks::ErrorClass) {
+        use crate::sinks::ErrorClass;
+        match class {
+            ErrorClass::Transient => self.errors_transient.inc(),
+            ErrorClass::Permanent => self.errors_permanent.inc(),
+            ErrorClass::Unclassified => self.errors_unclassified.inc(),
+            ErrorClass::Misconfigured => self.errors_misconfigured.inc(),
         }
     }
 }

@@ -10,26 +10,18 @@
 //!
 //! [`Acknowledger`] is the seam the runner's unit tests use: every call covers a batch of
 //! reply subjects, and the runner is generic over it, so the hot path makes no dynamic call.
-//! [`KeepAlive`] is the one `+WPI` clock, kept running across a long write and the hold
-//! that follows a failed one. It ticks in a keeper task of its own, so it fires on time
-//! even while a write blocks the runner's thread (file and SQLite, in `block_in_place`):
-//! for the part being written and the parts of a split batch still waiting behind it, and
-//! for a batch pulled ahead, which the pull task leaves where the keeper can see it.
+//! The `+WPI` keep-alive that uses it lives in `keeper.rs`.
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
 use async_nats::Subject;
 use bytes::Bytes;
-use prometheus::IntCounter;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
-use super::puller::Waiting;
 use super::reconfirm::Recent;
 use crate::metrics::SinkMetrics;
 
@@ -179,136 +171,6 @@ impl<A: Acknowledger> AckQueue<A> {
     pub(super) async fn drain(&mut self) {
         while let Some(t) = self.tasks.pop_front() {
             let _ = t.await;
-        }
-    }
-}
-
-/// What the keeper keeps alive while armed: a range of the batch in hand, and whatever
-/// waits in the pull-ahead slot when a `+WPI` falls due.
-struct Held {
-    /// The reply subjects of the whole batch, shared with the settler without a copy.
-    replies: Arc<Vec<Subject>>,
-    /// The part being written.
-    range: Range<usize>,
-    /// The batch pulled ahead, filled by the pull task whenever it arrives.
-    ahead: Waiting,
-    /// When the next `+WPI` is due.
-    due: Instant,
-}
-
-/// The one `+WPI` clock of a sink: a progress acknowledgement every half AckWait for the
-/// messages in hand and a batch pulled ahead, from the moment a part's write starts until
-/// it commits, is refused or is abandoned, across every attempt and every hold between
-/// them, so the server never redelivers a batch jetsink still holds.
-///
-/// The clock runs in a keeper task of its own, not in the runner's: a write that blocks
-/// its thread (file and SQLite, in `block_in_place`) cannot stop it. The runner arms it
-/// before a part's first attempt and disarms it before acknowledging that part; per part
-/// that is two uncontended locks and nothing per message. The keeper holds the lock while
-/// it sends, so once [`KeepAlive::disarm`] returns no `+WPI` for that part can follow.
-pub(super) struct KeepAlive<A: Acknowledger> {
-    acks: A,
-    every: Duration,
-    /// Counts each `+WPI` round, so a slow destination shows on `/metrics`.
-    sent: IntCounter,
-    held: Arc<tokio::sync::Mutex<Option<Held>>>,
-    /// The keeper, started by the first arming (that is where a runtime surely exists).
-    keeper: Option<JoinHandle<()>>,
-}
-
-impl<A: Acknowledger> KeepAlive<A> {
-    /// A clock sending through `acks` every `every` (half of AckWait).
-    pub(super) fn new(acks: A, every: Duration, sent: IntCounter) -> KeepAlive<A> {
-        KeepAlive {
-            acks,
-            every: every.max(Duration::from_millis(1)),
-            sent,
-            held: Arc::default(),
-            keeper: None,
-        }
-    }
-
-    /// Starts the clock for `replies[range]`: the first `+WPI` falls due `every` from now.
-    pub(super) async fn arm(
-        &mut self,
-        replies: &Arc<Vec<Subject>>,
-        range: Range<usize>,
-        ahead: &Waiting,
-    ) {
-        *self.held.lock().await = Some(Held {
-            replies: replies.clone(),
-            range,
-            ahead: ahead.clone(),
-            due: Instant::now() + self.every,
-        });
-        if self.keeper.is_none() {
-            let keeper = keep(
-                self.acks.clone(),
-                self.every,
-                self.held.clone(),
-                self.sent.clone(),
-            );
-            self.keeper = Some(tokio::spawn(keeper));
-        }
-    }
-
-    /// Narrows what the clock keeps alive to `replies` (all of them) without moving the
-    /// next `+WPI`: the messages of a per-message write still held after the others
-    /// settled. An empty list disarms it. Waits for a `+WPI` being sent, like
-    /// [`KeepAlive::disarm`].
-    pub(super) async fn narrow(&self, replies: Vec<Subject>) {
-        let mut held = self.held.lock().await;
-        if replies.is_empty() {
-            held.take();
-        } else if let Some(h) = held.as_mut() {
-            h.range = 0..replies.len();
-            h.replies = Arc::new(replies);
-        }
-    }
-
-    /// Stops the clock; waits for a `+WPI` being sent, so none follows the acknowledgement
-    /// the caller sends next.
-    pub(super) async fn disarm(&self) {
-        self.held.lock().await.take();
-    }
-}
-
-impl<A: Acknowledger> Drop for KeepAlive<A> {
-    fn drop(&mut self) {
-        if let Some(k) = &self.keeper {
-            k.abort();
-        }
-    }
-}
-
-/// The keeper's loop. Unarmed, it looks every `every`, so an arming is noticed no later
-/// than its first `+WPI` falls due; armed, it sleeps until that moment. No message from
-/// the runner is needed to wake it.
-async fn keep<A: Acknowledger>(
-    acks: A,
-    every: Duration,
-    held: Arc<tokio::sync::Mutex<Option<Held>>>,
-    sent: IntCounter,
-) {
-    loop {
-        // Taken before looking, so an arming just after the look is still due no sooner.
-        let now = Instant::now();
-        let due = held.lock().await.as_ref().map(|h| h.due);
-        match due {
-            None => tokio::time::sleep_until(now + every).await,
-            Some(due) if now < due => tokio::time::sleep_until(due).await,
-            Some(_) => {
-                let mut guard = held.lock().await;
-                // Disarmed or re-armed while the lock was free: look again.
-                let Some(h) = guard.as_mut().filter(|h| h.due <= Instant::now()) else {
-                    continue;
-                };
-                let mut replies = h.replies[h.range.clone()].to_vec();
-                h.ahead.replies_into(&mut replies);
-                acks.send(replies, AckKind::Progress).await;
-                sent.inc();
-                h.due = Instant::now() + every;
-            }
         }
     }
 }

@@ -5,16 +5,17 @@
 //! If that publish fails, the message is handed back exactly as without a queue: it comes
 //! back later, and a metric and a log line say why. Nothing is lost either way.
 //!
-//! Private to the pipeline: disposal acknowledges, and only the runner may.
+//! Disposal decides and publishes copies (and, in job-queue mode, results); it does not
+//! acknowledge. Each call answers with the acknowledgement to send, and the settler sends
+//! it after the keep-alive let go of the message, so a message stays kept alive while its
+//! copy is published, however long that takes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::AckKind;
-use async_nats::Subject;
 use async_trait::async_trait;
 
-use super::acks::Acknowledger;
 use crate::config::SinkSpec;
 use crate::dlq::{DeadLetters, PublishFailed, Reason};
 use crate::envelope::Envelope;
@@ -128,9 +129,8 @@ impl Policy {
 
 /// The disposal policy of one sink.
 #[derive(Clone)]
-pub(super) struct Disposal<A: Acknowledger> {
+pub(super) struct Disposal {
     sink: Arc<str>,
-    acks: A,
     metrics: SinkMetrics,
     dead_letters: Option<Arc<dyn DeadLetterOut>>,
     policy: Policy,
@@ -149,18 +149,16 @@ pub(super) fn dead_letter_from(max_attempts: u32, max_deliver: i64) -> u64 {
     }
 }
 
-impl<A: Acknowledger> Disposal<A> {
-    /// Disposal by `policy`, acknowledging through `acks`.
+impl Disposal {
+    /// Disposal by `policy`.
     pub(super) fn new(
         sink: &str,
         policy: Policy,
-        acks: A,
         metrics: SinkMetrics,
         dead_letters: Option<Arc<dyn DeadLetterOut>>,
-    ) -> Disposal<A> {
+    ) -> Disposal {
         Disposal {
             sink: sink.into(),
-            acks,
             metrics,
             dead_letters,
             policy,
@@ -174,54 +172,44 @@ impl<A: Acknowledger> Disposal<A> {
         self.results = Some(results);
     }
 
-    /// Committed jobs whose result the results stream did not store: handed back (NAKed
-    /// with the delay a refused message gets), so they come again, are written again
-    /// idempotently, and their result is published again. Never ACKed without a result.
-    pub(super) async fn result_failed(&self, jobs: &[(&Envelope, &Subject)]) {
-        let items = jobs
-            .iter()
-            .map(|(e, r)| ((*r).clone(), self.policy.redelivery.after(e.delivered)))
-            .collect();
-        self.acks.nak_each(items).await;
+    /// A committed job whose result the results stream did not store: handed back (NAKed
+    /// with the delay a refused message gets), so it comes again, is written again
+    /// idempotently, and its result is published again. Never ACKed without a result.
+    pub(super) fn result_failed(&self, e: &Envelope) -> AckKind {
+        AckKind::Nak(Some(self.policy.redelivery.after(e.delivered)))
     }
 
     fn last_delivery(&self, e: &Envelope) -> bool {
         self.policy.max_deliver > 0 && e.delivered >= self.policy.max_deliver as u64
     }
 
-    /// A message refused for good (by metadata, lane rules or the destination).
-    pub(super) async fn refused(&self, e: &Envelope, reply: &Subject, reason: Reason, why: &str) {
-        self.refused_as(e, reply, reason, "permanent", why).await;
-    }
-
-    /// [`Disposal::refused`] with the error class its dead-letter copy carries:
-    /// `permanent`, or `unclassified` for a message whose unrecognised error outlasted
-    /// `delivery.retry.max_held_ms`.
-    pub(super) async fn refused_as(
+    /// A message refused for good (by metadata, lane rules or the destination), with the
+    /// error class its dead-letter copy carries (`permanent`, or `unclassified` for one
+    /// whose unrecognised error outlasted `delivery.retry.max_held_ms`).
+    pub(super) async fn refused(
         &self,
         e: &Envelope,
-        reply: &Subject,
         reason: Reason,
         class: &str,
         why: &str,
-    ) {
+    ) -> AckKind {
         if reason == Reason::Destination {
             self.metrics.poison_isolated.inc();
         }
         if self.dead_letters.is_some() && e.delivered >= self.policy.attempts {
-            self.dead_letter(e, reply, class, reason, why).await;
+            self.dead_letter(e, class, reason, why).await
         } else {
-            self.hand_back(e, reply, reason.as_str(), why).await;
+            self.hand_back(e, reason.as_str(), why)
         }
     }
 
     /// A job that asked to run again later (a per-message `Later` outcome): handed back
     /// with the sink's redelivery delay, or, on its last allowed delivery, dead-lettered
     /// (with a queue) since the server would not deliver it again.
-    pub(super) async fn later(&self, e: &Envelope, reply: &Subject, why: &str) {
+    pub(super) async fn later(&self, e: &Envelope, why: &str) -> AckKind {
         if self.dead_letters.is_some() && self.last_delivery(e) {
             return self
-                .dead_letter(e, reply, "transient", Reason::LastDelivery, why)
+                .dead_letter(e, "transient", Reason::LastDelivery, why)
                 .await;
         }
         let delay = self.policy.redelivery.after(e.delivered);
@@ -235,43 +223,30 @@ impl<A: Acknowledger> Disposal<A> {
             "job handed back to run again in {}",
             format_delay(delay)
         );
-        self.acks
-            .send(vec![reply.clone()], AckKind::Nak(Some(delay)))
-            .await;
+        AckKind::Nak(Some(delay))
     }
 
-    /// Messages of a batch given up at shutdown: those on their last allowed delivery are
-    /// dead-lettered (the server would drop them), the rest are NAKed for another instance.
-    pub(super) async fn abandoned(&self, envelopes: &[Envelope], replies: &[Subject]) {
-        let mut back = Vec::with_capacity(replies.len());
-        for (e, r) in envelopes.iter().zip(replies) {
-            if self.dead_letters.is_some() && self.last_delivery(e) {
-                self.dead_letter(
+    /// A message given up at shutdown: on its last allowed delivery it is dead-lettered
+    /// (the server would drop it), otherwise NAKed at once for another instance.
+    pub(super) async fn abandoned(&self, e: &Envelope) -> AckKind {
+        if self.dead_letters.is_some() && self.last_delivery(e) {
+            return self
+                .dead_letter(
                     e,
-                    r,
                     "transient",
                     Reason::LastDelivery,
                     "not written before shutdown on its last allowed delivery",
                 )
                 .await;
-            } else {
-                back.push(r.clone());
-            }
         }
-        self.acks.send(back, AckKind::Nak(None)).await;
+        AckKind::Nak(None)
     }
 
-    async fn dead_letter(
-        &self,
-        e: &Envelope,
-        reply: &Subject,
-        class: &str,
-        reason: Reason,
-        why: &str,
-    ) {
+    async fn dead_letter(&self, e: &Envelope, class: &str, reason: Reason, why: &str) -> AckKind {
         let Some(dl) = &self.dead_letters else {
-            return self.hand_back(e, reply, reason.as_str(), why).await;
+            return self.hand_back(e, reason.as_str(), why);
         };
+        let delay = self.policy.redelivery.after(e.delivered);
         match dl.publish(e, class, why, reason).await {
             Ok(()) => {
                 self.metrics.dlq_published(reason).inc();
@@ -279,20 +254,9 @@ impl<A: Acknowledger> Disposal<A> {
                     if !results.dead_lettered(e, why).await {
                         // The copy is stored (a second one is dropped by its id); the job
                         // comes back and its result is published then.
-                        let delay = self.policy.redelivery.after(e.delivered);
-                        self.acks
-                            .send(vec![reply.clone()], AckKind::Nak(Some(delay)))
-                            .await;
-                        return;
+                        return AckKind::Nak(Some(delay));
                     }
                 }
-                let kind = if self.policy.term {
-                    self.metrics.terminated.inc();
-                    AckKind::Term
-                } else {
-                    AckKind::Ack
-                };
-                self.acks.send(vec![reply.clone()], kind).await;
                 tracing::warn!(
                     sink = %self.sink,
                     subject = %e.subject,
@@ -303,6 +267,12 @@ impl<A: Acknowledger> Disposal<A> {
                     error = %why,
                     "message dead-lettered"
                 );
+                if self.policy.term {
+                    self.metrics.terminated.inc();
+                    AckKind::Term
+                } else {
+                    AckKind::Ack
+                }
             }
             Err(err) => {
                 self.metrics.dlq_failures.inc();
@@ -312,16 +282,13 @@ impl<A: Acknowledger> Disposal<A> {
                     error = %err,
                     "dead-letter publish failed; the message stays unacked and will be redelivered"
                 );
-                let delay = self.policy.redelivery.after(e.delivered);
-                self.acks
-                    .send(vec![reply.clone()], AckKind::Nak(Some(delay)))
-                    .await;
+                AckKind::Nak(Some(delay))
             }
         }
     }
 
     /// No dead-letter queue (or attempts left): NAK with a delay, count, and log.
-    async fn hand_back(&self, e: &Envelope, reply: &Subject, stage: &str, why: &str) {
+    fn hand_back(&self, e: &Envelope, stage: &str, why: &str) -> AckKind {
         self.metrics.rejected.inc();
         let last = self.last_delivery(e);
         let delay = self.policy.redelivery.after(e.delivered);
@@ -342,9 +309,7 @@ impl<A: Acknowledger> Disposal<A> {
                 ""
             }
         );
-        self.acks
-            .send(vec![reply.clone()], AckKind::Nak(Some(delay)))
-            .await;
+        AckKind::Nak(Some(delay))
     }
 }
 

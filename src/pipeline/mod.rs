@@ -10,6 +10,7 @@ mod batch;
 mod delay;
 mod disposal;
 mod isolate;
+mod keeper;
 pub mod lanes;
 mod puller;
 pub mod randomizer;
@@ -17,6 +18,8 @@ mod reconfirm;
 mod retry;
 mod runner;
 mod settle;
+#[cfg(test)]
+mod settle_props;
 #[cfg(test)]
 mod settle_tests;
 mod shuffle;

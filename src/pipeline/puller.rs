@@ -4,18 +4,17 @@
 //!
 //! It never acknowledges: what it pulled is prepared ([`Prepare`]) and handed to the runner,
 //! or, at shutdown, handed back by the runner. [`Ahead`] holds the pull in flight and a
-//! batch pulled ahead and not yet written. The pull task itself puts its batch into
-//! [`Waiting`], shared with the keep-alive, so a batch that arrives while the runner's task
-//! is blocked in a write is kept alive without the runner's help.
+//! batch pulled ahead and not yet written. The pull task itself puts its batch into the
+//! keeper's [`Slot`], so a batch that arrives while the runner's task is blocked in a
+//! write is kept alive from that moment without the runner's help.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::response::Response;
 use async_nats::jetstream::{self};
-use async_nats::Subject;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -24,6 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::batch::{Prepare, Prepared};
+use super::keeper::Slot;
 use super::lanes;
 use super::retry::backoff;
 use crate::config::SinkSpec;
@@ -35,63 +35,27 @@ use crate::nats::{bind, fetch_any, fetch_batch, Drops, FetchLimits, Needs, Pin};
 /// lost with a memory-storage server restart).
 const REBIND_AFTER: u32 = 3;
 
-/// A pull task; its batch goes into [`Waiting`], the result only says whether it failed.
+/// A pull task; its batch goes into the keeper's [`Slot`], the result only says whether
+/// it failed.
 type PendingPull = JoinHandle<Result<(), async_nats::Error>>;
-
-/// The batch pulled and not yet taken by the runner, shared by the pull task that fills
-/// it, the runner that takes it and the keep-alive that reads its reply subjects. Locked
-/// once by each per batch, never across an await.
-#[derive(Clone, Default)]
-pub(super) struct Waiting(Arc<Mutex<Option<Prepared>>>);
-
-impl Waiting {
-    fn lock(&self) -> MutexGuard<'_, Option<Prepared>> {
-        // A panic while holding the lock leaves a whole batch or none: still usable.
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Leaves a prepared pull for the runner.
-    pub(super) fn put(&self, p: Prepared) {
-        *self.lock() = Some(p);
-    }
-
-    fn take(&self) -> Option<Prepared> {
-        self.lock().take()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.lock().is_none()
-    }
-
-    /// Appends the reply subjects of the waiting batch, written or refused, to `out`.
-    pub(super) fn replies_into(&self, out: &mut Vec<Subject>) {
-        if let Some(p) = self.lock().as_ref() {
-            out.extend(p.all_replies().cloned());
-        }
-    }
-}
 
 /// A pull in flight and a batch pulled ahead, not yet written.
 pub(super) struct Ahead {
     /// Sink name, for logs.
     sink: Arc<str>,
     pending: Option<PendingPull>,
-    waiting: Waiting,
+    /// Where the pull task leaves its batch: the keeper's, which keeps it alive there.
+    slot: Slot,
 }
 
 impl Ahead {
-    /// Nothing pulled ahead yet.
-    pub(super) fn new(sink: &str) -> Ahead {
+    /// Nothing pulled ahead yet; pulls go into `slot`.
+    pub(super) fn new(sink: &str, slot: &Slot) -> Ahead {
         Ahead {
             sink: sink.into(),
             pending: None,
-            waiting: Waiting::default(),
+            slot: slot.clone(),
         }
-    }
-
-    /// Where the batch pulled ahead waits, for the keep-alive.
-    pub(super) fn waiting(&self) -> &Waiting {
-        &self.waiting
     }
 
     /// Runs `work` to completion while noting a background pull that ends meanwhile, so a
@@ -107,7 +71,7 @@ impl Ahead {
         }
     }
 
-    /// Waits for the pull in flight (its batch is in [`Waiting`] already); pending forever
+    /// Waits for the pull in flight (its batch is in the slot already); pending forever
     /// without one, so it can stand in a `select!` beside the work it runs alongside.
     async fn collect(&mut self) {
         let Some(pending) = self.pending.as_mut() else {
@@ -124,28 +88,29 @@ impl Ahead {
         }
     }
 
-    /// At shutdown: the batch pulled ahead, waiting until `by` at most for a pull in
-    /// flight (it returns at once, no-wait, or within the batch timeout).
+    /// At shutdown: the batch pulled ahead, taken into hand, waiting until `by` at most
+    /// for a pull in flight (it returns at once, no-wait, or within the batch timeout), so
+    /// what it received is handed back too instead of waiting out AckWait.
     pub(super) async fn finish(&mut self, by: Instant) -> Option<Prepared> {
         if let Some(pending) = self.pending.take() {
             let _ = tokio::time::timeout_at(by, pending).await;
         }
-        self.waiting.take()
+        self.slot.take().await
     }
 
     /// A pull in flight that never returns, as one lost in a disconnect.
     #[cfg(test)]
-    pub(super) fn with_stuck_pull(sink: &str) -> Ahead {
-        let mut ahead = Ahead::new(sink);
+    pub(super) fn with_stuck_pull(sink: &str, slot: &Slot) -> Ahead {
+        let mut ahead = Ahead::new(sink, slot);
         ahead.pending = Some(tokio::spawn(std::future::pending()));
         ahead
     }
 
+    /// A batch already pulled ahead.
     #[cfg(test)]
-    pub(super) fn with_waiting(sink: &str, p: Prepared) -> Ahead {
-        let ahead = Ahead::new(sink);
-        ahead.waiting.put(p);
-        ahead
+    pub(super) async fn with_waiting(sink: &str, slot: &Slot, p: Prepared) -> Ahead {
+        slot.put(p).await;
+        Ahead::new(sink, slot)
     }
 }
 
@@ -351,14 +316,14 @@ impl Puller {
     }
 
     /// Starts the next pull in the background, unless one is running or a batch waits.
-    pub(super) fn pull_ahead(&mut self, ahead: &mut Ahead) {
-        if ahead.pending.is_none() && ahead.waiting.is_empty() {
-            ahead.pending = Some(self.spawn(ahead.waiting.clone()));
+    pub(super) async fn pull_ahead(&mut self, ahead: &mut Ahead) {
+        if ahead.pending.is_none() && ahead.slot.is_empty().await {
+            ahead.pending = Some(self.spawn(ahead.slot.clone()));
         }
     }
 
     /// Starts a pull whose prepared batch goes into `into`.
-    fn spawn(&mut self, into: Waiting) -> PendingPull {
+    fn spawn(&mut self, into: Slot) -> PendingPull {
         let prepare = self.prepare.clone();
         let limits = self.limits;
         let drops = self.drops.clone();
@@ -370,7 +335,7 @@ impl Puller {
                 return tokio::spawn(async move {
                     let messages =
                         fetch_batch(&js, &consumer, limits, &drops, pin.as_deref()).await?;
-                    into.put(prepare.prepare(messages));
+                    into.put(prepare.prepare(messages)).await;
                     Ok(())
                 });
             }
@@ -392,7 +357,7 @@ impl Puller {
         let js = self.js.clone();
         tokio::spawn(async move {
             let messages = fetch_any(&js, &consumers, &order, limits, &drops).await?;
-            into.put(prepare.prepare(messages));
+            into.put(prepare.prepare(messages)).await;
             Ok(())
         })
     }
@@ -410,7 +375,7 @@ impl Puller {
         shutdown: &mut watch::Receiver<bool>,
         by: Option<Instant>,
     ) -> Pulled {
-        let pulled = match ahead.waiting.take() {
+        let pulled = match ahead.slot.take().await {
             Some(ready) => {
                 // The pull that left it has ended or is about to; nothing else to await.
                 ahead.pending = None;
@@ -419,7 +384,7 @@ impl Puller {
             None => {
                 let mut handle = match ahead.pending.take() {
                     Some(h) => h,
-                    None => self.spawn(ahead.waiting.clone()),
+                    None => self.spawn(ahead.slot.clone()),
                 };
                 let timer = async {
                     match by {
@@ -430,11 +395,10 @@ impl Puller {
                 let r = tokio::select! {
                     r = &mut handle => r.unwrap_or_else(|e| Err(format!("pull task failed: {e}").into())),
                     _ = shutdown.wait_for(|s| *s) => {
-                        if by.is_some() {
-                            // A shuffle buffer is held: the runner hands it back once
-                            // this pull ended, so the server cannot redeliver to it.
-                            ahead.pending = Some(handle);
-                        }
+                        // Kept: the wind-down waits for it and hands back what it
+                        // received, instead of leaving that to wait out AckWait (and a
+                        // NAK of a held buffer must not reach a pull still waiting).
+                        ahead.pending = Some(handle);
                         return Pulled::Stopped;
                     }
                     () = timer => {
@@ -442,7 +406,10 @@ impl Puller {
                         return Pulled::Batch(Prepared::default());
                     }
                 };
-                r.map(|()| ahead.waiting.take().unwrap_or_default())
+                match r {
+                    Ok(()) => Ok(ahead.slot.take().await.unwrap_or_default()),
+                    Err(e) => Err(e),
+                }
             }
         };
         if let Some(p) = self.pinned.as_mut() {

@@ -6,8 +6,9 @@
 //! - **committed**: the destination said `Ok`, so the message is ACKed;
 //! - **held**: the destination failed transiently, so the batch is kept and retried with
 //!   capped, jittered backoff while no new batch is pulled (deliveries are not burnt);
-//!   a batch held longer than half of AckWait gets `+WPI` (progress) so the server does
-//!   not redeliver it meanwhile;
+//!   the sink's keeper sends `+WPI` (progress) for it, and for everything else held, at
+//!   half the consumer's shortest redelivery interval, so the server does not redeliver
+//!   it meanwhile;
 //! - **refused**: its metadata broke the rules, or the destination refused it
 //!   permanently (the batch is split until the culprits stand alone, the rest commits);
 //!   a copy goes to the dead-letter queue and, once stored, the original is ACKed (or
@@ -27,10 +28,12 @@
 //! ACKed: JetStream redelivers it after AckWait.
 //!
 //! The parts: the [puller](super::puller) pulls ahead, the [delay stage](super::delay)
-//! applies the randomizer, the [settler](super::settle) writes and settles, and the
+//! applies the randomizer, the [settler](super::settle) writes and settles, the
+//! [keeper](super::keeper) keeps whatever is held alive, and the
 //! [acknowledger](super::acks) sends every ACK, NAK and `+WPI`. This file wires them
 //! into the loop.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -45,12 +48,13 @@ use std::sync::Arc;
 use async_nats::jetstream::AckKind;
 use async_nats::Subject;
 
-use super::acks::{Acknowledger, Acks, KeepAlive};
+use super::acks::{Acknowledger, Acks};
 use super::batch::{Batch, Prepared, Stages};
 use super::delay::DelayStage;
 use super::disposal::{DeadLetterOut, Disposal, Policy};
 use super::isolate::Isolator;
-use super::puller::{Ahead, Pulled, Puller, Waiting};
+use super::keeper::Keeper;
+use super::puller::{Ahead, Pulled, Puller};
 use super::reconfirm::{self, Recent};
 use super::settle::{Settler, SettlerParts, Stop};
 use super::shuffle::{FlushReason, Mode, ShuffleBuffer};
@@ -95,8 +99,8 @@ struct Delay {
     rng: StdRng,
 }
 
-/// The buffer stage: the buffer, the clock and rng it is given, and a `+WPI` clock of its
-/// own for the messages it holds (the settler's covers only what is being written).
+/// The buffer stage: the buffer, and the clock and rng it is given. What it holds is kept
+/// alive by the sink's keeper, which sees the buffer.
 struct Shuffle {
     buffer: ShuffleBuffer,
     /// `"shuffle"` or `"rollover"`, for the log.
@@ -105,20 +109,12 @@ struct Shuffle {
     /// Origin of the buffer's millisecond clock.
     origin: Instant,
     rng: StdRng,
-    keep: KeepAlive<Acks>,
-    /// Whether `keep` holds the buffer (armed by the first message, narrowed after).
-    armed: bool,
 }
 
 impl Shuffle {
     /// The buffer stage the sink's settings ask for, if any: `delivery.shuffle` shuffles,
     /// a destination that accumulates gets its batches written whole.
-    fn for_sink(
-        spec: &SinkSpec,
-        acks: &Acks,
-        ack_wait: Duration,
-        m: &SinkMetrics,
-    ) -> Option<Shuffle> {
+    fn for_sink(spec: &SinkSpec, m: &SinkMetrics) -> Option<Shuffle> {
         let batch_size = spec.delivery.batch_size;
         let (buffer, what, metrics) = match (&spec.delivery.shuffle, spec.destination.accumulate())
         {
@@ -140,8 +136,6 @@ impl Shuffle {
             metrics,
             origin: Instant::now(),
             rng: StdRng::from_os_rng(),
-            keep: KeepAlive::new(acks.clone(), ack_wait / 2, m.progress_acks.clone()),
-            armed: false,
         })
     }
 
@@ -154,20 +148,6 @@ impl Shuffle {
         self.buffer
             .deadline_ms()
             .map(|ms| self.origin + Duration::from_millis(ms))
-    }
-
-    /// Keeps everything buffered alive, without moving the next `+WPI` once armed.
-    async fn keep_buffer(&mut self) {
-        let replies = self.buffer.replies().to_vec();
-        if self.armed {
-            self.keep.narrow(replies).await;
-        } else {
-            let len = replies.len();
-            self.keep
-                .arm(&Arc::new(replies), 0..len, &Waiting::default())
-                .await;
-            self.armed = true;
-        }
     }
 }
 
@@ -208,9 +188,12 @@ impl Runner {
             consumers,
             drops,
         } = binding;
-        let ack_wait = Duration::from_millis(spec.source.ack_wait_ms);
+        // The keep-alive beats twice within the shortest time the server waits before it
+        // redelivers: AckWait, or with `backoff_ms` the shortest step.
+        let redelivery = spec.source.shortest_redelivery();
         let recent = std::sync::Arc::new(Recent::default());
         let acks = Acks::new(&spec.name, js.client(), metrics.clone(), recent.clone());
+        let keeper = Keeper::new(acks.clone(), redelivery / 2, metrics.progress_acks.clone());
         let watched = consumers
             .iter()
             .map(|c| {
@@ -225,7 +208,7 @@ impl Runner {
             watched,
             recent,
             metrics.acks_reconfirmed.clone(),
-            ack_wait,
+            redelivery,
         ));
         let policy = Policy::for_sink(&spec, dead_letters.as_ref());
         let isolator = Isolator::new(
@@ -238,34 +221,29 @@ impl Runner {
         );
         let dead_letters =
             dead_letters.map(|d| std::sync::Arc::new(d) as std::sync::Arc<dyn DeadLetterOut>);
-        let disposal = Disposal::new(
-            &spec.name,
-            policy,
-            acks.clone(),
-            metrics.clone(),
-            dead_letters,
-        );
+        let disposal = Disposal::new(&spec.name, policy, metrics.clone(), dead_letters);
+        let ahead = Ahead::new(&spec.name, keeper.slot());
         let parts = SettlerParts {
             name: spec.name.clone(),
             disposal,
             metrics: metrics.clone(),
             health: health.clone(),
             retry: spec.delivery.retry.clone(),
-            ack_wait,
+            keeper,
         };
         let Stages {
             prepare,
             randomizer,
         } = stages;
         let delay = randomizer.map(|r| Delay {
-            stage: DelayStage::new(r, ack_wait),
+            stage: DelayStage::new(r, spec.source.effective_ack_wait()),
             origin: Instant::now(),
             rng: StdRng::from_os_rng(),
         });
-        let shuffle = Shuffle::for_sink(&spec, &acks, ack_wait, &metrics);
+        let shuffle = Shuffle::for_sink(&spec, &metrics);
         Runner {
             reconfirm,
-            ahead: Ahead::new(&spec.name),
+            ahead,
             delay,
             shuffle,
             settler: Settler::new(sink, acks, parts),
@@ -332,8 +310,18 @@ impl Runner {
                 self.metrics.lanes(stats);
             }
             let Prepared { batch, refused, .. } = prepared;
-            for r in refused {
-                self.settler.refuse_early(r).await;
+            if !refused.is_empty() {
+                // In hand as the puller took it: the batch, then the refused ones.
+                let n = batch.replies.len();
+                let all: Vec<Subject> = batch
+                    .replies
+                    .iter()
+                    .chain(refused.iter().map(|r| &r.reply))
+                    .cloned()
+                    .collect();
+                for (k, r) in refused.into_iter().enumerate() {
+                    self.settler.refuse_early(r, &all, n + k).await;
+                }
             }
             let batch = self.randomize(batch).await;
             if self.shuffle.is_some() {
@@ -345,7 +333,7 @@ impl Runner {
             }
             self.metrics.inflight.set(batch.envelopes.len() as i64);
             if self.settler.healthy() && !self.stop.stopping() {
-                self.puller.pull_ahead(&mut self.ahead);
+                self.puller.pull_ahead(&mut self.ahead).await;
             }
             self.settler
                 .settle(batch, &mut self.ahead, &mut self.stop)
@@ -372,8 +360,12 @@ impl Runner {
         };
         let now = sh.now_ms();
         if !batch.envelopes.is_empty() {
+            // Into the keeper's buffer first: from hand to buffer in one step.
+            self.settler
+                .keeper()
+                .buffer(Arc::new(batch.replies.clone()))
+                .await;
             sh.buffer.push(batch, now);
-            sh.keep_buffer().await;
             sh.metrics.buffered.set(sh.buffer.len() as i64);
         }
         if let Some(reason) = sh.buffer.due(now) {
@@ -383,8 +375,8 @@ impl Runner {
 
     /// Takes the buffer (shuffled into batches, or whole as one batch) and settles it
     /// batch by batch: each batch is ACKed by the settler after it committed. The batches
-    /// still waiting are kept alive here; once shutdown begins they are handed back (NAK)
-    /// instead of written.
+    /// still waiting stay in the keeper's buffer; once shutdown begins they are handed
+    /// back (NAK) instead of written.
     async fn flush(&mut self, reason: FlushReason) {
         let Some(sh) = self.shuffle.as_mut() else {
             return;
@@ -395,25 +387,34 @@ impl Runner {
         }
         tracing::debug!(sink = %self.puller.spec().name, messages = sh.buffer.len(), reason = reason.as_str(), "{} buffer flushed", sh.what);
         let mut parts = sh.buffer.take(&mut sh.rng);
+        let mut waiting: VecDeque<Arc<Vec<Subject>>> =
+            parts.iter().map(|b| Arc::new(b.replies.clone())).collect();
         parts.reverse();
+        let metrics = sh.metrics.clone();
         while let Some(part) = parts.pop() {
-            let waiting: Vec<Subject> = parts.iter().flat_map(|b| b.replies.clone()).collect();
-            sh.metrics.buffered.set(waiting.len() as i64);
-            sh.keep.narrow(waiting).await;
             if self.stop.stopping() {
                 parts.push(part);
                 break;
             }
+            let Some(mine) = waiting.pop_front() else {
+                break;
+            };
+            metrics
+                .buffered
+                .set(waiting.iter().map(|w| w.len()).sum::<usize>() as i64);
+            self.settler
+                .keeper()
+                .hand_over(mine, waiting.iter().cloned().collect())
+                .await;
             self.metrics.inflight.set(part.envelopes.len() as i64);
             self.settler
                 .settle(part, &mut self.ahead, &mut self.stop)
                 .await;
             self.metrics.inflight.set(0);
         }
-        sh.keep.disarm().await;
-        sh.armed = false;
+        self.settler.keeper().clear_buffer().await;
         let rest: Vec<Subject> = parts.into_iter().flat_map(|b| b.replies).collect();
-        sh.metrics.buffered.set(0);
+        metrics.buffered.set(0);
         if !rest.is_empty() {
             self.settler
                 .acknowledger()
@@ -428,8 +429,7 @@ impl Runner {
         let Some(sh) = self.shuffle.as_mut() else {
             return;
         };
-        sh.keep.disarm().await;
-        sh.armed = false;
+        self.settler.keeper().clear_buffer().await;
         let replies = sh.buffer.take_replies();
         sh.metrics.buffered.set(0);
         if replies.is_empty() {
@@ -459,6 +459,12 @@ impl Runner {
             .inc_by(delayed.naks.len() as u64);
         self.metrics.randomizer_window.set(delayed.window as i64);
         if !delayed.naks.is_empty() {
+            // Let go of the delayed ones before their NAK: a `+WPI` after a delayed NAK
+            // would move the redelivery back to AckWait.
+            self.settler
+                .keeper()
+                .hold(Arc::new(kept.replies.clone()))
+                .await;
             self.settler.acknowledger().nak_each(delayed.naks).await;
         }
         kept

@@ -11,15 +11,16 @@ use tokio::sync::watch;
 
 use super::batch::Prepared;
 use super::disposal::{DeadLetterOut, Disposal, Policy, Redelivery};
-use super::puller::{Ahead, Waiting};
-use super::settle::{split, Settler, SettlerParts, Stop};
+use super::keeper::{Keeper, Slot};
+use super::puller::Ahead;
+use super::settle::{Settler, SettlerParts, Stop};
 use super::testing::{batch, Event, FakeDeadLetters, FakeSink, Kind, Log, RecordingAcks, Script};
 use crate::config::{Jitter, RetryConfig};
 use crate::dlq::Reason;
 use crate::envelope::Envelope;
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::{Sink, SinkError, Written};
 
 /// AckWait of the tests: `+WPI` is due every 5 s.
 /// A wind-down deadline no test reaches.
@@ -64,7 +65,8 @@ fn rig_waiting(
         term,
     };
     let dl = dead_letters.then(|| Arc::new(FakeDeadLetters(log.clone())) as Arc<dyn DeadLetterOut>);
-    let disposal = Disposal::new("t", policy, acks.clone(), metrics.clone(), dl);
+    let disposal = Disposal::new("t", policy, metrics.clone(), dl);
+    let keeper = Keeper::new(acks.clone(), ack_wait / 2, metrics.progress_acks.clone());
     let parts = SettlerParts {
         name: "t".into(),
         disposal,
@@ -78,7 +80,7 @@ fn rig_waiting(
             max_held_ms: MAX_HELD.as_millis() as u64,
             refused_delay_ms: None,
         },
-        ack_wait,
+        keeper,
     };
     let (signal, rx) = watch::channel(false);
     Rig {
@@ -95,12 +97,23 @@ fn script(f: impl FnMut(&[u64], usize) -> Result<(), SinkError> + Send + 'static
 }
 
 impl Rig {
+    /// The slot the keeper watches, where a pull task would leave its batch.
+    fn slot(&self) -> Slot {
+        self.settler.keeper().slot().clone()
+    }
+
+    /// Nothing pulled ahead, pulling into the keeper's slot.
+    fn ahead(&self) -> Ahead {
+        Ahead::new("t", &self.slot())
+    }
+
     /// Settles `seqs` and waits for the ACK tasks.
-    async fn settle(&mut self, seqs: std::ops::RangeInclusive<u64>, ahead: &mut Ahead) {
+    async fn settle(&mut self, seqs: std::ops::RangeInclusive<u64>) {
+        let mut ahead = self.ahead();
         self.settler
-            .settle(batch(seqs), ahead, &mut self.stop)
+            .settle(batch(seqs), &mut ahead, &mut self.stop)
             .await;
-        self.settler.finish(ahead, far()).await;
+        self.settler.finish(&mut ahead, far()).await;
     }
 
     /// Every sequence ACKed after commit, in order of the ACKs.
@@ -148,7 +161,7 @@ async fn a_commit_acks_every_message_after_the_write() {
         false,
         false,
     );
-    r.settle(1..=5, &mut Ahead::new("t")).await;
+    r.settle(1..=5).await;
     assert_eq!(
         log.events(),
         vec![
@@ -166,7 +179,7 @@ async fn a_commit_acks_every_message_after_the_write() {
 async fn a_named_culprit_is_split_off_and_handed_back_the_rest_commits() {
     let log = Log::default();
     let mut r = rig(&log, FakeSink::new(log.clone(), refuse(3)), false, false);
-    r.settle(1..=6, &mut Ahead::new("t")).await;
+    r.settle(1..=6).await;
     let writes: Vec<Event> = log
         .events()
         .into_iter()
@@ -197,7 +210,7 @@ async fn a_culprit_is_dead_lettered_then_acked_or_termed() {
     for term in [false, true] {
         let log = Log::default();
         let mut r = rig(&log, FakeSink::new(log.clone(), refuse(2)), true, term);
-        r.settle(1..=4, &mut Ahead::new("t")).await;
+        r.settle(1..=4).await;
         let mut acked = r.acked();
         acked.sort_unstable();
         assert_eq!(acked, vec![1, 3, 4]);
@@ -238,7 +251,7 @@ async fn a_refusal_without_an_index_halves_until_the_culprit_stands_alone() {
         }),
     );
     let mut r = rig(&log, sink, false, false);
-    r.settle(1..=4, &mut Ahead::new("t")).await;
+    r.settle(1..=4).await;
     let mut acked = r.acked();
     acked.sort_unstable();
     assert_eq!(acked, vec![1, 2, 3]);
@@ -267,7 +280,7 @@ async fn the_parts_of_a_split_batch_waiting_behind_a_held_part_are_kept_alive() 
         ),
     );
     let mut r = rig(&log, sink, false, false);
-    r.settle(1..=4, &mut Ahead::new("t")).await;
+    r.settle(1..=4).await;
     let events = log.events();
     let progress = r.sent(Kind::Progress);
     assert_eq!(progress, vec![vec![1, 2, 3, 4]], "{events:?}");
@@ -295,17 +308,19 @@ async fn a_transient_failure_holds_with_keep_alive_and_acks_only_after_the_commi
     // A batch pulled ahead meanwhile is kept alive too.
     let mut ahead = Ahead::with_waiting(
         "t",
+        &r.slot(),
         super::batch::Prepared {
             pulled: 1,
             batch: batch(9..=9),
             ..Default::default()
         },
-    );
+    )
+    .await;
     let started = tokio::time::Instant::now();
     r.settler
         .settle(batch(1..=3), &mut ahead, &mut r.stop)
         .await;
-    r.settler.finish(&mut Ahead::new("t"), far()).await;
+    r.settler.finish(&mut r.ahead(), far()).await;
     // Backoff 8 s then 16 s: the commit comes 24 s in, on the paused clock.
     assert_eq!(started.elapsed(), Duration::from_secs(24));
     let events = log.events();
@@ -338,7 +353,7 @@ async fn a_long_write_is_kept_alive_while_it_blocks() {
     let mut sink = FakeSink::new(log.clone(), script(|_, _| Ok(())));
     sink.takes = Duration::from_secs(12);
     let mut r = rig(&log, sink, false, false);
-    r.settle(1..=2, &mut Ahead::new("t")).await;
+    r.settle(1..=2).await;
     assert_eq!(r.sent(Kind::Progress), vec![vec![1, 2], vec![1, 2]]);
     let events = log.events();
     assert!(matches!(events.last(), Some(Event::Ack(s)) if *s == vec![1, 2]));
@@ -349,8 +364,9 @@ async fn a_long_write_is_kept_alive_while_it_blocks() {
 /// once the recorder has seen `+WPI` for both (or after a bound a broken build hits).
 struct BlockingSink {
     log: Log,
-    /// Where the pull task would leave the batch pulled ahead.
-    arrives: Waiting,
+    /// Where the pull task would leave the batch pulled ahead (the keeper's slot, set once
+    /// the settler exists).
+    arrives: Arc<std::sync::Mutex<Option<Slot>>>,
 }
 
 #[async_trait]
@@ -360,12 +376,15 @@ impl Sink for BlockingSink {
     }
 
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        let slot = self.arrives.lock().ok().and_then(|s| s.clone());
         tokio::task::block_in_place(|| {
-            self.arrives.put(Prepared {
-                pulled: 1,
-                batch: super::testing::batch(9..=9),
-                ..Default::default()
-            });
+            if let Some(slot) = slot {
+                tokio::runtime::Handle::current().block_on(slot.put(Prepared {
+                    pulled: 1,
+                    batch: super::testing::batch(9..=9),
+                    ..Default::default()
+                }));
+            }
             let kept = self.log.block_until(
                 Duration::from_secs(30),
                 |e| matches!(e, Event::Send(Kind::Progress, s) if s.contains(&1) && s.contains(&9)),
@@ -383,18 +402,22 @@ impl Sink for BlockingSink {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_blocking_its_thread_is_kept_alive_while_it_blocks() {
     let log = Log::default();
-    let mut ahead = Ahead::new("t");
-    let sink = BlockingSink {
-        log: log.clone(),
-        arrives: ahead.waiting().clone(),
-    };
+    let arrives = Arc::new(std::sync::Mutex::new(None::<Slot>));
     // +WPI due every 100 ms; the write blocks until one was sent.
     let ack_wait = Duration::from_millis(200);
+    let sink = BlockingSink {
+        log: log.clone(),
+        arrives: arrives.clone(),
+    };
     let mut r = rig_waiting(&log, Box::new(sink), false, false, ack_wait);
+    if let Ok(mut a) = arrives.lock() {
+        *a = Some(r.slot());
+    }
+    let mut ahead = r.ahead();
     r.settler
         .settle(batch(1..=2), &mut ahead, &mut r.stop)
         .await;
-    r.settler.finish(&mut Ahead::new("t"), far()).await;
+    r.settler.finish(&mut ahead, far()).await;
     let events = log.events();
     // The write returned only after the recorder saw +WPI: the runner's thread was
     // blocked in it all along.
@@ -417,8 +440,18 @@ async fn a_write_blocking_its_thread_is_kept_alive_while_it_blocks() {
             .all(|e| *e == progress || *e == Event::Send(Kind::Progress, vec![1, 2])),
         "{events:?}"
     );
-    // The keep-alive stops before the ACK: nothing follows it.
-    assert_eq!(events.last(), Some(&Event::Ack(vec![1, 2])), "{events:?}");
+    // The keep-alive lets go of the written part before its ACK: no +WPI for it follows
+    // (the batch pulled ahead is still kept until the wind-down hands it back).
+    let acked = events
+        .iter()
+        .position(|e| *e == Event::Ack(vec![1, 2]))
+        .unwrap_or_else(|| panic!("no ACK: {events:?}"));
+    assert!(
+        events[acked..].iter().all(
+            |e| !matches!(e, Event::Send(Kind::Progress, s) if s.contains(&1) || s.contains(&2))
+        ),
+        "{events:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -439,7 +472,7 @@ async fn a_batch_held_past_the_shutdown_deadline_is_handed_back() {
         let _ = signal.send(true);
     });
     let started = tokio::time::Instant::now();
-    r.settle(1..=3, &mut Ahead::new("t")).await;
+    r.settle(1..=3).await;
     // Signalled at 3 s, abandoned at the 20 s shutdown timeout after it.
     assert_eq!(started.elapsed(), Duration::from_secs(23));
     assert_eq!(r.sent(Kind::Nak(None)), vec![vec![1, 2, 3]]);
@@ -447,25 +480,12 @@ async fn a_batch_held_past_the_shutdown_deadline_is_handed_back() {
     assert_eq!(r.metrics.batches_abandoned.get(), 1);
 }
 
-#[test]
-fn split_isolates_a_named_culprit() {
-    assert_eq!(split(0..10, Some(3)), vec![0..3, 3..4, 4..10]);
-    assert_eq!(split(0..10, Some(0)), vec![0..1, 1..10]);
-    assert_eq!(split(5..10, Some(9)), vec![5..9, 9..10]);
-}
-
-#[test]
-fn split_halves_without_a_culprit_or_with_a_bogus_one() {
-    assert_eq!(split(0..10, None), vec![0..5, 5..10]);
-    assert_eq!(split(0..3, Some(7)), vec![0..1, 1..3]);
-}
-
 #[tokio::test(start_paused = true)]
 async fn the_wind_down_ends_by_its_deadline_even_with_a_pull_that_never_returns() {
     let log = Log::default();
     let sink = FakeSink::new(log.clone(), script(|_, _| Ok(())));
     let mut r = rig(&log, sink, false, false);
-    let mut ahead = Ahead::with_stuck_pull("t");
+    let mut ahead = Ahead::with_stuck_pull("t", &r.slot());
     let by = tokio::time::Instant::now() + Duration::from_secs(3);
     r.settler.finish(&mut ahead, by).await;
     // On the paused clock: time moved only as far as the deadline, not to the pull's end.
@@ -524,7 +544,7 @@ async fn an_unclassified_failure_is_held_for_max_held_then_split_and_the_culprit
     let writes = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = FakeSink::new(log.clone(), unclassified_for(3, writes.clone()));
     let mut r = rig(&log, sink, true, false);
-    r.settle(1..=4, &mut Ahead::new("t")).await;
+    r.settle(1..=4).await;
     let writes = writes.lock().map(|w| w.clone()).unwrap_or_default();
     // The whole batch is retried with backoff while the bound runs...
     let whole: Vec<Duration> = writes
@@ -589,7 +609,7 @@ async fn a_known_transient_failure_is_held_without_bound_and_dead_letters_nothin
         }),
     );
     let mut r = rig(&log, sink, true, false);
-    r.settle(1..=4, &mut Ahead::new("t")).await;
+    r.settle(1..=4).await;
     let events = log.events();
     assert!(
         events
@@ -608,7 +628,7 @@ async fn without_a_dead_letter_queue_an_unclassified_culprit_is_handed_back_and_
     let writes = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = FakeSink::new(log.clone(), unclassified_for(3, writes.clone()));
     let mut r = rig(&log, sink, false, false);
-    r.settle(1..=4, &mut Ahead::new("t")).await;
+    r.settle(1..=4).await;
     assert_eq!(r.sent(Kind::Nak(Some(HAND_BACK))), vec![vec![3]]);
     assert!(r.sent(Kind::Ack).is_empty());
     // It comes back in a new batch: split at its first failure, not held again.
@@ -616,11 +636,11 @@ async fn without_a_dead_letter_queue_an_unclassified_culprit_is_handed_back_and_
     r.settler
         .settle(
             super::testing::batch_of(&[(3, 2), (5, 1), (6, 1)]),
-            &mut Ahead::new("t"),
+            &mut r.ahead(),
             &mut r.stop,
         )
         .await;
-    r.settler.finish(&mut Ahead::new("t"), far()).await;
+    r.settler.finish(&mut r.ahead(), far()).await;
     assert_eq!(
         back.elapsed(),
         Duration::ZERO,
@@ -645,12 +665,18 @@ impl Sink for EachSink {
         Ok(())
     }
     async fn write_batch(&mut self, _batch: &[Envelope]) -> Result<(), SinkError> {
-        unreachable!("a per-message destination is written through write_each")
+        unreachable!("a per-message destination is written through write")
     }
-    fn per_message(&self) -> bool {
-        true
+    async fn write(&mut self, batch: &[Envelope]) -> Written {
+        Written::Each(self.outcomes(batch).await)
     }
-    async fn write_each(&mut self, batch: &[Envelope]) -> Vec<crate::sinks::Outcome> {
+    async fn health(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+impl EachSink {
+    async fn outcomes(&mut self, batch: &[Envelope]) -> Vec<crate::sinks::Outcome> {
         use crate::sinks::{Outcome, Output};
         tokio::time::sleep(Duration::from_secs(12)).await;
         self.calls += 1;
@@ -676,9 +702,6 @@ impl Sink for EachSink {
             })
             .collect()
     }
-    async fn health(&mut self) -> Result<(), SinkError> {
-        Ok(())
-    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -689,7 +712,7 @@ async fn per_message_outcomes_settle_each_message_alone_and_keep_only_the_held_a
         calls: 0,
     };
     let mut r = rig_waiting(&log, Box::new(sink), true, false, ACK_WAIT);
-    r.settle(1..=5, &mut Ahead::new("t")).await;
+    r.settle(1..=5).await;
     let events = log.events();
     // The committed ones are ACKed after the first call, without waiting for 4.
     let first_ack = events

@@ -82,11 +82,6 @@ impl ShuffleBuffer {
         self.envelopes.len()
     }
 
-    /// The reply subjects held, for the keep-alive and for the NAK at shutdown.
-    pub(super) fn replies(&self) -> &[Subject] {
-        &self.replies
-    }
-
     /// Adds a prepared batch that arrived at `now_ms`.
     pub(super) fn push(&mut self, batch: Batch, now_ms: u64) {
         if batch.envelopes.is_empty() {

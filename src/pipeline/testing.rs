@@ -101,6 +101,8 @@ pub(super) struct Recorded {
     changed: Condvar,
     /// The error class of each dead-letter copy, by stream sequence, in order.
     classes: Mutex<Vec<(u64, String)>>,
+    /// When each event happened, on tokio's clock (same order as `events`).
+    times: Mutex<Vec<tokio::time::Instant>>,
 }
 
 impl Log {
@@ -108,9 +110,28 @@ impl Log {
         self.0.events.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn push(&self, e: Event) {
-        self.lock().push(e);
+    pub(super) fn push(&self, e: Event) {
+        let mut events = self.lock();
+        events.push(e);
+        self.0
+            .times
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tokio::time::Instant::now());
+        drop(events);
         self.0.changed.notify_all();
+    }
+
+    /// Everything so far, each with when it happened on tokio's clock.
+    pub(super) fn timed(&self) -> Vec<(tokio::time::Instant, Event)> {
+        let events = self.lock().clone();
+        let times = self
+            .0
+            .times
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        times.into_iter().zip(events).collect()
     }
 
     /// A write of `batch` with its outcome.

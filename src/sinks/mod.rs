@@ -119,13 +119,44 @@ impl SinkError {
         }
     }
 
+    /// This error's class.
+    pub fn kind(&self) -> ErrorClass {
+        match self {
+            SinkError::Transient { .. } => ErrorClass::Transient,
+            SinkError::Permanent { .. } => ErrorClass::Permanent,
+            SinkError::Unclassified { .. } => ErrorClass::Unclassified,
+            SinkError::Misconfigured { .. } => ErrorClass::Misconfigured,
+        }
+    }
+
     /// The metric label of this error's class.
     pub fn class(&self) -> &'static str {
+        self.kind().as_str()
+    }
+}
+
+/// The class of a destination's failure, as counted in `jetsink_sink_errors_total{class}`:
+/// what redelivery means for the messages it concerns (see [`SinkError`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Unavailable or busy: held and retried.
+    Transient,
+    /// This content is refused.
+    Permanent,
+    /// Nobody recognised the error: held for a bound, then refused.
+    Unclassified,
+    /// Set up wrong: held (and exit 78 at start-up).
+    Misconfigured,
+}
+
+impl ErrorClass {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
         match self {
-            SinkError::Transient { .. } => "transient",
-            SinkError::Permanent { .. } => "permanent",
-            SinkError::Unclassified { .. } => "unclassified",
-            SinkError::Misconfigured { .. } => "misconfigured",
+            ErrorClass::Transient => "transient",
+            ErrorClass::Permanent => "permanent",
+            ErrorClass::Unclassified => "unclassified",
+            ErrorClass::Misconfigured => "misconfigured",
         }
     }
 }
@@ -154,8 +185,61 @@ pub struct Output {
     pub truncated: bool,
 }
 
+/// What a write came to: one result for the whole batch, which is what most destinations
+/// give (a transaction, a file sync, one request), or one [`Outcome`] per message, from a
+/// destination that works message by message (the `exec` worker). The runner settles both
+/// in one loop: a batch result is every message's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Written {
+    /// The whole batch committed, or none of it may be considered written.
+    Batch(Result<(), SinkError>),
+    /// One outcome per message of the batch, in order.
+    Each(Vec<Outcome>),
+}
+
+/// The runner's word that the shutdown deadline passed while a write still runs. A
+/// destination that can stop work in progress (the `exec` worker stops its jobs) does, and
+/// reports each stopped message as [`Outcome::Later`]; the runner hands those back at
+/// once, for another instance or the next start. Others ignore it: their writes are
+/// bounded by their own timeouts.
+#[derive(Debug, Clone)]
+pub struct CutShort(tokio::sync::watch::Receiver<bool>);
+
+impl CutShort {
+    /// A signal that fires when `rx` turns true.
+    pub fn new(rx: tokio::sync::watch::Receiver<bool>) -> CutShort {
+        CutShort(rx)
+    }
+
+    /// A signal that never fires (a destination driven outside `jetsink run`).
+    pub fn never() -> CutShort {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        // Kept alive for the life of the process: the receiver then never sees a close.
+        std::mem::forget(tx);
+        CutShort(rx)
+    }
+
+    /// Whether it fired.
+    pub fn fired(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once it fired; never while it has not.
+    pub async fn wait(&mut self) {
+        if self.0.wait_for(|cut| *cut).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Default for CutShort {
+    fn default() -> CutShort {
+        CutShort::never()
+    }
+}
+
 /// The outcome of one message, for destinations that work message by message
-/// ([`Sink::per_message`]).
+/// ([`Written::Each`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Durable: the runner may ACK it (in job-queue mode after its result, which carries
@@ -203,22 +287,17 @@ pub trait Sink: Send {
     /// [`Envelope::idempotency_key`]).
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError>;
 
-    /// Whether the runner settles each message by its own [`Outcome`] through
-    /// [`Sink::write_each`] instead of the batch through [`Sink::write_batch`]. Default
-    /// false: the batch path, unchanged.
-    fn per_message(&self) -> bool {
-        false
+    /// What the runner calls: writes the batch and says what became of it. The default is
+    /// [`Sink::write_batch`]'s result for the whole batch; a destination that works message
+    /// by message answers [`Written::Each`] instead, so one message that fails holds none
+    /// of the others.
+    async fn write(&mut self, batch: &[Envelope]) -> Written {
+        Written::Batch(self.write_batch(batch).await)
     }
 
-    /// Writes each envelope on its own and returns one outcome per envelope, in order.
-    /// Only called when [`Sink::per_message`] is true. The default runs
-    /// [`Sink::write_batch`] and gives its result to every envelope.
-    async fn write_each(&mut self, batch: &[Envelope]) -> Vec<Outcome> {
-        match self.write_batch(batch).await {
-            Ok(()) => vec![Outcome::Committed { output: None }; batch.len()],
-            Err(e) => vec![Outcome::Failed(e); batch.len()],
-        }
-    }
+    /// Hands the destination the runner's [`CutShort`] signal, before `open`. Most
+    /// destinations ignore it.
+    fn cut_short_by(&mut self, _signal: CutShort) {}
 
     /// Cheap check that the destination is still usable. The runner reports readiness from
     /// write outcomes; this is for tools and tests that want to probe without writing.

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use crate::envelope::Envelope;
-use crate::sinks::{Outcome, Sink, SinkError};
+use crate::sinks::{CutShort, Outcome, Sink, SinkError, Written};
 
 /// Wraps a destination and records, per committed message, seconds from publish to commit.
 pub struct Timed {
@@ -24,6 +24,14 @@ impl Timed {
     pub fn new(inner: Box<dyn Sink>, lags: Arc<Mutex<Vec<f64>>>) -> Timed {
         Timed { inner, lags }
     }
+
+    /// Records the lag of each committed envelope, now.
+    fn record<'a>(&self, committed: impl Iterator<Item = &'a Envelope>) {
+        let now = OffsetDateTime::now_utc();
+        if let Ok(mut lags) = self.lags.lock() {
+            lags.extend(committed.map(|e| (now - e.published_at).as_seconds_f64().max(0.0)));
+        }
+    }
 }
 
 #[async_trait]
@@ -34,34 +42,28 @@ impl Sink for Timed {
 
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
         self.inner.write_batch(batch).await?;
-        let now = OffsetDateTime::now_utc();
-        if let Ok(mut lags) = self.lags.lock() {
-            lags.extend(
-                batch
-                    .iter()
-                    .map(|e| (now - e.published_at).as_seconds_f64().max(0.0)),
-            );
-        }
+        self.record(batch.iter());
         Ok(())
     }
 
-    fn per_message(&self) -> bool {
-        self.inner.per_message()
-    }
-
-    async fn write_each(&mut self, batch: &[Envelope]) -> Vec<Outcome> {
-        let outcomes = self.inner.write_each(batch).await;
-        let now = OffsetDateTime::now_utc();
-        if let Ok(mut lags) = self.lags.lock() {
-            lags.extend(
+    async fn write(&mut self, batch: &[Envelope]) -> Written {
+        let written = self.inner.write(batch).await;
+        match &written {
+            Written::Batch(Ok(())) => self.record(batch.iter()),
+            Written::Batch(Err(_)) => {}
+            Written::Each(outcomes) => self.record(
                 batch
                     .iter()
-                    .zip(&outcomes)
+                    .zip(outcomes)
                     .filter(|(_, o)| matches!(o, Outcome::Committed { .. }))
-                    .map(|(e, _)| (now - e.published_at).as_seconds_f64().max(0.0)),
-            );
+                    .map(|(e, _)| e),
+            ),
         }
-        outcomes
+        written
+    }
+
+    fn cut_short_by(&mut self, signal: CutShort) {
+        self.inner.cut_short_by(signal);
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {

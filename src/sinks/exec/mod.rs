@@ -6,7 +6,7 @@
 //! Split by job: [`config`] holds the settings and their checks; [`classify`] turns how a
 //! child ended into a per-message [`Outcome`](super::Outcome) and [`capture`] bounds what
 //! it printed (both pure, unit- and proptested); [`sink`] starts, feeds, times and kills
-//! the children. The runner settles each job by its own outcome (`Sink::write_each`).
+//! the children. The runner settles each job by its own outcome (`Written::Each`).
 
 pub mod capture;
 pub mod classify;

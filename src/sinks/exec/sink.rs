@@ -1,5 +1,11 @@
 //! Runs the jobs: one child per message, payload on stdin, bounded stdout, a timeout that
 //! kills the child's whole process group, up to `concurrency` children at once.
+//!
+//! Each job runs in a process group of its own. When it ends, whatever it left running in
+//! that group (a background child that closed its output) is killed, so a committed job
+//! leaves nothing behind. At the runner's shutdown deadline ([`CutShort`]) the jobs still
+//! running are stopped — SIGTERM to the group, SIGKILL [`STOP_GRACE`] later — and reported
+//! as "run again later", which the runner hands back at once.
 
 use std::io::ErrorKind;
 use std::os::unix::fs::PermissionsExt;
@@ -17,10 +23,14 @@ use super::classify::{classify, ended, Ended, Verdict};
 use super::config::ExecConfig;
 use crate::envelope::Envelope;
 use crate::jobs::id::job_id;
-use crate::sinks::{Feed, Outcome, Probe, Sink, SinkError};
+use crate::sinks::{CutShort, Feed, Outcome, Probe, Sink, SinkError, Written};
 
 /// How long a killed child may take to be reaped before jetsink stops waiting for it.
 const REAP_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a job stopped at the shutdown deadline gets between SIGTERM and SIGKILL: well
+/// inside the 5 s the daemon allows past the deadline before it gives up on its sinks.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// The `exec` destination.
 pub struct ExecSink {
@@ -28,6 +38,8 @@ pub struct ExecSink {
     feed: Feed,
     /// `env` plus the `pass_env` variables found at open.
     base_env: Vec<(String, String)>,
+    /// The runner's shutdown-deadline signal.
+    cut: CutShort,
 }
 
 impl ExecSink {
@@ -37,6 +49,7 @@ impl ExecSink {
             config,
             feed: Feed::default(),
             base_env: Vec::new(),
+            cut: CutShort::never(),
         }
     }
 
@@ -107,6 +120,10 @@ impl ExecSink {
 
     /// Runs one job to its outcome.
     async fn run(&self, e: &Envelope) -> Outcome {
+        if self.cut.fired() {
+            // The shutdown deadline passed before its turn came: never started.
+            return self.verdict(Ended::Stopped, None);
+        }
         let started = Instant::now();
         let mut child = match self.command(e).spawn() {
             Ok(c) => c,
@@ -120,24 +137,35 @@ impl ExecSink {
                 });
             }
         };
+        let group = child.id();
         let timeout = Duration::from_millis(self.config.timeout_ms);
-        let ran = tokio::time::timeout(timeout, self.drive(&mut child, e)).await;
+        let mut cut = self.cut.clone();
+        let ran = tokio::select! {
+            ran = tokio::time::timeout(timeout, self.drive(&mut child, e)) => Some(ran),
+            () = cut.wait() => None,
+        };
         let (how, out, err_bytes) = match ran {
-            Ok(Ok((status, out, err_bytes))) => {
+            Some(Ok(Ok((status, out, err_bytes)))) => {
                 (ended(status.code(), unix_signal(&status)), Some(out), err_bytes)
             }
-            Ok(Err(err)) => {
+            Some(Ok(Err(err))) => {
                 kill(&mut child).await;
                 return Outcome::Failed(SinkError::transient(format!(
                     "waiting for {}: {err}",
                     self.program()
                 )));
             }
-            Err(_) => {
+            Some(Err(_)) => {
                 kill(&mut child).await;
                 (Ended::TimedOut, None, 0)
             }
+            None => {
+                stop(&mut child).await;
+                (Ended::Stopped, None, 0)
+            }
         };
+        // Whatever the job left running in its group goes with it.
+        kill_group(group, rustix::process::Signal::KILL);
         let out_bytes = out.as_ref().map_or(0, Bounded::total);
         tracing::debug!(
             sink = %self.feed.sink,
@@ -150,6 +178,11 @@ impl ExecSink {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "job finished"
         );
+        self.verdict(how, out)
+    }
+
+    /// The outcome of a job that ended as `how`.
+    fn verdict(&self, how: Ended, out: Option<Bounded>) -> Outcome {
         match classify(how, &self.config.transient_exit_codes, self.config.timeout_ms) {
             Verdict::Committed => Outcome::Committed {
                 output: out.map(Bounded::finish),
@@ -160,6 +193,21 @@ impl ExecSink {
                 message,
             }),
         }
+    }
+
+    /// Runs every job of `batch`, up to `concurrency` at once; one outcome each, in order.
+    async fn run_all(&self, batch: &[Envelope]) -> Vec<Outcome> {
+        // Boxed in a loop, not mapped by a closure: the trait's future must be Send for
+        // every lifetime, which a closure returning a borrowing future cannot promise.
+        let mut jobs: Vec<futures::future::BoxFuture<'_, Outcome>> =
+            Vec::with_capacity(batch.len());
+        for e in batch {
+            jobs.push(Box::pin(self.run(e)));
+        }
+        futures::stream::iter(jobs)
+            .buffered(self.config.concurrency.max(1))
+            .collect()
+            .await
     }
 
     /// Feeds stdin, reads stdout (bounded) and stderr (counted), then reaps the child.
@@ -206,13 +254,27 @@ fn unix_signal(status: &std::process::ExitStatus) -> Option<i32> {
     std::os::unix::process::ExitStatusExt::signal(status)
 }
 
+/// Sends `signal` to the process group `group` led a job (its pid), if any is left.
+fn kill_group(group: Option<u32>, signal: rustix::process::Signal) {
+    if let Some(pid) = group.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+        let _ = rustix::process::kill_process_group(pid, signal);
+    }
+}
+
 /// Kills the child's process group (what it started too) and the child, and reaps it.
 async fn kill(child: &mut Child) {
-    if let Some(pid) = child.id().and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    }
+    kill_group(child.id(), rustix::process::Signal::KILL);
     let _ = child.start_kill();
     let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
+}
+
+/// Stops a job at the shutdown deadline: SIGTERM to its group, so it can clean up, then
+/// SIGKILL if it has not ended within [`STOP_GRACE`].
+async fn stop(child: &mut Child) {
+    kill_group(child.id(), rustix::process::Signal::TERM);
+    if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
+        kill(child).await;
+    }
 }
 
 #[async_trait]
@@ -248,8 +310,10 @@ impl Sink for ExecSink {
         )))
     }
 
+    /// The jobs as one batch, for tools that drive a destination batch-wise: the first job
+    /// that did not commit decides (the daemon calls [`Sink::write`] instead).
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        for (i, o) in self.write_each(batch).await.into_iter().enumerate() {
+        for (i, o) in self.run_all(batch).await.into_iter().enumerate() {
             match o {
                 Outcome::Committed { .. } => {}
                 Outcome::Later { message } => return Err(SinkError::transient(message)),
@@ -265,22 +329,13 @@ impl Sink for ExecSink {
         Ok(())
     }
 
-    fn per_message(&self) -> bool {
-        true
+    /// Each job settled by its own outcome: one that fails holds none of the others.
+    async fn write(&mut self, batch: &[Envelope]) -> Written {
+        Written::Each(self.run_all(batch).await)
     }
 
-    async fn write_each(&mut self, batch: &[Envelope]) -> Vec<Outcome> {
-        // Boxed in a loop, not mapped by a closure: the trait's future must be Send for
-        // every lifetime, which a closure returning a borrowing future cannot promise.
-        let mut jobs: Vec<futures::future::BoxFuture<'_, Outcome>> =
-            Vec::with_capacity(batch.len());
-        for e in batch {
-            jobs.push(Box::pin(self.run(e)));
-        }
-        futures::stream::iter(jobs)
-            .buffered(self.config.concurrency.max(1))
-            .collect()
-            .await
+    fn cut_short_by(&mut self, signal: CutShort) {
+        self.cut = signal;
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {

@@ -12,7 +12,7 @@ use super::sink::ExecSink;
 use crate::config::IdempotencyKey;
 use crate::envelope::{normalize, Delivery, Envelope};
 use crate::sinks::settings::DestinationSettings;
-use crate::sinks::{Outcome, Sink, SinkError};
+use crate::sinks::{Outcome, Sink, SinkError, Written};
 
 fn cfg(command: &[&str]) -> ExecConfig {
     serde_json::from_value(serde_json::json!({ "command": command })).unwrap()
@@ -84,6 +84,14 @@ fn exit_codes_are_classified() {
     assert!(matches!(classify(Ended::Exited(1), &t, 10), Verdict::Refused(_)));
     assert!(matches!(classify(Ended::Exited(75), &[], 10), Verdict::Refused(_)));
     assert!(matches!(classify(Ended::Signalled(9), &t, 10), Verdict::Refused(_)));
+    assert!(matches!(classify(Ended::Signalled(11), &t, 10), Verdict::Refused(_)));
+    for stop in [1, 2, 15] {
+        assert!(
+            matches!(classify(Ended::Signalled(stop), &[], 10), Verdict::Later(_)),
+            "signal {stop} is a stop, never a refusal"
+        );
+    }
+    assert!(matches!(classify(Ended::Stopped, &[], 10), Verdict::Later(_)));
     match classify(Ended::TimedOut, &t, 1500) {
         Verdict::Refused(m) => assert!(m.contains("1500 ms"), "{m}"),
         v => panic!("{v:?}"),
@@ -100,7 +108,9 @@ proptest! {
         let v = classify(Ended::Exited(code), &listed, 1);
         prop_assert_eq!(v == Verdict::Committed, code == 0);
         prop_assert_eq!(matches!(v, Verdict::Later(_)), code != 0 && listed.contains(&code));
-        prop_assert!(matches!(classify(Ended::Signalled(sig), &listed, 1), Verdict::Refused(_)));
+        let stop = [1, 2, 15].contains(&sig);
+        prop_assert_eq!(matches!(classify(Ended::Signalled(sig), &listed, 1), Verdict::Later(_)), stop);
+        prop_assert_eq!(matches!(classify(Ended::Signalled(sig), &listed, 1), Verdict::Refused(_)), !stop);
     }
 
     #[test]
@@ -138,9 +148,10 @@ async fn real_children_commit_retry_refuse_and_time_out() {
     c.concurrency = 4;
     let mut sink = ExecSink::new(c);
     sink.open().await.unwrap();
-    assert!(sink.per_message());
     let batch = vec![job("ok\n", 1), job("later\n", 2), job("bad\n", 3), job("slow\n", 4)];
-    let out = sink.write_each(&batch).await;
+    let Written::Each(out) = sink.write(&batch).await else {
+        panic!("the exec worker answers per message")
+    };
     assert_eq!(out.len(), 4);
     match &out[0] {
         // A clean environment: HOME is not passed.
@@ -164,7 +175,10 @@ async fn large_output_is_cut_and_the_rest_drained() {
     let mut sink = ExecSink::new(c);
     sink.open().await.unwrap();
     let big = "x".repeat(1 << 20);
-    match &sink.write_each(&[job(&big, 1)]).await[0] {
+    let Written::Each(out) = sink.write(&[job(&big, 1)]).await else {
+        panic!("per message")
+    };
+    match &out[0] {
         Outcome::Committed { output: Some(o) } => {
             assert_eq!(o.text, "xxxxxxxxxx");
             assert!(o.truncated);

@@ -1,0 +1,293 @@
+//! The one `+WPI` clock of a sink: everything the sink holds unacknowledged is kept alive
+//! from the moment its pull returns until the moment its own acknowledgement is sent.
+//!
+//! A sink holds messages in three places: the batch pulled ahead (left in the [`Slot`] by
+//! the pull task), the batch in hand (being refused, randomized, written, split, retried
+//! or disposed of), and the buffer of a shuffler or an s3 rollover. The keeper sees all
+//! three in one [`Held`] behind one lock, so a message moving between them (pulled-ahead →
+//! in hand, buffer → in hand) is never outside the keeper's view, and the clock is never
+//! restarted by a hand-off: it ticks at a fixed cadence whatever moves. Each message thus
+//! goes at most one tick without a `+WPI` (or the delivery itself): the gap never exceeds
+//! the cadence, which is half the shortest redelivery interval the consumer has
+//! ([`crate::config::SourceConfig::shortest_redelivery`]: AckWait, or the shortest
+//! `backoff_ms` step, which is what nats-server times each delivery by).
+//!
+//! Settling a message — the step right before its ACK, NAK or TERM is sent — takes the
+//! same lock the tick holds while it sends, so once [`Keeper::settle`] returns no `+WPI`
+//! for that message can follow (a `+WPI` after a delayed NAK would move its redelivery
+//! back to AckWait). The tick runs in a task of its own, so it fires on time even while a
+//! write blocks the runner's thread (file and SQLite, in `block_in_place`).
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use async_nats::jetstream::AckKind;
+use async_nats::Subject;
+use prometheus::IntCounter;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::acks::Acknowledger;
+use super::batch::Prepared;
+
+/// What a sink holds unacknowledged, as the keeper sees it.
+#[derive(Default)]
+struct Held {
+    /// The batch pulled ahead and not yet taken by the runner.
+    ahead: Option<Prepared>,
+    /// The reply subjects of the batch in hand.
+    hand: Arc<Vec<Subject>>,
+    /// Which of `hand` are settled (their acknowledgement is being sent or was sent).
+    settled: Vec<bool>,
+    /// The buffer of pulls (shuffler, s3 rollover), one list per part.
+    buffer: Vec<Arc<Vec<Subject>>>,
+}
+
+impl Held {
+    fn set_hand(&mut self, replies: Arc<Vec<Subject>>) {
+        self.settled.clear();
+        self.settled.resize(replies.len(), false);
+        self.hand = replies;
+    }
+
+    /// Every reply subject held and not settled.
+    fn unsettled(&self) -> Vec<Subject> {
+        let mut out: Vec<Subject> = self
+            .hand
+            .iter()
+            .zip(&self.settled)
+            .filter(|(_, done)| !**done)
+            .map(|(r, _)| r.clone())
+            .collect();
+        for part in &self.buffer {
+            out.extend(part.iter().cloned());
+        }
+        if let Some(p) = &self.ahead {
+            out.extend(p.all_replies().cloned());
+        }
+        out
+    }
+}
+
+/// Where the pull task leaves the batch it pulled ahead; shared with the keeper, which
+/// keeps it alive from the moment it is put there.
+#[derive(Clone, Default)]
+pub(super) struct Slot(Arc<Mutex<Held>>);
+
+impl Slot {
+    /// Leaves a prepared pull for the runner.
+    pub(super) async fn put(&self, p: Prepared) {
+        self.0.lock().await.ahead = Some(p);
+    }
+
+    /// Whether a batch waits.
+    pub(super) async fn is_empty(&self) -> bool {
+        self.0.lock().await.ahead.is_none()
+    }
+
+    /// Takes the batch pulled ahead into the runner's hand: in one step, so the keeper sees
+    /// it either waiting or in hand, never neither. Its messages are in hand in the order
+    /// of [`Prepared::all_replies`]: the batch, then the refused ones.
+    pub(super) async fn take(&self) -> Option<Prepared> {
+        let mut held = self.0.lock().await;
+        let p = held.ahead.take()?;
+        held.set_hand(Arc::new(p.all_replies().cloned().collect()));
+        Some(p)
+    }
+}
+
+/// The keep-alive of one sink. Cheap to clone; the tick stops when the last clone goes.
+#[derive(Clone)]
+pub(super) struct Keeper<A: Acknowledger> {
+    slot: Slot,
+    acks: A,
+    every: Duration,
+    /// Counts each `+WPI` round, so a slow destination shows on `/metrics`.
+    sent: IntCounter,
+    tick: Arc<Tick>,
+}
+
+/// The tick task, started at the first use (that is where a runtime surely exists) and
+/// aborted when the keeper goes.
+#[derive(Default)]
+struct Tick(StdMutex<Option<JoinHandle<()>>>);
+
+impl Drop for Tick {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.get_mut().ok().and_then(Option::take) {
+            t.abort();
+        }
+    }
+}
+
+impl<A: Acknowledger> Keeper<A> {
+    /// A keeper sending through `acks` every `every` (half the shortest redelivery
+    /// interval of the sink's consumer).
+    pub(super) fn new(acks: A, every: Duration, sent: IntCounter) -> Keeper<A> {
+        let k = Keeper {
+            slot: Slot::default(),
+            acks,
+            every: every.max(Duration::from_millis(1)),
+            sent,
+            tick: Arc::default(),
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            k.start();
+        }
+        k
+    }
+
+    /// The cadence of the `+WPI` rounds.
+    pub(super) fn every(&self) -> Duration {
+        self.every
+    }
+
+    /// The slot the pull task fills.
+    pub(super) fn slot(&self) -> &Slot {
+        &self.slot
+    }
+
+    async fn held(&self) -> tokio::sync::MutexGuard<'_, Held> {
+        self.start();
+        self.slot.0.lock().await
+    }
+
+    fn start(&self) {
+        let mut task = self.tick.0.lock().unwrap_or_else(|p| p.into_inner());
+        if task.is_none() {
+            *task = Some(tokio::spawn(tick(
+                self.acks.clone(),
+                self.every,
+                self.slot.0.clone(),
+                self.sent.clone(),
+            )));
+        }
+    }
+
+    /// Makes `replies` the batch in hand, all unsettled, in place of the one before (what
+    /// is in both is kept alive throughout).
+    pub(super) async fn hold(&self, replies: Arc<Vec<Subject>>) {
+        self.held().await.set_hand(replies);
+    }
+
+    /// Settles messages of the batch in hand by position, right before their
+    /// acknowledgement is sent: no `+WPI` for them follows once this returns.
+    pub(super) async fn settle(&self, positions: impl IntoIterator<Item = usize>) {
+        let mut held = self.held().await;
+        for i in positions {
+            if let Some(done) = held.settled.get_mut(i) {
+                *done = true;
+            }
+        }
+    }
+
+    /// Moves one part of the buffer into hand and leaves `rest` buffered, in one step.
+    pub(super) async fn hand_over(&self, part: Arc<Vec<Subject>>, rest: Vec<Arc<Vec<Subject>>>) {
+        let mut held = self.held().await;
+        held.set_hand(part);
+        held.buffer = rest;
+    }
+
+    /// Adds a pull to the buffer and empties the hand it came from, in one step.
+    pub(super) async fn buffer(&self, replies: Arc<Vec<Subject>>) {
+        let mut held = self.held().await;
+        if !replies.is_empty() {
+            held.buffer.push(replies);
+        }
+        held.set_hand(Arc::default());
+    }
+
+    /// Forgets the buffer, right before it is handed back.
+    pub(super) async fn clear_buffer(&self) {
+        self.held().await.buffer.clear();
+    }
+
+    /// Every message held and not settled (for tests and the hand-back at shutdown).
+    #[cfg(test)]
+    pub(super) async fn unsettled(&self) -> Vec<Subject> {
+        self.held().await.unsettled()
+    }
+}
+
+/// The tick: every `every`, a `+WPI` for everything held and not settled, sent under the
+/// lock. Missed ticks (a busy machine) are not bunched up: the next one is `every` later.
+async fn tick<A: Acknowledger>(acks: A, every: Duration, held: Arc<Mutex<Held>>, sent: IntCounter) {
+    let mut clock = tokio::time::interval_at(Instant::now() + every, every);
+    clock.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        clock.tick().await;
+        let held = held.lock().await;
+        let replies = held.unsettled();
+        if replies.is_empty() {
+            continue;
+        }
+        acks.send(replies, AckKind::Progress).await;
+        sent.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::testing::{batch, reply, Event, Kind, Log, RecordingAcks};
+
+    fn keeper(log: &Log) -> Keeper<RecordingAcks> {
+        let sent = crate::metrics::Metrics::new().sink("t").progress_acks;
+        Keeper::new(RecordingAcks(log.clone()), Duration::from_secs(5), sent)
+    }
+
+    fn progress(log: &Log) -> Vec<Vec<u64>> {
+        log.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Send(Kind::Progress, s) => Some(s),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_off_from_the_slot_keeps_the_clock_and_settled_messages_get_no_more() {
+        let log = Log::default();
+        let k = keeper(&log);
+        let prepared = Prepared {
+            pulled: 3,
+            batch: batch(1..=3),
+            ..Default::default()
+        };
+        k.slot().put(prepared).await;
+        tokio::time::sleep(Duration::from_millis(5_100)).await;
+        assert_eq!(progress(&log), vec![vec![1, 2, 3]], "waiting in the slot");
+        // Taken 4.8 s into the next period: the next round is still 5 s after the last.
+        tokio::time::sleep(Duration::from_millis(4_700)).await;
+        let p = k.slot().take().await.expect("waiting");
+        assert_eq!(p.pulled, 3);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(progress(&log).len(), 2, "no restart at the hand-off");
+        k.settle([1]).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(progress(&log)[2], vec![1, 3]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_buffer_and_the_part_in_hand_are_both_kept_and_nothing_when_empty() {
+        let log = Log::default();
+        let k = keeper(&log);
+        k.buffer(Arc::new(vec![reply(7), reply(8)])).await;
+        k.buffer(Arc::new(vec![reply(9)])).await;
+        tokio::time::sleep(Duration::from_millis(5_001)).await;
+        assert_eq!(progress(&log), vec![vec![7, 8, 9]]);
+        k.hand_over(
+            Arc::new(vec![reply(9)]),
+            vec![Arc::new(vec![reply(7), reply(8)])],
+        )
+        .await;
+        k.settle([0]).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(progress(&log)[1], vec![7, 8]);
+        k.clear_buffer().await;
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert_eq!(progress(&log).len(), 2, "nothing held, nothing sent");
+    }
+}

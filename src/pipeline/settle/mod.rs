@@ -1,0 +1,554 @@
+//! Settling a batch: every message ends ACKed once after its commit, handed back (NAK),
+//! or dead-lettered — through one loop for every destination.
+//!
+//! A part of the batch (at first the whole of it) is written; each attempt gives each of
+//! its messages a [`verdict`](verdict::Verdict): commit, later, refuse or hold — or, for a
+//! part refused as a whole, a split. The loop then settles in that order: the committed
+//! messages first (ACKed at once, so a slow refusal never makes the server redeliver
+//! them), then those handed back or refused, one by one; what is held is retried with
+//! backoff until it commits, is refused, or shutdown abandons it. A batch destination is
+//! the case where all messages of a part share one verdict; a per-message destination
+//! (the `exec` worker) gives each its own, and one failing job holds none of the others.
+//!
+//! Every message stays in the keeper's view ([`Keeper`]) until the moment its own
+//! acknowledgement is sent, so it gets a `+WPI` at the keeper's cadence through every
+//! write, hold, split and dead-letter publish.
+//!
+//! [`Settler`] is generic over the [`Acknowledger`] and holds the destination as a
+//! [`Sink`] trait object, so its unit tests run it with a fake destination and a
+//! recording acknowledger on tokio's paused clock.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::AckKind;
+use async_nats::Subject;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use time::OffsetDateTime;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::acks::{AckQueue, Acknowledger};
+use super::batch::{Batch, Refused, RefusedBy};
+use super::disposal::Disposal;
+use super::keeper::Keeper;
+use super::puller::Ahead;
+use super::retry::{backoff, HeldBound, Suspects};
+use crate::config::RetryConfig;
+use crate::dlq::Reason;
+use crate::envelope::Envelope;
+use crate::health::SinkHealth;
+use crate::jobs::{ResultPublisher, INVALID_JOB_ID};
+use crate::metrics::SinkMetrics;
+use crate::sinks::{CutShort, ErrorClass, Outcome, Output, Sink, SinkError, Written};
+
+mod stop;
+pub(super) mod verdict;
+
+pub(super) use stop::Stop;
+use verdict::{Attempt, RefusalClass, Verdict};
+
+/// How many messages refused as unclassified a settler remembers.
+const SUSPECTS: usize = 1024;
+
+/// Positions (in the batch) still to write, and whether they descend from a part that
+/// failed unclassified for the whole bound (then an unclassified failure refuses at once).
+#[derive(Debug, Clone)]
+struct Part {
+    positions: Vec<usize>,
+    suspect: bool,
+}
+
+/// How the attempts of one part ended.
+enum PartEnd {
+    /// Every message of it is settled; whether one was refused.
+    Settled { refused: bool },
+    /// It was refused as a whole and split; the pieces are in the to-do list.
+    Split,
+    /// Shutdown's deadline passed while these positions were held.
+    Abandoned(Vec<usize>),
+}
+
+/// The batch being settled: its envelopes, reply subjects and, in job-queue mode, job ids.
+struct InHand {
+    envelopes: Vec<Envelope>,
+    replies: Arc<Vec<Subject>>,
+    ids: Vec<String>,
+}
+
+impl InHand {
+    /// The envelopes at `positions`, borrowed when they are one run of the batch.
+    fn part(&self, positions: &[usize]) -> Cow<'_, [Envelope]> {
+        match (positions.first(), positions.last()) {
+            (Some(&a), Some(&b)) if b + 1 - a == positions.len() => {
+                Cow::Borrowed(&self.envelopes[a..=b])
+            }
+            _ => Cow::Owned(
+                positions
+                    .iter()
+                    .map(|&p| self.envelopes[p].clone())
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// The writing and acknowledging side of one sink.
+pub(super) struct Settler<A: Acknowledger> {
+    name: Arc<str>,
+    sink: Box<dyn Sink>,
+    acks: AckQueue<A>,
+    /// The sink's one `+WPI` clock, shared with the puller and the buffer stage.
+    keeper: Keeper<A>,
+    disposal: Disposal,
+    metrics: SinkMetrics,
+    health: SinkHealth,
+    retry: RetryConfig,
+    /// Backoff jitter.
+    rng: StdRng,
+    /// The last write reached the destination; only then is the next batch pulled ahead.
+    healthy: bool,
+    /// Messages recently refused as unclassified: a part holding one is not held for the
+    /// whole bound again when it comes back.
+    suspects: Suspects,
+    /// Job-queue mode: each job's result is stored before its ACK. `None` keeps the
+    /// plain path, which does no job work at all.
+    results: Option<ResultPublisher>,
+    /// Fired when the shutdown deadline passes during a write ([`CutShort`]).
+    cut: watch::Sender<bool>,
+}
+
+/// What a [`Settler`] is built from besides its destination and acknowledger.
+pub(super) struct SettlerParts<A: Acknowledger> {
+    pub(super) name: String,
+    pub(super) disposal: Disposal,
+    pub(super) metrics: SinkMetrics,
+    pub(super) health: SinkHealth,
+    pub(super) retry: RetryConfig,
+    pub(super) keeper: Keeper<A>,
+}
+
+impl<A: Acknowledger> Settler<A> {
+    /// A settler writing to an opened destination.
+    pub(super) fn new(mut sink: Box<dyn Sink>, acks: A, parts: SettlerParts<A>) -> Settler<A> {
+        let (cut, rx) = watch::channel(false);
+        sink.cut_short_by(CutShort::new(rx));
+        Settler {
+            name: parts.name.into(),
+            sink,
+            acks: AckQueue::new(acks),
+            keeper: parts.keeper,
+            disposal: parts.disposal,
+            metrics: parts.metrics,
+            health: parts.health,
+            retry: parts.retry,
+            rng: StdRng::from_os_rng(),
+            healthy: true,
+            suspects: Suspects::new(SUSPECTS),
+            results: None,
+            cut,
+        }
+    }
+
+    /// Job-queue mode: publish every job's result, and wait for it to be stored, before
+    /// the job is acknowledged.
+    pub(super) fn set_results(&mut self, results: ResultPublisher) {
+        self.disposal.set_results(results.clone());
+        self.results = Some(results);
+    }
+
+    /// Whether the last write reached the destination (a failing one gets no pull ahead).
+    pub(super) fn healthy(&self) -> bool {
+        self.healthy
+    }
+
+    /// The acknowledger, for the randomizer's NAKs and the hand-backs at shutdown.
+    pub(super) fn acknowledger(&self) -> &A {
+        self.acks.acknowledger()
+    }
+
+    /// The keep-alive, shared with the puller and the buffer stage.
+    pub(super) fn keeper(&self) -> &Keeper<A> {
+        &self.keeper
+    }
+
+    /// Gives every message of the batch its outcome.
+    pub(super) async fn settle(&mut self, batch: Batch, ahead: &mut Ahead, stop: &mut Stop) {
+        let Batch { envelopes, replies } = batch;
+        let replies = Arc::new(replies);
+        self.keeper.hold(replies.clone()).await;
+        let hand = match self.results.clone() {
+            None => InHand {
+                envelopes,
+                replies,
+                ids: Vec::new(),
+            },
+            // Job-queue mode: a job without a usable id is refused before it is written.
+            Some(r) => self.sort_jobs(&r, envelopes, &replies).await,
+        };
+        if hand.envelopes.is_empty() {
+            return;
+        }
+        let mut todo = vec![Part {
+            positions: (0..hand.envelopes.len()).collect(),
+            suspect: false,
+        }];
+        let mut isolated = false;
+        while let Some(part) = todo.pop() {
+            match self.attempts(&hand, part, &mut todo, ahead, stop).await {
+                PartEnd::Settled { refused } => isolated |= refused,
+                PartEnd::Split => isolated = true,
+                PartEnd::Abandoned(held) => {
+                    let rest = todo.drain(..).flat_map(|p| p.positions);
+                    let all: Vec<usize> = held.into_iter().chain(rest).collect();
+                    self.abandon(&hand, &all).await;
+                    self.metrics.batches_abandoned.inc();
+                    tracing::info!(sink = %self.name, messages = all.len(), "batch abandoned at shutdown; left for redelivery");
+                    return;
+                }
+            }
+        }
+        if isolated {
+            self.metrics.batches_isolated.inc();
+        } else {
+            self.metrics.batches_committed.inc();
+        }
+    }
+
+    /// Writes one part until each of its messages is settled, it is split, or shutdown
+    /// abandons what is held.
+    async fn attempts(
+        &mut self,
+        hand: &InHand,
+        part: Part,
+        todo: &mut Vec<Part>,
+        ahead: &mut Ahead,
+        stop: &mut Stop,
+    ) -> PartEnd {
+        let Part {
+            mut positions,
+            suspect,
+        } = part;
+        let remembered = self.suspects.any_in(&hand.part(&positions));
+        let mut bound = HeldBound::new(Duration::from_millis(self.retry.max_held_ms));
+        let mut attempt: u32 = 0;
+        let mut refused = false;
+        loop {
+            let written = {
+                let envelopes = hand.part(&positions);
+                let started = Instant::now();
+                let written = self.write(&envelopes, ahead, stop).await;
+                self.metrics
+                    .write_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                written
+            };
+            self.count_errors(&written);
+            let out = verdict::unclassified(&written)
+                && (suspect || remembered || bound.failed_at(Instant::now()));
+            let verdicts = match verdict::judge(
+                written,
+                positions.len(),
+                out,
+                suspect || !remembered,
+            ) {
+                Attempt::Split {
+                    index,
+                    message,
+                    class,
+                    held_out,
+                } => {
+                    tracing::warn!(sink = %self.name, messages = positions.len(), error = %message, class = class.as_str(), "destination refused part of a batch; isolating");
+                    for r in verdict::split(positions.len(), index).into_iter().rev() {
+                        todo.push(Part {
+                            positions: positions[r].to_vec(),
+                            suspect: suspect || held_out,
+                        });
+                    }
+                    return PartEnd::Split;
+                }
+                Attempt::Each(v) => v,
+            };
+            let (held, error) = self
+                .settle_verdicts(hand, &positions, verdicts, stop, &mut refused)
+                .await;
+            let Some(error) = error else {
+                self.health.destination_ok();
+                self.healthy = true;
+                if attempt > 0 {
+                    tracing::info!(sink = %self.name, attempts = attempt + 1, "destination recovered");
+                }
+                return PartEnd::Settled { refused };
+            };
+            // The destination could not take some (or all): hold those, retry after backoff.
+            self.metrics.batches_retried.inc();
+            let message = error.to_string();
+            self.health.destination_failed(&message);
+            self.healthy = false;
+            let delay = backoff(&self.retry, attempt, &mut self.rng);
+            tracing::warn!(sink = %self.name, error = %message, messages = held.len(), attempt = attempt + 1, retry_in_ms = delay.as_millis() as u64, "destination failed; holding the batch");
+            attempt = attempt.saturating_add(1);
+            if self.hold(delay, ahead, stop).await {
+                return PartEnd::Abandoned(held);
+            }
+            positions = held;
+        }
+    }
+
+    /// Counts one attempt's failures in `jetsink_sink_errors_total`: a failed batch once, a
+    /// per-message answer once per message handed back or refused plus once for those held.
+    fn count_errors(&self, written: &Written) {
+        match written {
+            Written::Batch(Ok(())) => {}
+            Written::Batch(Err(e)) => self.metrics.sink_error(e),
+            Written::Each(outcomes) => {
+                let mut held = None;
+                for o in outcomes {
+                    match o {
+                        Outcome::Committed { .. } => {}
+                        Outcome::Later { .. } => self.metrics.error_of(ErrorClass::Transient),
+                        Outcome::Failed(
+                            e @ (SinkError::Permanent { .. } | SinkError::Unclassified { .. }),
+                        ) => self.metrics.sink_error(e),
+                        Outcome::Failed(e) => held = Some(e.kind()),
+                    }
+                }
+                if let Some(class) = held {
+                    self.metrics.error_of(class);
+                }
+            }
+        }
+    }
+
+    /// Settles one attempt's verdicts: the committed first, then those handed back or
+    /// refused. Returns the positions still held and why, if any are.
+    async fn settle_verdicts(
+        &mut self,
+        hand: &InHand,
+        positions: &[usize],
+        verdicts: Vec<Verdict>,
+        stop: &mut Stop,
+        refused: &mut bool,
+    ) -> (Vec<usize>, Option<SinkError>) {
+        let mut commits: Vec<(usize, Option<Output>)> = Vec::new();
+        let mut others: Vec<(usize, Verdict)> = Vec::new();
+        let mut held = Vec::new();
+        let mut error = None;
+        for (&p, v) in positions.iter().zip(verdicts) {
+            match v {
+                Verdict::Commit(output) => commits.push((p, output)),
+                Verdict::Hold(e) => {
+                    held.push(p);
+                    error = Some(e);
+                }
+                other => others.push((p, other)),
+            }
+        }
+        if !commits.is_empty() {
+            self.committed(hand, commits).await;
+        }
+        for (p, v) in others {
+            let e = &hand.envelopes[p];
+            let kind = match v {
+                // Stopped by the shutdown deadline (or asked to run again while stopping):
+                // handed back at once, for another instance.
+                Verdict::Later(_) if stop.stopping() => self.disposal.abandoned(e).await,
+                Verdict::Later(message) => self.disposal.later(e, &message).await,
+                Verdict::Refuse(class, message) => {
+                    *refused = true;
+                    if class == RefusalClass::Unclassified {
+                        self.suspects.remember(e);
+                    }
+                    self.disposal
+                        .refused(e, Reason::Destination, class.as_str(), &message)
+                        .await
+                }
+                Verdict::Commit(_) | Verdict::Hold(_) => continue,
+            };
+            self.send(&hand.replies, p, kind).await;
+        }
+        (held, error)
+    }
+
+    /// Writes a part, cutting it short when the shutdown deadline passes meanwhile.
+    async fn write(&mut self, part: &[Envelope], ahead: &mut Ahead, stop: &Stop) -> Written {
+        let deadline = stop.deadline_passed();
+        let cut = &self.cut;
+        let write = self.sink.write(part);
+        ahead
+            .alongside(async move {
+                tokio::pin!(write, deadline);
+                let mut fired = false;
+                loop {
+                    tokio::select! {
+                        written = &mut write => return written,
+                        () = &mut deadline, if !fired => {
+                            fired = true;
+                            cut.send_replace(true);
+                        }
+                    }
+                }
+            })
+            .await
+    }
+
+    /// Sends `kind` for the message at `position`, once the keeper has let go of it.
+    async fn send(&mut self, replies: &[Subject], position: usize, kind: AckKind) {
+        self.keeper.settle([position]).await;
+        self.acks
+            .acknowledger()
+            .send(vec![replies[position].clone()], kind)
+            .await;
+    }
+
+    /// Records commit latency and hands the ACKs to a background task; in job-queue mode
+    /// only once the results stream stored each job's result. The messages stay kept alive
+    /// until their ACK is handed over.
+    async fn committed(&mut self, hand: &InHand, commits: Vec<(usize, Option<Output>)>) {
+        let now = OffsetDateTime::now_utc();
+        for (p, _) in &commits {
+            let lag = (now - hand.envelopes[*p].published_at).as_seconds_f64();
+            self.metrics.commit_lag.observe(lag.max(0.0));
+        }
+        let mut ack: Vec<usize> = commits.iter().map(|(p, _)| *p).collect();
+        let mut back = Vec::new();
+        if let Some(results) = &self.results {
+            let jobs: Vec<(&Envelope, &str)> = ack
+                .iter()
+                .map(|&p| (&hand.envelopes[p], hand.ids[p].as_str()))
+                .collect();
+            let outputs: Vec<Option<Output>> = commits.into_iter().map(|(_, o)| o).collect();
+            let stored = results.publish_committed(&jobs, &outputs).await;
+            let (kept, failed): (Vec<_>, Vec<_>) = ack.iter().zip(stored).partition(|(_, ok)| *ok);
+            back = failed.into_iter().map(|(p, _)| *p).collect();
+            ack = kept.into_iter().map(|(p, _)| *p).collect();
+        }
+        for p in back {
+            let kind = self.disposal.result_failed(&hand.envelopes[p]);
+            self.send(&hand.replies, p, kind).await;
+        }
+        self.keeper.settle(ack.iter().copied()).await;
+        let replies = ack.iter().map(|&p| hand.replies[p].clone()).collect();
+        self.acks.committed(replies).await;
+    }
+
+    /// Hands back (or, on their last delivery, dead-letters) the messages at `positions`.
+    async fn abandon(&mut self, hand: &InHand, positions: &[usize]) {
+        let mut naks = Vec::with_capacity(positions.len());
+        for &p in positions {
+            match self.disposal.abandoned(&hand.envelopes[p]).await {
+                AckKind::Nak(None) => naks.push(p),
+                kind => self.send(&hand.replies, p, kind).await,
+            }
+        }
+        self.keeper.settle(naks.iter().copied()).await;
+        let replies = naks.iter().map(|&p| hand.replies[p].clone()).collect();
+        self.acks
+            .acknowledger()
+            .send(replies, AckKind::Nak(None))
+            .await;
+    }
+
+    /// Splits a batch into jobs with a usable id (kept, with their ids, and made the
+    /// batch in hand) and jobs without, which are refused with class `invalid_job_id`.
+    async fn sort_jobs(
+        &mut self,
+        results: &ResultPublisher,
+        envelopes: Vec<Envelope>,
+        replies: &Arc<Vec<Subject>>,
+    ) -> InHand {
+        let mut kept = (Vec::with_capacity(envelopes.len()), Vec::new(), Vec::new());
+        for (p, e) in envelopes.into_iter().enumerate() {
+            match results.job_id(&e) {
+                Ok(id) => {
+                    kept.0.push(e);
+                    kept.1.push(replies[p].clone());
+                    kept.2.push(id);
+                }
+                Err(why) => {
+                    let kind = self
+                        .disposal
+                        .refused(&e, Reason::Metadata, INVALID_JOB_ID, &why.to_string())
+                        .await;
+                    self.send(replies, p, kind).await;
+                }
+            }
+        }
+        let replies = Arc::new(kept.1);
+        self.keeper.hold(replies.clone()).await;
+        InHand {
+            envelopes: kept.0,
+            replies,
+            ids: kept.2,
+        }
+    }
+
+    /// Holds the messages in hand for `delay` before the next attempt, beating the
+    /// liveness heartbeat at least at the keeper's cadence (the keeper keeps them alive
+    /// meanwhile). True when shutdown's deadline passed and they are to be abandoned.
+    async fn hold(&mut self, delay: Duration, ahead: &mut Ahead, stop: &mut Stop) -> bool {
+        let wake = Instant::now() + delay;
+        let beat = self.keeper.every();
+        loop {
+            self.health.beat();
+            if stop.expired() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= wake {
+                return false;
+            }
+            let until = wake.min(now + beat).max(now + Duration::from_millis(1));
+            ahead.alongside(stop.nap_until(until)).await;
+        }
+    }
+
+    /// A message refused before the write (metadata or lane rules), at `position` in the
+    /// hand the runner took from the puller.
+    pub(super) async fn refuse_early(&mut self, r: Refused, replies: &[Subject], position: usize) {
+        let reason = match r.by {
+            RefusedBy::Metadata => Reason::Metadata,
+            RefusedBy::Lane => {
+                self.metrics.lane_rejected.inc();
+                Reason::Lane
+            }
+        };
+        let kind = self
+            .disposal
+            .refused(
+                &r.envelope,
+                reason,
+                ErrorClass::Permanent.as_str(),
+                &r.reason,
+            )
+            .await;
+        self.send(replies, position, kind).await;
+    }
+
+    /// At shutdown: lets the ACK tasks finish, and hands back what was pulled ahead and
+    /// never written (waiting for a pull in flight to end, so what it receives is handed
+    /// back too), so another instance can take it at once instead of after AckWait. All
+    /// of it ends by `by`; what is still unsent then is redelivered after AckWait.
+    pub(super) async fn finish(&mut self, ahead: &mut Ahead, by: Instant) {
+        if tokio::time::timeout_at(by, self.acks.drain())
+            .await
+            .is_err()
+        {
+            tracing::warn!(sink = %self.name, "ACKs still unsent at the shutdown deadline; those messages will be redelivered (idempotently)");
+        }
+        if let Some(p) = ahead.finish(by).await {
+            // Taken into hand by `finish`; let go of all of it before the NAK.
+            let n = p.batch.replies.len() + p.refused.len();
+            self.keeper.settle(0..n).await;
+            let nak = self
+                .acks
+                .acknowledger()
+                .send(p.all_replies().cloned().collect(), AckKind::Nak(None));
+            if tokio::time::timeout_at(by, nak).await.is_err() {
+                tracing::warn!(sink = %self.name, "no time left to hand back the batch pulled ahead; it is redelivered after AckWait");
+            }
+        }
+    }
+}
