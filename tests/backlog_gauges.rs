@@ -27,7 +27,7 @@ async fn backlog_gauges_show_a_held_sink_and_its_drain() {
         dir.path(),
         "BACKLOG",
         "backlog.x",
-        None,
+        serde_json::json!({}),
         N - 1,
     )
     .await;

@@ -350,6 +350,22 @@ async fn jetstream_stream(js: &jetstream::Context) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_longer_than_ack_wait_is_kept_alive_and_not_redelivered_to_a_second_instance() {
+    kept_alive_across_two_instances(json!({"ack_wait_ms": 2000, "max_deliver": -1})).await;
+}
+
+/// With `backoff_ms` the server redelivers after the step of the delivery made, not after
+/// AckWait: the keep-alive must follow the step (here 4 s, while AckWait says 30 s).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_longer_than_its_first_backoff_step_is_kept_alive_and_runs_once() {
+    kept_alive_across_two_instances(json!({
+        "ack_wait_ms": 30000, "max_deliver": 5, "backoff_ms": [4000, 30000, 30000]
+    }))
+    .await;
+}
+
+/// One job that runs until the test releases it, two instances on its consumer
+/// (`source`): the one running it keeps it alive, so the idle one never gets it.
+async fn kept_alive_across_two_instances(source: serde_json::Value) {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("gate");
@@ -366,7 +382,6 @@ async fn a_job_longer_than_ack_wait_is_kept_alive_and_not_redelivered_to_a_secon
     );
     let cmd = script(dir.path(), "long.sh", &body);
     let js = server.js().await;
-    let source = json!({"ack_wait_ms": 2000, "max_deliver": -1});
     let dest = json!({"command": cmd, "timeout_ms": 60000});
     let (a, listen_a) = write_worker(dir.path(), "a.json", &server, dest.clone(), source.clone());
     let (b, listen_b) = write_worker(dir.path(), "b.json", &server, dest, source);
@@ -378,8 +393,9 @@ async fn a_job_longer_than_ack_wait_is_kept_alive_and_not_redelivered_to_a_secon
         runs.exists()
     })
     .await;
-    // Three +WPI rounds from whichever instance runs it: 1.5 × AckWait have passed, so
-    // without them the server would have redelivered the job to the idle instance.
+    // Three +WPI rounds from whichever instance runs it: 1.5 × the redelivery interval
+    // have passed, so without them the server would have redelivered the job to the idle
+    // instance.
     eventually(
         Duration::from_secs(30),
         "three +WPI rounds for the running job",
@@ -418,4 +434,190 @@ async fn a_job_longer_than_ack_wait_is_kept_alive_and_not_redelivered_to_a_secon
         "the job ran once"
     );
     drop((da, db));
+}
+
+/// Three jobs that fail and one that commits, in one batch, with a dead-letter subject
+/// whose publishes time out (a subscriber that never answers, no stream): disposing of
+/// the three takes 3 × 5 s, longer than AckWait (12 s). The committed job is ACKed first,
+/// so the second instance never gets it; the failed ones stay kept alive meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_committed_job_is_acked_before_slow_dead_letter_publishes_of_its_batch_mates() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let body = format!(
+        "read -r what\nif [ \"$what\" = bad ]; then exit 1; fi\necho \"$JETSINK_DELIVERED\" >> {}\n",
+        runs.display()
+    );
+    let cmd = script(dir.path(), "mixed.sh", &body);
+    let js = server.js().await;
+    let client = server.client().await;
+    // Takes every dead-letter copy and never acknowledges it.
+    let _hole = client.subscribe("jobs.hole").await.unwrap();
+    client.flush().await.unwrap();
+    jetstream_stream(&js).await;
+    for (id, what) in [
+        ("b1", "bad"),
+        ("b2", "bad"),
+        ("b3", "bad"),
+        ("good", "good"),
+    ] {
+        publish_job(&js, id, what).await;
+    }
+    let write = |name: &str| {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut cfg = config(
+            &server.url(),
+            &listen,
+            json!({"command": cmd, "concurrency": 4}),
+            json!({"ack_wait_ms": 12000, "max_deliver": -1}),
+        );
+        cfg["sinks"]["worker"]["dead_letter"] =
+            json!({"subject": "jobs.hole", "max_attempts": 1, "publish_timeout_ms": 5000});
+        // The failed ones come back only after the test: the second instance stays idle,
+        // its pulls waiting, so a redelivery of the good job would go straight to it.
+        cfg["sinks"]["worker"]["delivery"]["retry"]["refused_delay_ms"] = json!(600_000);
+        (self::write(dir.path(), name, &cfg), listen)
+    };
+    let (a, listen_a) = write("a.json");
+    let (b, _) = write("b.json");
+    let da = Daemon::start(&a, dir.path());
+    eventually(
+        Duration::from_secs(20),
+        "instance 1 took all four",
+        || async {
+            let s = js.get_stream("JOBS").await.unwrap();
+            s.consumer_info("workers")
+                .await
+                .is_ok_and(|i| i.num_pending == 0 && i.delivered.stream_sequence == 4)
+        },
+    )
+    .await;
+    let db = Daemon::start(&b, dir.path());
+    let failures = |n: f64| {
+        let listen = listen_a.clone();
+        async move {
+            metric_value(
+                &listen,
+                "jetsink_dlq_publish_failures_total{sink=\"worker\"}",
+            )
+            .await
+            .unwrap_or(0.0)
+                >= n
+        }
+    };
+    // Past the three timeouts (15 s, 3 s beyond AckWait): had the good job stayed unACKed
+    // through them, the idle instance would have been handed it at 12 s and run it.
+    eventually(
+        Duration::from_secs(60),
+        "three failed dead-letter publishes",
+        || failures(3.0),
+    )
+    .await;
+    let good = stored_result(&js, "good").await.expect("a result");
+    assert_eq!(good["status"], "committed");
+    assert_eq!(good["delivered"], 1);
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap(),
+        "1\n",
+        "the good job ran once:\n{}\n{}",
+        da.log_text(),
+        db.log_text()
+    );
+    drop((da, db));
+}
+
+/// A stop while a job runs: the job is run again later, never refused (with
+/// `max_attempts: 1` a refusal would dead-letter it at once). `group_signal`: the service
+/// manager signals every process of the unit, the job included (systemd's default
+/// `KillMode=control-group`); otherwise only jetsink (`KillMode=mixed`, as
+/// deploy/jetsink.service sets), which stops the job itself at its shutdown deadline.
+async fn a_stop_hands_the_running_job_back(group_signal: bool) {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("gate");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let pid = dir.path().join("job.pid");
+    let done = dir.path().join("may-finish");
+    let body = format!(
+        "if [ -e {done} ]; then echo finished; exit 0; fi\necho $$ > {pid}\nread -r _ < {fifo}\n",
+        done = done.display(),
+        pid = pid.display(),
+        fifo = fifo.display()
+    );
+    let cmd = script(dir.path(), "long.sh", &body);
+    let (path, _) = write_worker(
+        dir.path(),
+        "c.json",
+        &server,
+        json!({"command": cmd, "timeout_ms": 60000}),
+        json!({"max_deliver": -1}),
+    );
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    cfg["sinks"]["worker"]["dead_letter"]["max_attempts"] = json!(1);
+    cfg["sinks"]["worker"]["delivery"]["shutdown_timeout_ms"] = json!(1000);
+    std::fs::write(&path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let (mut d, js) = start_worker(&server, dir.path(), &path).await;
+    publish_job(&js, "stopped", "x").await;
+    eventually(Duration::from_secs(20), "the job runs", || async {
+        std::fs::read_to_string(&pid).is_ok_and(|p| p.ends_with('\n'))
+    })
+    .await;
+    let job = std::fs::read_to_string(&pid).unwrap().trim().to_string();
+    if group_signal {
+        // The job is the leader of its own process group.
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", "--", &format!("-{job}")])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    }
+    let status = d.terminate(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        d.log_text()
+    );
+    assert_eq!(
+        stored(&js, "JOBS_DLQ").await,
+        0,
+        "not dead-lettered:\n{}",
+        d.log_text()
+    );
+    assert!(
+        stored_result(&js, "stopped").await.is_none(),
+        "no result: it did not end"
+    );
+    assert_eq!(stored(&js, "JOBS").await, 1, "still in the work queue");
+    // The next start runs it again, and this time it finishes.
+    std::fs::write(&done, b"").unwrap();
+    let (_d, _) = start_worker(&server, dir.path(), &path).await;
+    eventually(
+        Duration::from_secs(30),
+        "the job commits on its redelivery",
+        || async {
+            stored_result(&js, "stopped")
+                .await
+                .is_some_and(|r| r["status"] == "committed")
+        },
+    )
+    .await;
+    let r = stored_result(&js, "stopped").await.unwrap();
+    // 2, or 3 when the signalled job came back to this instance before its own SIGTERM.
+    assert!(r["delivered"].as_u64().unwrap() >= 2, "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_signalled_by_the_service_stop_is_handed_back_not_dead_lettered() {
+    a_stop_hands_the_running_job_back(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_still_running_at_the_shutdown_deadline_is_stopped_and_handed_back() {
+    a_stop_hands_the_running_job_back(false).await;
 }

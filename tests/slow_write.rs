@@ -12,6 +12,22 @@ const N: usize = 300;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sqlite_write_blocked_past_ack_wait_is_kept_alive_and_nothing_is_redelivered() {
+    blocked_past_redelivery(serde_json::json!({"ack_wait_ms": 2000})).await;
+}
+
+/// With `backoff_ms` the server redelivers after the step of each delivery (2 s here),
+/// whatever `ack_wait_ms` says: the keep-alive follows the step.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sqlite_write_blocked_past_the_first_backoff_step_is_kept_alive_too() {
+    blocked_past_redelivery(serde_json::json!({
+        "ack_wait_ms": 30000, "max_deliver": 10, "backoff_ms": [2000, 30000, 30000]
+    }))
+    .await;
+}
+
+/// A write blocked for two redelivery intervals of the consumer (`consumer`): no message
+/// is delivered twice.
+async fn blocked_past_redelivery(consumer: serde_json::Value) {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
@@ -28,14 +44,14 @@ async fn a_sqlite_write_blocked_past_ack_wait_is_kept_alive_and_nothing_is_redel
         dir.path(),
         "SLOW",
         "slow.x",
-        Some(2000),
+        consumer,
         N - 1,
     )
     .await;
     let series = "jetsink_progress_acks_total{sink=\"db\"}";
     let before = metric_value(&listen, series).await.unwrap_or(0.0);
-    // Four more +WPI rounds, one every half AckWait: the write has been blocked for two
-    // AckWaits with its batch (and the one pulled ahead) held.
+    // Four more +WPI rounds, one every half redelivery interval: the write has been
+    // blocked for two of them with its batch (and the one pulled ahead) held.
     eventually(
         Duration::from_secs(60),
         "+WPI while the write is blocked",

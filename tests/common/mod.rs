@@ -621,13 +621,16 @@ pub async fn blocked_sqlite_sink(
     dir: &Path,
     stream: &str,
     subject: &str,
-    ack_wait_ms: Option<u64>,
+    consumer: serde_json::Value,
     rest: usize,
 ) -> BlockedSqliteSink {
     let listen = format!("127.0.0.1:{}", free_port());
     let mut source = serde_json::json!({"stream": stream, "consumer": "to-db"});
-    if let Some(ms) = ack_wait_ms {
-        source["ack_wait_ms"] = ms.into();
+    // Consumer settings (`ack_wait_ms`, `backoff_ms`, ...) on top.
+    if let Some(extra) = consumer.as_object() {
+        for (k, v) in extra {
+            source[k] = v.clone();
+        }
     }
     let cfg = serde_json::json!({
         "nats": {"servers": [server_url]},
