@@ -8,7 +8,6 @@
 //! keeper's [`Slot`], so a batch that arrives while the runner's task is blocked in a
 //! write is kept alive from that moment without the runner's help.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,6 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::batch::{Prepare, Prepared};
@@ -35,84 +33,10 @@ use crate::nats::{bind, fetch_any, fetch_batch, Drops, FetchLimits, Needs, Pin};
 /// lost with a memory-storage server restart).
 const REBIND_AFTER: u32 = 3;
 
-/// A pull task; its batch goes into the keeper's [`Slot`], the result only says whether
-/// it failed.
-type PendingPull = JoinHandle<Result<(), async_nats::Error>>;
+mod ahead;
 
-/// A pull in flight and a batch pulled ahead, not yet written.
-pub(super) struct Ahead {
-    /// Sink name, for logs.
-    sink: Arc<str>,
-    pending: Option<PendingPull>,
-    /// Where the pull task leaves its batch: the keeper's, which keeps it alive there.
-    slot: Slot,
-}
-
-impl Ahead {
-    /// Nothing pulled ahead yet; pulls go into `slot`.
-    pub(super) fn new(sink: &str, slot: &Slot) -> Ahead {
-        Ahead {
-            sink: sink.into(),
-            pending: None,
-            slot: slot.clone(),
-        }
-    }
-
-    /// Runs `work` to completion while noting a background pull that ends meanwhile, so a
-    /// failed pull ahead is logged and the next batch pulls again at once.
-    pub(super) async fn alongside<F: Future>(&mut self, work: F) -> F::Output {
-        tokio::pin!(work);
-        loop {
-            tokio::select! {
-                biased;
-                out = &mut work => return out,
-                () = self.collect() => {}
-            }
-        }
-    }
-
-    /// Waits for the pull in flight (its batch is in the slot already); pending forever
-    /// without one, so it can stand in a `select!` beside the work it runs alongside.
-    async fn collect(&mut self) {
-        let Some(pending) = self.pending.as_mut() else {
-            return std::future::pending().await;
-        };
-        let pulled = pending.await;
-        self.pending = None;
-        match pulled {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::debug!(sink = %self.sink, error = %e, "pull ahead failed; pulling again later")
-            }
-            Err(e) => tracing::error!(sink = %self.sink, error = %e, "pull-ahead task failed"),
-        }
-    }
-
-    /// At shutdown: the batch pulled ahead, taken into hand, waiting until `by` at most
-    /// for a pull in flight (it returns at once, no-wait, or within the batch timeout), so
-    /// what it received is handed back too instead of waiting out AckWait.
-    pub(super) async fn finish(&mut self, by: Instant) -> Option<Prepared> {
-        if let Some(pending) = self.pending.take() {
-            let _ = tokio::time::timeout_at(by, pending).await;
-        }
-        self.slot.take().await
-    }
-
-    /// A pull in flight that never returns, as one lost in a disconnect.
-    #[cfg(test)]
-    pub(super) fn with_stuck_pull(sink: &str, slot: &Slot) -> Ahead {
-        let mut ahead = Ahead::new(sink, slot);
-        ahead.pending = Some(tokio::spawn(std::future::pending()));
-        ahead
-    }
-
-    /// A batch already pulled ahead.
-    #[cfg(test)]
-    pub(super) async fn with_waiting(sink: &str, slot: &Slot, p: Prepared) -> Ahead {
-        slot.put(p).await;
-        Ahead::new(sink, slot)
-    }
-}
+pub(super) use ahead::Ahead;
+use ahead::PendingPull;
 
 /// In which order a pull visits the consumers.
 enum Order {

@@ -1,0 +1,91 @@
+//! The pull-ahead slot of a runner: the pull in flight in the background and the batch it
+//! left in the keeper's [`Slot`], waited for alongside a write and, at shutdown, for a
+//! bounded time so what it received can be handed back.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::pipeline::batch::Prepared;
+use crate::pipeline::keeper::Slot;
+
+/// A pull task; its batch goes into the keeper's [`Slot`], the result only says whether
+/// it failed.
+pub(super) type PendingPull = JoinHandle<Result<(), async_nats::Error>>;
+
+/// A pull in flight and a batch pulled ahead, not yet written.
+pub(crate) struct Ahead {
+    /// Sink name, for logs.
+    sink: Arc<str>,
+    pub(super) pending: Option<PendingPull>,
+    /// Where the pull task leaves its batch: the keeper's, which keeps it alive there.
+    pub(super) slot: Slot,
+}
+
+impl Ahead {
+    /// Nothing pulled ahead yet; pulls go into `slot`.
+    pub(crate) fn new(sink: &str, slot: &Slot) -> Ahead {
+        Ahead {
+            sink: sink.into(),
+            pending: None,
+            slot: slot.clone(),
+        }
+    }
+
+    /// Runs `work` to completion while noting a background pull that ends meanwhile, so a
+    /// failed pull ahead is logged and the next batch pulls again at once.
+    pub(crate) async fn alongside<F: Future>(&mut self, work: F) -> F::Output {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                () = self.collect() => {}
+            }
+        }
+    }
+
+    /// Waits for the pull in flight (its batch is in the slot already); pending forever
+    /// without one, so it can stand in a `select!` beside the work it runs alongside.
+    async fn collect(&mut self) {
+        let Some(pending) = self.pending.as_mut() else {
+            return std::future::pending().await;
+        };
+        let pulled = pending.await;
+        self.pending = None;
+        match pulled {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(sink = %self.sink, error = %e, "pull ahead failed; pulling again later")
+            }
+            Err(e) => tracing::error!(sink = %self.sink, error = %e, "pull-ahead task failed"),
+        }
+    }
+
+    /// At shutdown: the batch pulled ahead, taken into hand, waiting until `by` at most
+    /// for a pull in flight (it returns at once, no-wait, or within the batch timeout), so
+    /// what it received is handed back too instead of waiting out AckWait.
+    pub(crate) async fn finish(&mut self, by: Instant) -> Option<Prepared> {
+        if let Some(pending) = self.pending.take() {
+            let _ = tokio::time::timeout_at(by, pending).await;
+        }
+        self.slot.take().await
+    }
+
+    /// A pull in flight that never returns, as one lost in a disconnect.
+    #[cfg(test)]
+    pub(crate) fn with_stuck_pull(sink: &str, slot: &Slot) -> Ahead {
+        let mut ahead = Ahead::new(sink, slot);
+        ahead.pending = Some(tokio::spawn(std::future::pending()));
+        ahead
+    }
+
+    /// A batch already pulled ahead.
+    #[cfg(test)]
+    pub(crate) async fn with_waiting(sink: &str, slot: &Slot, p: Prepared) -> Ahead {
+        slot.put(p).await;
+        Ahead::new(sink, slot)
+    }
+}
