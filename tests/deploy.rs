@@ -308,11 +308,17 @@ fn every_reason() -> Vec<Reason> {
 /// way the daemon does (per sink, per connection, per consumer, per dead-letter reason).
 fn exported_names() -> BTreeSet<String> {
     let m = Metrics::new();
-    let sink = m.sink("s");
+    let sink = jetsink::pipeline::SinkMetrics::new(&m, "s");
     for r in every_reason() {
-        sink.dlq_published(r);
+        sink.dlq.published(r);
     }
-    m.connection("c");
+    sink.pinned();
+    jetsink::nats::ConnectionMetrics::new(&m, "c");
+    jetsink::nats::Links::new(&m);
+    let api = jetsink::api::ApiMetrics::register(m.registry()).unwrap();
+    api.init_sink("s");
+    api.waited("s", jetsink::api::metrics::Outcome::Committed, 0.1);
+    api.responded("s", 200);
     let backlog = jetsink::nats::backlog::BacklogGauges::register(m.registry()).unwrap();
     backlog.consumer("s", "c");
     let mut names = BTreeSet::new();
@@ -363,6 +369,36 @@ fn exprs(v: &Value, out: &mut Vec<String>) {
         Value::Array(items) => items.iter().for_each(|i| exprs(i, out)),
         _ => {}
     }
+}
+
+/// The metric names docs/operations.md documents in its metrics table.
+fn documented_names() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(repo().join("docs/operations.md")).unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("| `jetsink_"))
+        .filter_map(|l| l.split('`').next())
+        .map(|n| format!("jetsink_{n}"))
+        .collect()
+}
+
+#[test]
+fn every_exported_metric_is_documented_and_every_documented_one_is_exported() {
+    let exported: BTreeSet<String> = exported_names()
+        .into_iter()
+        .filter(|n| !["_bucket", "_sum", "_count"].iter().any(|s| n.ends_with(s)))
+        .collect();
+    let documented = documented_names();
+    assert!(documented.len() > 40, "{documented:?}");
+    let undocumented: Vec<&String> = exported.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "exported but not in docs/operations.md's metrics table: {undocumented:?}"
+    );
+    let gone: Vec<&String> = documented.difference(&exported).collect();
+    assert!(
+        gone.is_empty(),
+        "documented in docs/operations.md but not exported: {gone:?}"
+    );
 }
 
 #[test]

@@ -121,11 +121,11 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
             );
         }
         let stages = Stages::for_sink(spec);
-        let sink_metrics = metrics.sink(&spec.name);
+        let sink_metrics = crate::pipeline::SinkMetrics::new(&metrics, &spec.name);
         let dead_letters = match &spec.dead_letter {
             Some(cfg) if cfg.enabled => {
                 let dl = DeadLetters::new(&spec.name, cfg.clone(), js.clone())
-                    .with_omitted_counter(sink_metrics.dlq_payload_omitted.clone());
+                    .with_omitted_counter(sink_metrics.dlq.payload_omitted.clone());
                 dl.ensure_stream().await.map_err(AppError::Unavailable)?;
                 Some(dl)
             }
@@ -137,7 +137,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
                     &spec.name,
                     cfg.clone(),
                     js.clone(),
-                    &sink_metrics,
+                    &sink_metrics.jobs,
                     spec.delivery.idempotency_key,
                 );
                 r.ensure_stream().await.map_err(AppError::Unavailable)?;
@@ -153,10 +153,10 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
                 dead_letters.clone(),
                 results.clone(),
                 advisory::Counters {
-                    max_deliveries: sink_metrics.max_deliveries.clone(),
-                    terminated: sink_metrics.terminated_advisories.clone(),
-                    dlq_published: sink_metrics.dlq_published(Reason::MaxDeliveries),
-                    dlq_failures: sink_metrics.dlq_failures.clone(),
+                    max_deliveries: sink_metrics.dlq.max_deliveries.clone(),
+                    terminated: sink_metrics.dlq.terminated_advisories.clone(),
+                    dlq_published: sink_metrics.dlq.published(Reason::MaxDeliveries),
+                    dlq_failures: sink_metrics.dlq.failures.clone(),
                 },
                 shutdown.clone(),
             )));

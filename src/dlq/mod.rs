@@ -6,6 +6,9 @@
 pub mod advisory;
 pub mod copy;
 pub mod malformed;
+pub mod metrics;
+
+pub use metrics::DlqMetrics;
 
 use std::time::Duration;
 

@@ -10,9 +10,11 @@
 
 pub mod client;
 pub mod id;
+pub mod metrics;
 pub mod publish;
 pub mod result;
 
 pub use id::{InvalidJobId, INVALID_JOB_ID};
+pub use metrics::JobMetrics;
 pub use publish::ResultPublisher;
 pub use result::{JobResult, Status};

@@ -14,11 +14,11 @@ use prometheus::IntCounter;
 use time::OffsetDateTime;
 
 use super::id::{job_id, InvalidJobId};
+use super::metrics::JobMetrics;
 use super::result::{build, result_msg_id, Finish, Status};
 use crate::config::results::ResultsConfig;
 use crate::config::{IdempotencyKey, StorageKind};
 use crate::envelope::{Envelope, MSG_ID_HEADER};
-use crate::metrics::SinkMetrics;
 use crate::sinks::Output;
 
 /// The header carrying a result's status, so a reader can tell outcomes apart without
@@ -47,16 +47,16 @@ impl ResultPublisher {
         sink: &str,
         cfg: ResultsConfig,
         js: jetstream::Context,
-        metrics: &SinkMetrics,
+        metrics: &JobMetrics,
         key: IdempotencyKey,
     ) -> ResultPublisher {
         ResultPublisher {
             sink: sink.into(),
             cfg: Arc::new(cfg),
             js,
-            committed: metrics.jobs_committed.clone(),
-            dead_lettered: metrics.jobs_dead_lettered.clone(),
-            failures: metrics.result_failures.clone(),
+            committed: metrics.committed.clone(),
+            dead_lettered: metrics.dead_lettered.clone(),
+            failures: metrics.failures.clone(),
             key,
         }
     }

@@ -92,12 +92,41 @@ pub struct Connection {
     pub drops: Drops,
 }
 
+/// One NATS connection's metric handles, `label` being its group or sink name.
+#[derive(Clone)]
+pub struct ConnectionMetrics {
+    /// 1 while up (`jetsink_nats_connection_up`).
+    pub up: prometheus::IntGauge,
+    /// Reconnects after a drop (`jetsink_nats_reconnects_total`).
+    pub reconnects: prometheus::IntCounter,
+}
+
+impl ConnectionMetrics {
+    /// The handles of the connection named `label`.
+    pub fn new(metrics: &Metrics, label: &str) -> ConnectionMetrics {
+        let l = [("connection", label)];
+        ConnectionMetrics {
+            up: metrics.gauge(
+                "jetsink_nats_connection_up",
+                "1 while this NATS connection is up, 0 while it is reconnecting or closed, per connection (its group name, or the sink's name).",
+                &l,
+            ),
+            reconnects: metrics.counter(
+                "jetsink_nats_reconnects_total",
+                "Times a NATS connection was re-established after it dropped, per connection (its group name, or the sink's name).",
+                &l,
+            ),
+        }
+    }
+}
+
 /// The up/down state of every connection, folded into the process-wide
 /// `jetsink_nats_connected` (1 only while all are up), which the deployed alerts use.
 #[derive(Clone)]
 pub struct Links {
     up: Arc<Mutex<BTreeMap<String, bool>>>,
-    metrics: Metrics,
+    /// `jetsink_nats_connected`.
+    connected: prometheus::IntGauge,
     /// Set once jetsink closes its connections itself, so their `Closed` events are
     /// expected rather than a client that gave up.
     closing: Arc<std::sync::atomic::AtomicBool>,
@@ -123,7 +152,11 @@ impl Links {
     pub fn new(metrics: &Metrics) -> Links {
         Links {
             up: Arc::default(),
-            metrics: metrics.clone(),
+            connected: metrics.gauge(
+                "jetsink_nats_connected",
+                "1 while the NATS connection is up, 0 while it is reconnecting.",
+                &[],
+            ),
             closing: Arc::default(),
             gone: Arc::new(tokio::sync::watch::Sender::new(None)),
             stops_daemon: true,
@@ -184,7 +217,7 @@ impl Links {
         let mut map = self.up.lock().unwrap_or_else(|p| p.into_inner());
         map.insert(label.to_string(), up);
         let all = map.values().all(|u| *u);
-        self.metrics.set_nats_connected(all);
+        self.connected.set(i64::from(all));
     }
 }
 
@@ -237,7 +270,7 @@ pub async fn connect(
             })?;
     let max_delay = Duration::from_millis(cfg.reconnect_delay_max_ms);
     let drops = Drops::default();
-    let gauges = metrics.connection(label);
+    let gauges = ConnectionMetrics::new(metrics, label);
     let (events_drops, events_links, events_gauges, name) = (
         drops.clone(),
         links.clone(),

@@ -17,6 +17,6 @@ pub mod reply;
 pub mod server_version;
 
 pub use binding::{bind, BindError, Bound, Needs};
-pub use connect::{connect, ConnectError, Connection, Drops, Links};
+pub use connect::{connect, ConnectError, Connection, ConnectionMetrics, Drops, Links};
 pub use fetch::{fetch_any, fetch_batch, FetchLimits};
 pub use pin::{Pin, PinChange};

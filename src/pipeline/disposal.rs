@@ -20,7 +20,7 @@ use crate::config::SinkSpec;
 use crate::dlq::{DeadLetters, PublishFailed, Reason};
 use crate::envelope::Envelope;
 use crate::jobs::ResultPublisher;
-use crate::metrics::SinkMetrics;
+use crate::pipeline::SinkMetrics;
 
 /// Where dead-letter copies go: the sink's [`DeadLetters`], or a fake in the runner's
 /// tests. Called once per refused message, off the hot path.
@@ -249,7 +249,7 @@ impl Disposal {
         let delay = self.policy.redelivery.after(e.delivered);
         match dl.publish(e, class, why, reason).await {
             Ok(()) => {
-                self.metrics.dlq_published(reason).inc();
+                self.metrics.dlq.published(reason).inc();
                 if let Some(results) = &self.results {
                     if !results.dead_lettered(e, why).await {
                         // The copy is stored (a second one is dropped by its id); the job
@@ -268,14 +268,14 @@ impl Disposal {
                     "message dead-lettered"
                 );
                 if self.policy.term {
-                    self.metrics.terminated.inc();
+                    self.metrics.dlq.terminated.inc();
                     AckKind::Term
                 } else {
                     AckKind::Ack
                 }
             }
             Err(err) => {
-                self.metrics.dlq_failures.inc();
+                self.metrics.dlq.failures.inc();
                 tracing::error!(
                     sink = %self.sink,
                     stream_sequence = e.stream_sequence,

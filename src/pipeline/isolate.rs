@@ -45,10 +45,10 @@ use async_nats::Client;
 use crate::dlq::malformed::Unreadable;
 use crate::dlq::{DeadLetters, Reason};
 use crate::metadata::subject_matches;
-use crate::metrics::SinkMetrics;
 use crate::nats::header_block::{self, Malformed};
 use crate::nats::raw_read::{self, Outstanding, RawReadError, RawStored};
 use crate::nats::Drops;
+use crate::pipeline::SinkMetrics;
 
 /// Most stream sequences read after one drop when the consumer's MaxAckPending is
 /// unlimited (or larger): the scan runs only after a drop, but must stay bounded.
@@ -201,11 +201,11 @@ impl Isolator {
             payload: m.payload.clone(),
         };
         if let Err(e) = dl.publish_unreadable(&raw, &why).await {
-            self.metrics.dlq_failures.inc();
+            self.metrics.dlq.failures.inc();
             tracing::error!(sink = %self.sink, stream = %o.stream, stream_sequence = m.sequence, error = %e, "cannot dead-letter a message the NATS client cannot read; it stays unsettled and is tried again after its next delivery");
             return false;
         }
-        self.metrics.dlq_published(Reason::Malformed).inc();
+        self.metrics.dlq.published(Reason::Malformed).inc();
         tracing::warn!(sink = %self.sink, stream = %o.stream, consumer = %o.consumer, stream_sequence = m.sequence, error = %why, "dead-lettered a message the NATS client cannot read");
         self.settle(o, m.sequence, if self.term { "+TERM" } else { "+ACK" })
             .await
@@ -226,7 +226,7 @@ impl Isolator {
             Ok(()) => {
                 self.metrics.malformed.inc();
                 if kind == "+TERM" {
-                    self.metrics.terminated.inc();
+                    self.metrics.dlq.terminated.inc();
                 }
                 true
             }

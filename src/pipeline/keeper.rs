@@ -233,7 +233,8 @@ mod tests {
     use crate::pipeline::testing::{batch, reply, Event, Kind, Log, RecordingAcks};
 
     fn keeper(log: &Log) -> Keeper<RecordingAcks> {
-        let sent = crate::metrics::Metrics::new().sink("t").progress_acks;
+        let sent =
+            crate::pipeline::SinkMetrics::new(&crate::metrics::Metrics::new(), "t").progress_acks;
         Keeper::new(RecordingAcks(log.clone()), Duration::from_secs(5), sent)
     }
 

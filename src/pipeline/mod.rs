@@ -12,6 +12,7 @@ mod disposal;
 mod isolate;
 mod keeper;
 pub mod lanes;
+pub mod metrics;
 mod puller;
 pub mod randomizer;
 mod reconfirm;
@@ -27,4 +28,5 @@ mod shuffle;
 mod testing;
 
 pub use batch::Stages;
+pub use metrics::{BufferMetrics, LaneMetrics, SinkMetrics};
 pub use runner::{Binding, Observers, Runner};

@@ -254,7 +254,7 @@ fn run(case: &Case) -> (Vec<(Instant, Event)>, Instant, Vec<u64>) {
     rt.block_on(async {
         let log = Log::default();
         let acks = RecordingAcks(log.clone());
-        let metrics = Metrics::new().sink("t");
+        let metrics = crate::pipeline::SinkMetrics::new(&Metrics::new(), "t");
         let dl = case.dead_letters.clone().map(|(takes, fails)| {
             Arc::new(PlannedDeadLetters {
                 log: log.clone(),

@@ -37,7 +37,7 @@ const MAX_HELD: Duration = Duration::from_secs(600);
 struct Rig {
     log: Log,
     settler: Settler<RecordingAcks>,
-    metrics: crate::metrics::SinkMetrics,
+    metrics: crate::pipeline::SinkMetrics,
     stop: Stop,
     signal: watch::Sender<bool>,
 }
@@ -57,7 +57,7 @@ fn rig_waiting(
     ack_wait: Duration,
 ) -> Rig {
     let acks = RecordingAcks(log.clone());
-    let metrics = Metrics::new().sink("t");
+    let metrics = crate::pipeline::SinkMetrics::new(&Metrics::new(), "t");
     let policy = Policy {
         redelivery: Redelivery::Fixed(HAND_BACK),
         attempts: if dead_letters { 1 } else { u64::MAX },
@@ -585,7 +585,7 @@ async fn an_unclassified_failure_is_held_for_max_held_then_split_and_the_culprit
         "ACKed after its copy was stored"
     );
     assert_eq!(
-        r.metrics.errors_unclassified.get() as usize,
+        r.metrics.errors_of(crate::sinks::ErrorClass::Unclassified) as usize,
         writes.len() - 2
     );
     assert_eq!(r.metrics.batches_isolated.get(), 1);

@@ -472,7 +472,7 @@ async fn pipeline_pass(
         .await
         .map_err(|e| BenchError::Destination(format!("opening {}: {e}", describe(&opts.target))))?;
     let metrics = Metrics::new();
-    let sink_metrics = metrics.sink("bench");
+    let sink_metrics = crate::pipeline::SinkMetrics::new(&metrics, "bench");
     let acked = sink_metrics.acked.clone();
     let write_seconds = sink_metrics.write_seconds.clone();
     let health = Health::default();

@@ -276,8 +276,8 @@ fn json_rows_carry_labels_and_typed_values() {
 #[test]
 fn the_real_registry_output_parses() {
     let m = crate::metrics::Metrics::new();
-    let s = m.sink("orders");
-    s.lane_batches.inc_by(3);
+    let s = crate::pipeline::SinkMetrics::new(&m, "orders");
+    s.lanes.batches.inc_by(3);
     s.write_seconds.observe(0.002);
     let samples = parse(&m.render()).unwrap();
     let shown = rows_of(&samples, Some("priority_lane_batches_total"));

@@ -26,8 +26,8 @@ use super::lanes;
 use super::retry::backoff;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
-use crate::metrics::SinkMetrics;
 use crate::nats::{bind, fetch_any, fetch_batch, Drops, FetchLimits, Needs, Pin};
+use crate::pipeline::SinkMetrics;
 
 /// Consecutive failed pulls after which the runner re-binds its consumer (it may have been
 /// lost with a memory-storage server restart).

@@ -59,8 +59,8 @@ use super::shuffle::{Mode, ShuffleBuffer};
 use crate::config::SinkSpec;
 use crate::dlq::DeadLetters;
 use crate::health::SinkHealth;
-use crate::metrics::{BufferMetrics, SinkMetrics};
 use crate::nats::Drops;
+use crate::pipeline::{BufferMetrics, SinkMetrics};
 use crate::sinks::Sink;
 
 mod buffer;
@@ -307,7 +307,7 @@ impl Runner {
             }
             self.metrics.fetched.inc_by(prepared.pulled as u64);
             if let Some(stats) = &prepared.lanes {
-                self.metrics.lanes(stats);
+                self.metrics.lanes.record(stats);
             }
             let Prepared { batch, refused, .. } = prepared;
             if !refused.is_empty() {

@@ -197,7 +197,7 @@ impl<A: Acknowledger> Settler<A> {
         let reason = match r.by {
             RefusedBy::Metadata => Reason::Metadata,
             RefusedBy::Lane => {
-                self.metrics.lane_rejected.inc();
+                self.metrics.lanes.rejected.inc();
                 Reason::Lane
             }
         };
