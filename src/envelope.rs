@@ -47,6 +47,10 @@ pub struct Envelope {
     pub classification: Option<String>,
     /// Normalized labels (message metadata), in the order given.
     pub labels: Vec<String>,
+    /// Job-queue mode: the job's id (from where `results.job_id` says), set by the runner
+    /// before the write, for the destinations that hand it to the job (`exec`'s
+    /// `JETSINK_JOB_ID`); `None` otherwise.
+    pub job_id: Option<String>,
     /// The payload, shared with the NATS message, never copied — or, once the encryption
     /// stage ran, the sealed value ([`Envelope::payload_encoding`] says which).
     pub payload: Bytes,
@@ -144,6 +148,7 @@ pub fn normalize<'h>(
         lane: None,
         classification: None,
         labels: Vec::new(),
+        job_id: None,
         payload,
         clear: None,
     }

@@ -438,7 +438,6 @@ async fn check_destination(report: &mut Report, spec: &SinkSpec) {
     sink.attach(&Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
-        job_id: spec.results.as_ref().map(|r| r.job_id.clone()),
     });
     let place = format!(
         "sink {}: destination {}",

@@ -457,7 +457,6 @@ async fn open_destination(spec: &SinkSpec) -> Result<Box<dyn sinks::Sink>, AppEr
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
-        job_id: spec.results.as_ref().map(|r| r.job_id.clone()),
     });
     sink.open().await.map_err(|e| {
         let text = format!(

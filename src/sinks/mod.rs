@@ -38,7 +38,6 @@ pub const PLANNED: &[&str] = &[];
 
 use async_trait::async_trait;
 
-use crate::config::results::JobIdSource;
 use crate::envelope::Envelope;
 
 /// Why a write or open failed, classified so the runner knows what redelivery means.
@@ -171,9 +170,6 @@ pub struct Feed {
     pub sink: String,
     /// The stream the sink reads.
     pub stream: String,
-    /// Job-queue mode (`results` set): where each message's job id comes from, for the
-    /// destinations that hand it to the job (`exec`'s `JETSINK_JOB_ID`).
-    pub job_id: Option<JobIdSource>,
 }
 
 /// What a worker produced for a committed message (`exec`: its standard output).

@@ -460,7 +460,6 @@ async fn pipeline_pass(
             s.attach(&sinks::Feed {
                 sink: spec.name.clone(),
                 stream: spec.source.stream.clone(),
-                job_id: None,
             });
             s
         }

@@ -161,9 +161,10 @@ impl<A: Acknowledger> Settler<A> {
         replies: &Arc<Vec<Subject>>,
     ) -> InHand {
         let mut kept = (Vec::with_capacity(envelopes.len()), Vec::new(), Vec::new());
-        for (p, e) in envelopes.into_iter().enumerate() {
+        for (p, mut e) in envelopes.into_iter().enumerate() {
             match results.job_id(&e) {
                 Ok(id) => {
+                    e.job_id = Some(id.clone());
                     kept.0.push(e);
                     kept.1.push(replies[p].clone());
                     kept.2.push(id);

@@ -22,7 +22,6 @@ use super::capture::Bounded;
 use super::classify::{classify, ended, Ended, Verdict};
 use super::config::ExecConfig;
 use crate::envelope::Envelope;
-use crate::jobs::id::job_id;
 use crate::sinks::{CutShort, Feed, Outcome, Probe, Sink, SinkError, Written};
 
 /// How long a killed child may take to be reaped before jetsink stops waiting for it.
@@ -109,7 +108,7 @@ impl ExecSink {
             // Its own process group, so a timeout kills what it started too.
             .process_group(0)
             .kill_on_drop(true);
-        if let Some(Ok(id)) = self.feed.job_id.as_ref().map(|s| job_id(e, s)) {
+        if let Some(id) = &e.job_id {
             cmd.env("JETSINK_JOB_ID", id);
         }
         if let Some(dir) = &self.config.working_dir {

@@ -46,6 +46,7 @@ fn envelope(seq: u64, payload: impl Into<Bytes>) -> Envelope {
         lane: None,
         classification: None,
         labels: Vec::new(),
+        job_id: None,
         payload: payload.into(),
         clear: None,
     }

@@ -88,6 +88,7 @@ mod tests {
             lane: None,
             classification: None,
             labels: Vec::new(),
+            job_id: None,
             payload: Bytes::from_static(b"{}"),
             clear: None,
         }
