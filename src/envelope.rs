@@ -11,10 +11,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use time::OffsetDateTime;
 
-use crate::config::idempotency::IdempotencyKey;
+use crate::shared::idempotency::IdempotencyKey;
 
-/// The header a publisher sets to deduplicate publishes; recorded as `message_id`.
-pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+pub use crate::shared::idempotency::MSG_ID_HEADER;
 
 /// One message, ready to be written.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,6 +2,8 @@
 //! message only after the destination has committed it.
 //!
 //! Modules and their roles:
+//! - [`shared`]: the names every layer shares (config issues, name and subject rules, the
+//!   idempotency key, NATS connection settings, metadata value rules); imports nothing.
 //! - [`config`]: the JSON config, strict parsing, validation with JSON paths.
 //! - [`envelope`]: a delivered message normalized for destinations (pure).
 //! - [`crypto`]: payload encryption at rest: key ring, sealed format, the encryption stage.
@@ -38,4 +40,5 @@ pub mod nats;
 pub mod notify;
 pub mod pipeline;
 pub mod server;
+pub mod shared;
 pub mod sinks;

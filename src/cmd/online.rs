@@ -16,7 +16,6 @@ use std::time::Duration;
 use async_nats::jetstream::context::{GetStreamByNameErrorKind, GetStreamErrorKind};
 use async_nats::jetstream::{self, ErrorCode};
 
-use crate::config::subject_match::covers;
 use crate::config::{Config, SinkSpec};
 use crate::metrics::Metrics;
 use crate::nats::binding::{
@@ -24,6 +23,7 @@ use crate::nats::binding::{
     wanted_consumer,
 };
 use crate::nats::{connect, BindError, ConnectError, Links, Needs};
+use crate::shared::subject_match::covers;
 use crate::sinks::{self, Feed, Probe, SinkError};
 
 /// What one check found.

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::issue::Issue;
-use super::nats_security::SecretSource;
+use crate::shared::issue::Issue;
+use crate::shared::nats_security::SecretSource;
 
 /// The job API listener.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::issue::Issue;
+use crate::shared::issue::Issue;
 pub use crate::sinks::{DestinationConfig, KINDS, PLANNED};
 
 /// Reads a `destination` object found at `path`.

@@ -11,12 +11,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::issue::Issues;
 use crate::crypto::keys::KeyRing;
 use crate::crypto::load::{self, KeySource};
 use crate::crypto::sealed::valid_key_id;
 use crate::crypto::stage::KeyRule;
 use crate::crypto::Encryption;
+use crate::shared::issue::Issues;
 
 /// Payload encryption at rest (AES-256-GCM, bound to the message).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -131,7 +131,7 @@ pub(crate) fn build(
         );
     }
     for (i, h) in cfg.headers.iter().enumerate() {
-        if h.is_empty() || h.eq_ignore_ascii_case(crate::envelope::MSG_ID_HEADER) {
+        if h.is_empty() || h.eq_ignore_ascii_case(crate::shared::idempotency::MSG_ID_HEADER) {
             issues.push(
                 format!("{path}.headers[{i}]"),
                 "must be a header name other than Nats-Msg-Id (it is the deduplication id and is stored as message_id)",

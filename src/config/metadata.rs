@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::issue::Issue;
 pub use super::metadata_headers::DEFAULT_PRIORITY_HEADERS;
 use super::metadata_headers::{check_headers, FieldHeaders};
-use super::names::check_subject;
-use crate::metadata::value::{normalize_value, MetadataErrorKind, MetadataField};
+use crate::shared::issue::Issue;
+use crate::shared::metadata_value::{normalize_value, MetadataErrorKind, MetadataField};
+use crate::shared::names::check_subject;
 
 /// Hard cap, in characters, on a priority value whether or not lanes are enabled; also the
 /// upper bound of `max_priority_value_length`.

@@ -1,7 +1,7 @@
 //! The header names of `message_metadata`: each must be a usable header name, and no two
 //! fields may read the same header, or one publisher value would land in two fields.
 
-use super::issue::Issue;
+use crate::shared::issue::Issue;
 
 /// The priority headers read when `priority.header` is not set, first present wins:
 /// jetsink's own name, then the one the priority-lane document uses.

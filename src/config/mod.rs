@@ -11,34 +11,28 @@ pub mod api;
 pub mod dead_letter;
 pub mod destination;
 pub mod encryption;
-pub mod idempotency;
-pub mod issue;
 pub mod metadata;
 mod metadata_headers;
 mod model;
 #[cfg(test)]
 mod mutation_tests;
-pub mod names;
-pub mod nats_security;
 pub mod pinned;
 pub mod randomizer;
 pub mod raw;
 pub mod results;
-pub mod server_url;
 pub mod shuffle;
 mod sink_checks;
 pub mod stream;
 pub mod strict_json;
-pub mod subject_match;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub(crate) use crate::shared::issue::deserialize_at;
+pub use crate::shared::issue::Issue;
+pub use crate::shared::nats_security::{NatsAuth, NatsConfig, NatsTls, SecretSource};
 pub use destination::DestinationConfig;
-pub(crate) use issue::deserialize_at;
-pub use issue::Issue;
-pub use model::{Config, NatsConfig, SinkSpec};
-pub use nats_security::{NatsAuth, NatsTls, SecretSource};
+pub use model::{Config, SinkSpec};
 pub use pinned::PinnedConfig;
 pub use raw::{
     CreateStreamConfig, DeliverPolicy, DeliveryConfig, HttpConfig, IdempotencyKey, Jitter,

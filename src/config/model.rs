@@ -8,32 +8,11 @@ use super::api::ApiConfig;
 use super::dead_letter;
 use super::destination::DestinationConfig;
 use super::metadata;
-use super::nats_security::{NatsAuth, NatsTls};
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, SourceConfig};
 use super::results::ResultsConfig;
 use crate::crypto::Encryption;
-
-/// The NATS connection settings every connection uses (one per sink or connection group).
-#[derive(Debug, Clone)]
-pub struct NatsConfig {
-    /// Server URLs to try, in order.
-    pub servers: Vec<String>,
-    /// Client connection name, visible in the server's connection list.
-    pub name: String,
-    /// How long the first connect may take before start-up fails with exit 69.
-    pub connect_timeout_ms: u64,
-    /// Upper bound of the delay between reconnect attempts.
-    pub reconnect_delay_max_ms: u64,
-    /// Reconnect attempts before giving up; `None` retries forever.
-    pub max_reconnects: Option<usize>,
-    /// Timeout for JetStream API requests (stream/consumer info, publish acks).
-    pub request_timeout_ms: u64,
-    /// The one authentication method, and where its secret lives.
-    pub auth: NatsAuth,
-    /// TLS settings; `None` leaves TLS to the URL scheme and the server's demand.
-    pub tls: Option<NatsTls>,
-}
+use crate::shared::nats_security::{NatsConfig, NatsTls};
 
 /// One configured sink after validation: a source binding, delivery settings and a destination.
 #[derive(Debug, Clone)]

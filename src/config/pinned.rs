@@ -6,7 +6,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::issue::Issues;
+use crate::shared::issue::Issues;
 
 /// Active/standby: share the consumer with other instances through a pinned priority group.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]

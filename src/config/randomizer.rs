@@ -22,8 +22,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::issue::Issue;
-use super::names::check_subject;
+use crate::shared::issue::Issue;
+use crate::shared::names::check_subject;
 
 /// Largest `max_delay_ms` (and `min_delay_ms`): one hour. A longer delay keeps a message
 /// outstanding, and counted against MaxAckPending, for longer than any useful shuffle.

@@ -14,15 +14,15 @@ use super::api::ApiConfig;
 use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
 use super::encryption::EncryptionConfig;
-pub use super::idempotency::IdempotencyKey;
 use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
-use super::nats_security::TlsConfig;
 use super::randomizer::{
     bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig, RandomizerConfig,
 };
 use super::results::ResultsConfig;
 use super::shuffle::ShuffleConfig;
 pub use super::stream::{Retention, StorageKind};
+pub use crate::shared::idempotency::IdempotencyKey;
+use crate::shared::nats_security::TlsConfig;
 
 /// The whole file. Exactly one of `sinks` (multi-sink shape) or `sink` (single-sink shape)
 /// must be present.

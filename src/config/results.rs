@@ -8,9 +8,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::issue::Issue;
-use super::names::{check_subject, is_valid_name};
 use super::stream::StorageKind;
+use crate::shared::issue::Issue;
+use crate::shared::names::{check_subject, is_valid_name};
 
 /// Result publication of one sink.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]

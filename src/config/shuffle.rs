@@ -11,8 +11,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::issue::Issue;
 use super::randomizer::MAX_UNACKED;
+use crate::shared::issue::Issue;
 
 /// Largest `flush_ms`: one hour, the randomizer's longest delay.
 pub const MAX_FLUSH_MS: u64 = 3_600_000;

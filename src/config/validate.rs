@@ -10,18 +10,19 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::dead_letter::DeadLetterConfig;
-use super::issue::{Issue, Issues};
 use super::metadata::MessageMetadataConfig;
-use super::model::{Config, NatsConfig, SinkSpec};
-use super::nats_security::{self, AuthKeys};
+use super::model::{Config, SinkSpec};
 use super::raw::SourceConfig;
 use super::raw::{
     default_ack_wait_ms, default_max_ack_pending, minus_one, DeliveryConfig, RawConfig, RawNats,
     RawSink,
 };
-use super::server_url;
 use super::sink_checks::{self, SinkPaths};
 use crate::crypto::Encryption;
+use crate::shared::issue::{Issue, Issues};
+use crate::shared::nats_security::NatsConfig;
+use crate::shared::nats_security::{self, AuthKeys};
+use crate::shared::server_url;
 
 /// Most sinks one process runs; each holds a connection-level pull loop.
 const MAX_SINKS: usize = 64;

@@ -13,8 +13,8 @@ use super::binding::{Binding, Part};
 use super::cipher::{self, NonceSource, OpenError, OsNonces, SealError};
 use super::keys::KeyRing;
 use super::sealed::NONCE_LEN;
-use crate::config::subject_match;
 use crate::envelope::{Clear, Envelope};
+use crate::shared::subject_match;
 
 /// Chooses the key by subject: messages on `subjects` are sealed with `key_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]

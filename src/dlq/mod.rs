@@ -8,8 +8,6 @@ pub mod copy;
 pub mod malformed;
 pub mod metrics;
 
-pub use metrics::DlqMetrics;
-
 use std::time::Duration;
 
 use async_nats::jetstream::context::PublishErrorKind;

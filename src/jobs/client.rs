@@ -80,7 +80,7 @@ pub struct Published {
 /// subject when it has no wildcard; the reason otherwise. Pure.
 pub fn job_subject(spec: &SinkSpec, explicit: Option<&str>) -> Result<String, String> {
     if let Some(s) = explicit {
-        crate::config::names::check_subject(s).map_err(|why| format!("subject {s:?}: {why}"))?;
+        crate::shared::names::check_subject(s).map_err(|why| format!("subject {s:?}: {why}"))?;
         if s.split('.').any(|t| t == "*" || t == ">") {
             return Err(format!(
                 "subject {s:?}: a job is published on a subject without wildcards"

@@ -133,7 +133,7 @@ mod tests {
             if safe {
                 let subject = format!("jobs.results.{id}");
                 prop_assert_eq!(subject.split('.').count(), 3);
-                prop_assert!(crate::config::names::check_subject(&subject).is_ok());
+                prop_assert!(crate::shared::names::check_subject(&subject).is_ok());
                 prop_assert!(!id.contains('*') && !id.contains('>'));
             }
             prop_assert_eq!(safe, check(&id).is_ok());

@@ -21,8 +21,7 @@
 //! yields no label (`[]`, `;`) is present and means "no labels". Lengths count Unicode
 //! characters.
 
-pub mod value;
-
+use crate::shared::metadata_value as value;
 use value::present;
 
 use crate::config::metadata::{MessageMetadataConfig, MAX_PRIORITY_LENGTH};

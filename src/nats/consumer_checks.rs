@@ -11,8 +11,8 @@ use async_nats::jetstream::consumer::{self, pull, AckPolicy};
 use super::binding_terms::{BindError, Needs};
 use super::pin;
 use super::server_version::ServerVersion;
-use crate::config::subject_match::overlap;
 use crate::config::{DeliverPolicy, SourceConfig};
+use crate::shared::subject_match::overlap;
 
 /// Whether the server (version `reported`, as its INFO states it) keeps consumer
 /// metadata and several filter subjects (2.10+); refuses a consumer that needs several

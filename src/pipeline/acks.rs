@@ -23,7 +23,7 @@ use bytes::Bytes;
 use tokio::task::JoinHandle;
 
 use super::reconfirm::Recent;
-use crate::pipeline::SinkMetrics;
+use crate::pipeline::metrics::SinkMetrics;
 
 /// Background ACK tasks allowed to run at once before the loop waits for the oldest.
 const MAX_ACK_TASKS: usize = 2;

@@ -20,7 +20,7 @@ use crate::config::SinkSpec;
 use crate::dlq::{DeadLetters, PublishFailed, Reason};
 use crate::envelope::Envelope;
 use crate::jobs::ResultPublisher;
-use crate::pipeline::SinkMetrics;
+use crate::pipeline::metrics::SinkMetrics;
 
 /// Where dead-letter copies go: the sink's [`DeadLetters`], or a fake in the runner's
 /// tests. Called once per refused message, off the hot path.

@@ -48,7 +48,7 @@ use crate::metadata::subject_matches;
 use crate::nats::header_block::{self, Malformed};
 use crate::nats::raw_read::{self, Outstanding, RawReadError, RawStored};
 use crate::nats::Drops;
-use crate::pipeline::SinkMetrics;
+use crate::pipeline::metrics::SinkMetrics;
 
 /// Most stream sequences read after one drop when the consumer's MaxAckPending is
 /// unlimited (or larger): the scan runs only after a drop, but must stay bounded.

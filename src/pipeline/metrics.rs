@@ -5,8 +5,8 @@
 
 use prometheus::{Histogram, IntCounter, IntGauge};
 
-use crate::dlq::DlqMetrics;
-use crate::jobs::JobMetrics;
+use crate::dlq::metrics::DlqMetrics;
+use crate::jobs::metrics::JobMetrics;
 use crate::metrics::{Metrics, SECONDS};
 use crate::pipeline::lanes::LaneStats;
 use crate::sinks::{ErrorClass, SinkError};

@@ -62,10 +62,10 @@ macro_rules! destinations {
                 kind: &str,
                 path: &str,
                 body: serde_json::Value,
-            ) -> Option<Result<DestinationConfig, $crate::config::issue::Issue>> {
+            ) -> Option<Result<DestinationConfig, $crate::shared::issue::Issue>> {
                 match kind {
                     $($kind => Some(
-                        $crate::config::issue::deserialize_at(path, body)
+                        $crate::shared::issue::deserialize_at(path, body)
                             .map(DestinationConfig::$variant),
                     ),)*
                     _ => None,

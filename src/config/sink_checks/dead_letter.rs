@@ -2,8 +2,8 @@
 
 use super::paths::SinkPaths;
 use crate::config::dead_letter::{self, DeadLetterConfig};
-use crate::config::issue::Issues;
-use crate::config::subject_match::overlap;
+use crate::shared::issue::Issues;
+use crate::shared::subject_match::overlap;
 
 /// Checks the dead-letter section, when present. `filters` are the filter subjects of
 /// every consumer the sink binds (empty strings for "every subject of the stream").

@@ -3,10 +3,10 @@
 
 use super::paths::SinkPaths;
 use crate::config::destination::DestinationConfig;
-use crate::config::issue::Issues;
 use crate::config::randomizer;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
 use crate::config::shuffle;
+use crate::shared::issue::Issues;
 
 /// Checks `delivery.randomizer`, and the consumer settings it needs unless told to skip
 /// them.

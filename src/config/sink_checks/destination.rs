@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::paths::SinkPaths;
 use crate::config::destination::{self, DestinationConfig};
-use crate::config::issue::Issues;
+use crate::shared::issue::Issues;
 use crate::sinks::nats::batch::MAX_ATOMIC_BATCH;
 
 /// Reads and checks the destination; `None` when it could not be read at all.

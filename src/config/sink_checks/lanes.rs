@@ -2,11 +2,11 @@
 //! (`lanes[].subjects`), which changes what the source may say.
 
 use super::paths::SinkPaths;
-use crate::config::issue::Issues;
 use crate::config::metadata;
-use crate::config::names::check_subject;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
-use crate::config::subject_match::overlap;
+use crate::shared::issue::Issues;
+use crate::shared::names::check_subject;
+use crate::shared::subject_match::overlap;
 
 /// Checks the lanes and, in per-lane consumer mode, their subjects against the source.
 pub(crate) fn check(d: &DeliveryConfig, source: &SourceConfig, p: &SinkPaths, issues: &mut Issues) {

@@ -2,8 +2,8 @@
 //! priority.
 
 use super::paths::SinkPaths;
-use crate::config::issue::Issues;
 use crate::config::metadata::{self, MessageMetadataConfig, PriorityLanesConfig};
+use crate::shared::issue::Issues;
 
 /// Checks the metadata section (or its defaults, when absent) and that the lanes can use
 /// the priorities it yields.

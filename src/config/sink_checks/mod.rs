@@ -19,10 +19,10 @@ pub(crate) use paths::SinkPaths;
 use std::sync::Arc;
 
 use super::encryption;
-use super::issue::Issues;
 use super::model::SinkSpec;
 use super::raw::RawSink;
 use crate::crypto::Encryption;
+use crate::shared::issue::Issues;
 
 /// The filter subjects of every consumer the sink binds, as the config names them: one
 /// per bucket, or one per lane subject in per-lane consumer mode, or the source's

@@ -2,9 +2,9 @@
 //! its results back (each result would become a job, forever).
 
 use super::paths::SinkPaths;
-use crate::config::issue::Issues;
 use crate::config::results::{self, ResultsConfig};
-use crate::config::subject_match::overlap;
+use crate::shared::issue::Issues;
+use crate::shared::subject_match::overlap;
 
 /// Checks the results section, when present. `filters` are the filter subjects of every
 /// consumer the sink binds (empty strings for "every subject of the stream").

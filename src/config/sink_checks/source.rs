@@ -2,12 +2,12 @@
 //! random subject buckets and the stream created when missing.
 
 use super::paths::SinkPaths;
-use crate::config::issue::Issues;
-use crate::config::names::{check_subject, is_valid_name};
 use crate::config::pinned;
 use crate::config::randomizer;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
-use crate::config::subject_match::overlap;
+use crate::shared::issue::Issues;
+use crate::shared::names::{check_subject, is_valid_name};
+use crate::shared::subject_match::overlap;
 
 /// Checks the source; `d` is the sink's delivery section, whose batch size and lane
 /// subjects constrain it.

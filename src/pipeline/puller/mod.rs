@@ -27,7 +27,7 @@ use super::retry::backoff;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
 use crate::nats::{bind, fetch_any, fetch_batch, Drops, FetchLimits, Needs, Pin};
-use crate::pipeline::SinkMetrics;
+use crate::pipeline::metrics::SinkMetrics;
 
 /// Consecutive failed pulls after which the runner re-binds its consumer (it may have been
 /// lost with a memory-storage server restart).

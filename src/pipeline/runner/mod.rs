@@ -60,7 +60,7 @@ use crate::config::SinkSpec;
 use crate::dlq::DeadLetters;
 use crate::health::SinkHealth;
 use crate::nats::Drops;
-use crate::pipeline::{BufferMetrics, SinkMetrics};
+use crate::pipeline::metrics::{BufferMetrics, SinkMetrics};
 use crate::sinks::Sink;
 
 mod buffer;

@@ -39,7 +39,7 @@ use crate::config::RetryConfig;
 use crate::envelope::Envelope;
 use crate::health::SinkHealth;
 use crate::jobs::ResultPublisher;
-use crate::pipeline::SinkMetrics;
+use crate::pipeline::metrics::SinkMetrics;
 use crate::sinks::{CutShort, Sink, Written};
 
 mod outcomes;

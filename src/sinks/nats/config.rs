@@ -6,9 +6,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::template::Template;
-use crate::config::names::is_valid_name;
-use crate::config::server_url;
-use crate::config::{NatsAuth, NatsConfig, SecretSource};
+use crate::shared::names::is_valid_name;
+use crate::shared::server_url;
+use crate::shared::nats_security::{NatsAuth, NatsConfig, SecretSource};
 use crate::sinks::settings::DestinationSettings;
 
 /// A JetStream stream on the same or another NATS server, fed one copy of each message.

@@ -16,7 +16,7 @@ use super::classify::{classify, Outcome};
 use super::config::NatsRepublishConfig;
 use super::copy::headers;
 use super::template::Template;
-use crate::config::subject_match::overlap;
+use crate::shared::subject_match::overlap;
 use crate::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::nats::connect::{connect, ConnectError, Links};

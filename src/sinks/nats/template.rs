@@ -270,8 +270,8 @@ impl fmt::Display for Template {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::names::check_subject;
-    use crate::config::subject_match::matches;
+    use crate::shared::names::check_subject;
+    use crate::shared::subject_match::matches;
     use proptest::prelude::*;
 
     fn render(t: &str, subject: &str) -> Result<String, RenderError> {

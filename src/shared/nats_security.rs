@@ -295,6 +295,27 @@ pub(crate) fn check_tls(tls: Option<&TlsConfig>, issues: &mut Issues) -> Option<
     })
 }
 
+/// The NATS connection settings every connection uses (one per sink or connection group).
+#[derive(Debug, Clone)]
+pub struct NatsConfig {
+    /// Server URLs to try, in order.
+    pub servers: Vec<String>,
+    /// Client connection name, visible in the server's connection list.
+    pub name: String,
+    /// How long the first connect may take before start-up fails with exit 69.
+    pub connect_timeout_ms: u64,
+    /// Upper bound of the delay between reconnect attempts.
+    pub reconnect_delay_max_ms: u64,
+    /// Reconnect attempts before giving up; `None` retries forever.
+    pub max_reconnects: Option<usize>,
+    /// Timeout for JetStream API requests (stream/consumer info, publish acks).
+    pub request_timeout_ms: u64,
+    /// The one authentication method, and where its secret lives.
+    pub auth: NatsAuth,
+    /// TLS settings; `None` leaves TLS to the URL scheme and the server's demand.
+    pub tls: Option<NatsTls>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

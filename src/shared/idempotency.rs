@@ -18,3 +18,6 @@ pub enum IdempotencyKey {
     /// written once; falls back to `<stream>:<stream_sequence>` without the header.
     MessageId,
 }
+
+/// The header a publisher sets to name its message; JetStream deduplicates on it.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
