@@ -76,7 +76,10 @@ fn assert_archive_holds_every_message(read: &Value, stream: &str, subject: &str)
             ("published_at", "timestamp[us, tz=UTC]"),
             ("written_at", "timestamp[us, tz=UTC]"),
             ("message_id", "string"),
-            ("headers", "map<string, list<element: string not null> ('headers')>"),
+            (
+                "headers",
+                "map<string, list<element: string not null> ('headers')>",
+            ),
             ("priority", "string"),
             ("lane", "string"),
             ("classification", "string"),
@@ -140,6 +143,8 @@ fn assert_archive_holds_every_message(read: &Value, stream: &str, subject: &str)
         "TIMESTAMP WITH TIME ZONE"
     );
     assert_eq!(read["duckdb_types"]["payload"], "BLOB");
+    assert_eq!(read["duckdb_types"]["headers"], "MAP(VARCHAR, VARCHAR[])");
+    assert_eq!(read["duckdb_types"]["labels"], "VARCHAR[]");
     println!(
         "{} files, {} rows, {} distinct keys",
         files.len(),
@@ -566,4 +571,39 @@ fn bench_measures_a_parquet_file_sink_and_verifies_its_keys() {
         3_000,
     );
     assert!(out.contains("3000 distinct keys stored"), "{out}");
+}
+
+#[test]
+fn validate_names_a_mapping_parquet_cannot_hold_and_a_pointer_into_an_encrypted_payload() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("a.key");
+    let (code, out, err) = jetsink(&["keygen", "--out", key.to_str().unwrap()], dir.path());
+    assert_eq!(code, 0, "{out}{err}");
+    let cfg = json!({
+        "nats": {"servers": ["nats://127.0.0.1:4222"]},
+        "sinks": {"main": {
+            "source": {"stream": "S", "consumer": "c"},
+            "encryption": {"active_key": "a", "keys": [{"id": "a", "file": key}]},
+            "destination": {"type": "file", "directory": dir.path().join("out"), "format": "parquet",
+                            "columns": {"id": "/id", "subject": "$subject"},
+                            "column_types": {"id": "int64", "subject": "int64"}}
+        }}
+    });
+    let path = write_config(dir.path(), &cfg);
+    let (code, out, err) = jetsink(
+        &["validate", "--config", path.to_str().unwrap()],
+        dir.path(),
+    );
+    assert_eq!(code, 78, "{out}{err}");
+    for needle in [
+        "sinks.main.destination.columns.id",
+        "the payload is encrypted",
+        "sinks.main.destination.column_types.subject",
+        "a int64 column cannot hold text ($subject)",
+    ] {
+        assert!(
+            err.contains(needle) || out.contains(needle),
+            "{needle} in {out}{err}"
+        );
+    }
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::key::Template;
-use crate::sinks::parquet::{Codec, ColumnType, Format, Keys};
+use crate::sinks::parquet::{ColumnType, Format};
 use crate::sinks::settings::{
     connect_within_request, out_of_range, Accumulate, DestinationSettings,
 };
@@ -159,9 +159,6 @@ impl Compression {
     }
 }
 
-/// The ending of a Parquet object's name.
-pub const PARQUET_EXTENSION: &str = "parquet";
-
 /// Smallest part S3 accepts (except the last).
 pub const MIN_PART_BYTES: u64 = 5 << 20;
 /// Largest part S3 accepts.
@@ -273,50 +270,6 @@ impl S3Config {
                 "give the access key id and the secret access key together (each by `_env` or `_file`), or neither to use the AWS environment".into(),
             ));
         }
-    }
-
-    /// The compression of JSON Lines objects.
-    pub fn jsonl_compression(&self) -> Compression {
-        self.compression.unwrap_or_default()
-    }
-
-    /// The Parquet settings as written, for the checks and the encoder.
-    pub fn parquet_keys(&self) -> Keys<'_> {
-        Keys {
-            format: self.format,
-            codec: match self.compression {
-                Some(Compression::Zstd) => Some(Codec::Zstd),
-                Some(Compression::Snappy) => Some(Codec::Snappy),
-                Some(Compression::None) => Some(Codec::None),
-                Some(Compression::Gzip) | None => None,
-            },
-            row_group_rows: self.row_group_rows,
-            columns: self.columns.as_ref(),
-            column_types: self.column_types.as_ref(),
-        }
-    }
-
-    /// The ending of every object's name.
-    pub fn extension(&self) -> &'static str {
-        match self.format {
-            Format::Jsonl => self.jsonl_compression().extension(),
-            Format::Parquet => PARQUET_EXTENSION,
-        }
-    }
-
-    fn format_problems(&self, out: &mut Vec<(String, String)>) {
-        match (self.format, self.compression) {
-            (Format::Jsonl, Some(Compression::Snappy)) => out.push((
-                "compression".into(),
-                "snappy is for `format: \"parquet\"`; JSON Lines objects take none, gzip or zstd".into(),
-            )),
-            (Format::Parquet, Some(Compression::Gzip)) => out.push((
-                "compression".into(),
-                "Parquet objects take zstd (the default), snappy or none".into(),
-            )),
-            _ => {}
-        }
-        out.extend(self.parquet_keys().problems());
     }
 
     /// Whether the config names its own key settings (else the AWS environment is used).

@@ -19,7 +19,8 @@ use time::OffsetDateTime;
 
 use super::classify::{classify, describe, observe, Class};
 use super::client::build;
-use super::config::{Compression, S3Config, PARQUET_EXTENSION};
+use super::config::{Compression, S3Config};
+use super::format::PARQUET_EXTENSION;
 use super::encode::{decode, Body, PushError, Written};
 use super::key::{plan, Planned, Template};
 use crate::envelope::{rfc3339, Envelope};
