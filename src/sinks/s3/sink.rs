@@ -1,8 +1,10 @@
 //! [`S3Sink`]: the only part of the `s3` destination that does I/O. Each batch is planned
 //! into objects ([`key::plan`](super::key::plan)), each object encoded
-//! ([`encode`](super::encode): JSON Lines, or Parquet one row group at a time) and uploaded — in one PUT, or, once it outgrows one part,
-//! as a multipart upload fed part by part while the rest is still being encoded — and the
-//! failures classified by the pure [`classify`](super::classify).
+//! ([`encode`](super::encode): JSON Lines, or Parquet one row group at a time) and
+//! uploaded — in one PUT, or, once it outgrows one part, as a multipart upload fed part by
+//! part while the rest is still being encoded — and the failures classified by the pure
+//! [`classify`](super::classify). A Parquet value that does not fit its column stops the
+//! object before it is complete (a multipart upload is aborted) and refuses that message.
 //!
 //! Memory per object: the part being filled, plus at most [`PARTS_IN_FLIGHT`] parts
 //! uploading; the object is never held whole twice.
