@@ -16,7 +16,7 @@ use serde_json::Value;
 /// HTTPS endpoint and its token (HTTP), certificates and a TLS server (NATS TLS), an
 /// S3-compatible store and its keys (S3), a target stream (the shuffler's republish). `validate`, the schema and the port check below
 /// still cover them.
-const NEED_MORE_THAN_A_SERVER: [&str; 8] = [
+const NEED_MORE_THAN_A_SERVER: [&str; 9] = [
     "postgres.json",
     "mysql.json",
     "nats-republish.json",
@@ -24,6 +24,7 @@ const NEED_MORE_THAN_A_SERVER: [&str; 8] = [
     "nats-tls.json",
     "s3.json",
     "s3-rollover.json",
+    "s3-parquet.json",
     "shuffle.json",
 ];
 

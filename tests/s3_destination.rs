@@ -8,172 +8,23 @@
 //! message once; a partial buffer is written by its age; a SIGKILL with a buffer held loses
 //! nothing after a restart; a SIGTERM hands the buffer back and the next start writes it.
 //!
-//! moto: `JETSINK_TEST_MOTO_SERVER`, else `.ci/venv/bin/moto_server` or
-//! `.ci/venv-s3/bin/moto_server` in the repository, else `moto_server` on PATH.
+//! moto (tests/common/moto.rs): `JETSINK_TEST_MOTO_SERVER`, else `.ci/venv/bin/moto_server`
+//! or `.ci/venv-s3/bin/moto_server` in the repository, else `moto_server` on PATH.
 
 mod common;
 
 use std::collections::HashSet;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::moto::{destination, Moto};
 use common::*;
 use futures::StreamExt;
-use object_store::aws::AmazonS3Builder;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde_json::{json, Value};
 
 use jetsink::sinks::s3::config::Compression;
 use jetsink::sinks::s3::encode::decode;
-
-fn moto_bin() -> String {
-    if let Ok(p) = std::env::var("JETSINK_TEST_MOTO_SERVER") {
-        return p;
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for venv in [".ci/venv", ".ci/venv-s3"] {
-        let p = root.join(venv).join("bin/moto_server");
-        if p.exists() {
-            return p.to_string_lossy().into_owned();
-        }
-    }
-    "moto_server".into()
-}
-
-/// A moto server of this test's own.
-struct Moto {
-    child: Option<Child>,
-    port: u16,
-    env: Vec<(&'static str, &'static str)>,
-}
-
-impl Moto {
-    fn start() -> Moto {
-        Moto::start_with(&[])
-    }
-
-    fn start_with(env: &[(&'static str, &'static str)]) -> Moto {
-        let mut m = Moto {
-            child: None,
-            port: free_port(),
-            env: env.to_vec(),
-        };
-        m.spawn();
-        m
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new(moto_bin())
-            .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
-            .envs(self.env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start moto_server (pip install 'moto[server]'; see docs/sinks/s3.md)");
-        self.child = Some(child);
-        // Ready when it answers HTTP at all.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let url = self.url();
-        loop {
-            let answered = match ureq::get(&url).call() {
-                Ok(_) => true,
-                Err(ureq::Error::StatusCode(_)) => true,
-                Err(_) => false,
-            };
-            if answered {
-                return;
-            }
-            assert!(Instant::now() < deadline, "moto_server did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// SIGKILL; everything it stored is gone with it.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// A new, empty moto on the same port.
-    fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    /// moto accepts unsigned bucket requests while it checks no credentials.
-    fn create_bucket(&self, bucket: &str) {
-        ureq::put(&format!("{}/{bucket}", self.url()))
-            .send_empty()
-            .expect("create bucket");
-    }
-
-    fn delete_bucket(&self, bucket: &str) {
-        ureq::delete(&format!("{}/{bucket}", self.url()))
-            .call()
-            .expect("delete bucket");
-    }
-
-    fn store(&self, bucket: &str) -> Arc<dyn ObjectStore> {
-        Arc::new(
-            AmazonS3Builder::new()
-                .with_endpoint(self.url())
-                .with_allow_http(true)
-                .with_bucket_name(bucket)
-                .with_region("us-east-1")
-                .with_access_key_id("test")
-                .with_secret_access_key("test")
-                .build()
-                .expect("s3 client"),
-        )
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Key files for the destination (moto does not check them unless told to).
-fn key_files(dir: &Path) -> (String, String) {
-    let id = dir.join("s3-key-id");
-    let secret = dir.join("s3-secret");
-    std::fs::write(&id, "AKIDTEST\n").unwrap();
-    std::fs::write(&secret, "not-a-real-secret\n").unwrap();
-    (
-        id.to_string_lossy().into_owned(),
-        secret.to_string_lossy().into_owned(),
-    )
-}
-
-fn destination(moto: &Moto, dir: &Path, bucket: &str, extra: Value) -> Value {
-    let (id, secret) = key_files(dir);
-    let mut d = json!({
-        "type": "s3",
-        "bucket": bucket,
-        "prefix": "archive",
-        "endpoint": moto.url(),
-        "allow_http": true,
-        "access_key_id_file": id,
-        "secret_access_key_file": secret,
-        "connect_timeout_ms": 500,
-        "request_timeout_ms": 5000,
-    });
-    if let (Some(d), Some(extra)) = (d.as_object_mut(), extra.as_object()) {
-        for (k, v) in extra {
-            d.insert(k.clone(), v.clone());
-        }
-    }
-    d
-}
 
 /// Every object under the bucket: (key, e-tag, records).
 async fn objects(store: &Arc<dyn ObjectStore>) -> Vec<(String, String, Vec<Value>)> {

@@ -15,6 +15,8 @@ use std::path::PathBuf;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
+mod parquet_input;
+
 use super::emit;
 use crate::config::Config;
 use crate::crypto::sealed::looks_sealed;
@@ -62,15 +64,17 @@ pub fn execute(args: Args) -> u8 {
         );
         return exit::CONFIG;
     };
-    let text = match read_input(args.input.as_deref()) {
-        Ok(t) => t,
+    let input = parquet_input::records(args.input.as_deref())
+        .unwrap_or_else(|| read_input(args.input.as_deref()).map(|text| records(&text)));
+    let input = match input {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
             return exit::FAILURE;
         }
     };
     let mut failed = 0usize;
-    for (n, record) in records(&text).into_iter().enumerate() {
+    for (n, record) in input.into_iter().enumerate() {
         let result = record.and_then(|r| decrypt_record(enc, r));
         match result {
             Ok(clear) => emit(&Value::Object(clear).to_string()),

@@ -9,6 +9,7 @@
 
 pub mod blocking;
 pub mod database;
+pub mod parquet;
 mod registry;
 pub mod settings;
 pub mod util;

@@ -168,6 +168,7 @@ fn target(args: &Args) -> Result<(Target, Option<NatsConfig>), u8> {
                     rotate_bytes: 128 * 1024 * 1024,
                     rotate_interval_ms: 0,
                     prefix: "events".into(),
+                    ..FileConfig::default()
                 })))
             }
             BenchDestination::Sqlite => {

@@ -10,6 +10,10 @@ use async_nats::jetstream;
 use super::error::BenchError;
 use crate::config::{DestinationConfig, SinkSpec};
 
+/// The verdict on a destination whose column mapping leaves its keys uncountable.
+const NOT_COUNTED_MAPPING: &str = "consumer 0 pending / 0 ack-pending (the destination was not \
+     counted: its column mapping stores no idempotency_key or no stream)";
+
 /// Checks the destination and the consumer; returns a one-line description on success.
 pub async fn run(
     js: &jetstream::Context,
@@ -43,6 +47,15 @@ pub async fn run(
     let keys = match destination {
         None => return Ok("consumer 0 pending / 0 ack-pending (nothing stored)".into()),
         Some(DestinationConfig::Sqlite(c)) => sqlite_keys(Path::new(&c.path), &c.table, stream)?,
+        Some(DestinationConfig::File(c)) if c.format == crate::sinks::parquet::Format::Parquet => {
+            let dir = Path::new(&c.directory);
+            match crate::sinks::file::columnar::stored_keys(dir, &c.prefix, stream)
+                .map_err(BenchError::Destination)?
+            {
+                Some(n) => n,
+                None => return Ok(NOT_COUNTED_MAPPING.into()),
+            }
+        }
         Some(DestinationConfig::File(c)) => file_keys(Path::new(&c.directory), stream)?,
         Some(other) => match database_keys(other, stream).await? {
             Some(n) => n,

@@ -1,11 +1,15 @@
-//! JSON Lines file destination: each batch is appended to the current `.jsonl` file of a
-//! directory with one write and one fdatasync, and only then reported committed.
+//! File destination: each batch is appended to the current `.jsonl` file of a directory
+//! with one write and one fdatasync, and only then reported committed — or, with
+//! `format: "parquet"`, written as one whole Parquet file renamed into place
+//! ([`columnar`]).
 //!
 //! The module is split so the decisions can be tested without a disk:
 //! - [`record`] (pure) encodes one envelope as one line into a reused buffer;
 //! - [`naming`] (pure) makes file names that sort in creation order and parses them back;
 //! - `tail` (pure) decides which bytes at the end of a file this writer may cut;
 //! - `lock` holds the exclusive lock on the directory and prefix;
+//! - `directory` creates the directory at the first open and guards its identity after;
+//! - [`columnar`] writes Parquet files (temporary name, sync, rename, directory sync);
 //! - `sink` holds [`FileSink`], the only part doing I/O, and the rotation decision, a pure
 //!   function of size, creation time and an injected clock.
 //!
@@ -59,7 +63,9 @@
 //! `idempotency_key`. With `fsync` off, a crash of the operating system can lose batches
 //! that were already ACKed.
 
+pub mod columnar;
 pub mod config;
+mod directory;
 mod lock;
 pub mod naming;
 pub mod record;

@@ -9,13 +9,16 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use super::columnar::ParquetFiles;
 use super::config::FileConfig;
+use super::directory::{sync_dir, Directory};
 use super::lock::DirectoryLock;
 use super::naming::{self, FileStamp};
 use super::record;
 use super::tail::{self, Expected, Found, Reopen};
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::blocking::BlockingSink;
+use crate::sinks::parquet::Format;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
 use crate::sinks::{Probe, SinkError};
@@ -73,13 +76,9 @@ pub(crate) fn rotation_due(
 /// rules and the at-least-once guarantee.
 pub struct FileSink {
     config: FileConfig,
-    directory: PathBuf,
+    /// The directory, created at the first open only and then required to stay the same.
+    dir: Directory,
     clock: Clock,
-    /// The directory was prepared once; later opens must find it, never create it.
-    prepared: bool,
-    /// The directory as first opened: a different one at the same path (an unmounted
-    /// volume's empty mount point) is refused rather than written to.
-    directory_identity: Option<FileIdentity>,
     /// The exclusive lock on the directory and prefix, taken at the first open and held
     /// until the sink is dropped.
     lock: Option<DirectoryLock>,
@@ -92,6 +91,8 @@ pub struct FileSink {
     after_sync: Option<AfterSync>,
     /// Encoded batch, reused between batches.
     buffer: Vec<u8>,
+    /// With `format: "parquet"`, the writer of whole files, which every call goes to.
+    parquet: Option<ParquetFiles>,
 }
 
 /// The open file batches are appended to.
@@ -114,11 +115,10 @@ impl FileSink {
     /// A sink reading time from `clock` (tests inject one to drive rotation by age).
     pub fn with_clock(config: FileConfig, clock: Clock) -> FileSink {
         FileSink {
-            directory: PathBuf::from(&config.directory),
+            parquet: (config.format == Format::Parquet).then(|| ParquetFiles::new(&config)),
+            dir: Directory::new(PathBuf::from(&config.directory), config.fsync),
             config,
             clock,
-            prepared: false,
-            directory_identity: None,
             lock: None,
             current: None,
             expected: None,
@@ -136,108 +136,14 @@ impl FileSink {
     /// Takes the directory lock unless this sink already holds it.
     fn take_lock(&mut self) -> Result<(), SinkError> {
         if self.lock.is_none() {
-            self.lock = Some(DirectoryLock::acquire(&self.directory, &self.config.prefix)?);
+            self.lock = Some(DirectoryLock::acquire(self.dir.path(), &self.config.prefix)?);
         }
         Ok(())
     }
 
-    /// The first time, creates the directory; later, requires it to be the same one.
-    fn prepare_directory(&mut self) -> Result<(), SinkError> {
-        let dir = &self.directory;
-        if !self.prepared {
-            match fs::metadata(dir) {
-                Ok(meta) if meta.is_dir() => {}
-                Ok(_) => {
-                    return Err(SinkError::Misconfigured {
-                        message: format!("{} exists and is not a directory", dir.display()),
-                    })
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    fs::create_dir_all(dir).map_err(|e| {
-                        if e.kind() == io::ErrorKind::NotADirectory {
-                            SinkError::Misconfigured {
-                                message: format!(
-                                    "cannot create directory {}: a parent is not a directory",
-                                    dir.display()
-                                ),
-                            }
-                        } else {
-                            io_error(&format!("cannot create directory {}", dir.display()), &e)
-                        }
-                    })?;
-                    if self.config.fsync {
-                        if let Some(parent) = dir.parent() {
-                            let parent = if parent.as_os_str().is_empty() {
-                                Path::new(".")
-                            } else {
-                                parent
-                            };
-                            sync_dir(parent)?;
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
-                    return Err(SinkError::Misconfigured {
-                        message: format!(
-                            "cannot use directory {}: a parent is not a directory",
-                            dir.display()
-                        ),
-                    })
-                }
-                Err(e) => {
-                    return Err(io_error(
-                        &format!("cannot access directory {}", dir.display()),
-                        &e,
-                    ))
-                }
-            }
-            let identity = FileIdentity::of(dir)
-                .map_err(|e| io_error(&format!("cannot stat {}", dir.display()), &e))?;
-            self.directory_identity = Some(identity);
-            self.prepared = true;
-            return Ok(());
-        }
-        match fs::metadata(dir) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => {
-                return Err(SinkError::transient(format!(
-                    "{} is no longer a directory",
-                    dir.display()
-                )))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(SinkError::transient(format!(
-                    "directory {} is missing; it is only created at start-up (is its volume \
-                     mounted?)",
-                    dir.display()
-                )))
-            }
-            Err(e) => {
-                return Err(io_error(
-                    &format!("cannot access directory {}", dir.display()),
-                    &e,
-                ))
-            }
-        }
-        self.check_directory()
-    }
-
-    /// Fails if the directory path now names another directory than the one first opened.
-    fn check_directory(&self) -> Result<(), SinkError> {
-        match &self.directory_identity {
-            Some(identity) => identity.check().map_err(|m| {
-                SinkError::transient(format!(
-                    "directory is not the one opened at start-up ({m}); restart to accept a \
-                     new one"
-                ))
-            }),
-            None => Ok(()),
-        }
-    }
-
     /// The newest file of this prefix in the directory, if any.
     fn newest_file(&self) -> Result<Option<(FileStamp, PathBuf)>, SinkError> {
-        let dir = &self.directory;
+        let dir = self.dir.path();
         let list_error = |e: io::Error| io_error(&format!("cannot list {}", dir.display()), &e);
         let mut newest: Option<(FileStamp, std::ffi::OsString)> = None;
         for entry in fs::read_dir(dir).map_err(list_error)? {
@@ -261,9 +167,9 @@ impl FileSink {
         now: SystemTime,
         after: Option<FileStamp>,
     ) -> Result<Current, SinkError> {
-        self.check_directory()?;
+        self.dir.check()?;
         let stamp = FileStamp::next(naming::utc(now), after);
-        let path = self.directory.join(stamp.file_name(&self.config.prefix));
+        let path = self.dir.path().join(stamp.file_name(&self.config.prefix));
         let file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -271,7 +177,7 @@ impl FileSink {
             .open(&path)
             .map_err(|e| io_error(&format!("cannot create {}", path.display()), &e))?;
         if self.config.fsync {
-            sync_dir(&self.directory)?;
+            sync_dir(self.dir.path())?;
         }
         let current = Current::new(file, path, stamp, now)?;
         self.expected = Some(Expected::at(found(&current.file, &current.path)?));
@@ -364,7 +270,10 @@ impl Current {
 
 impl BlockingSink for FileSink {
     fn is_open(&self) -> bool {
-        self.current.is_some()
+        match &self.parquet {
+            Some(p) => p.is_open(),
+            None => self.current.is_some(),
+        }
     }
 
     /// Prepares the directory (created the first time only), takes the directory lock
@@ -372,8 +281,11 @@ impl BlockingSink for FileSink {
     /// one, as `tail::reopen` decides: a torn last line is cut at the first open, later
     /// only this writer's own failed bytes.
     fn open_blocking(&mut self) -> Result<(), SinkError> {
+        if let Some(p) = self.parquet.as_mut() {
+            return p.open();
+        }
         self.current = None;
-        self.prepare_directory()?;
+        self.dir.prepare()?;
         self.take_lock()?;
         let newest = self.newest_file()?;
         let now = (self.clock)();
@@ -410,7 +322,7 @@ impl BlockingSink for FileSink {
                         // Covers a file whose creation was not yet made durable (the
                         // directory sync failed before the process stopped or the handle
                         // was dropped).
-                        sync_dir(&self.directory)?;
+                        sync_dir(self.dir.path())?;
                     }
                     let current =
                         Current::new(file, path, stamp, SystemTime::from(stamp.created))?;
@@ -427,12 +339,15 @@ impl BlockingSink for FileSink {
 
     /// The directory: there and writable, or creatable. The lock is not taken.
     fn probe_blocking(&mut self) -> Result<Probe, SinkError> {
-        crate::sinks::util::probe_directory(&self.directory)
+        crate::sinks::util::probe_directory(self.dir.path())
     }
 
     /// Appends the batch with one write and, when `fsync` is on, one fdatasync.
     fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
         let now = (self.clock)();
+        if let Some(p) = self.parquet.as_mut() {
+            return p.write(batch, now);
+        }
         self.buffer.clear();
         let written_at = rfc3339(naming::utc(now));
         for (index, envelope) in batch.iter().enumerate() {
@@ -452,6 +367,9 @@ impl BlockingSink for FileSink {
 
     /// Checks the current file is still the one opened.
     fn health_blocking(&mut self) -> Result<(), SinkError> {
+        if let Some(p) = self.parquet.as_mut() {
+            return p.health();
+        }
         let Some(current) = &self.current else {
             return Err(SinkError::transient("file sink is not open"));
         };
@@ -622,11 +540,4 @@ fn end_of_last_line(file: &File, len: u64) -> io::Result<u64> {
         end = start;
     }
     Ok(0)
-}
-
-/// Makes the directory's entries durable (a created file's name).
-fn sync_dir(dir: &Path) -> Result<(), SinkError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error(&format!("cannot sync directory {}", dir.display()), &e))
 }

@@ -64,6 +64,7 @@ fn config(dir: &Path) -> FileConfig {
         rotate_bytes: 0,
         rotate_interval_ms: 0,
         prefix: "events".into(),
+        ..FileConfig::default()
     }
 }
 
@@ -1175,4 +1176,124 @@ async fn a_file_replaced_between_sync_and_commit_fails_the_batch_and_the_stand_i
     assert_eq!(names.len(), 2);
     assert_eq!(fs::read(&names[0]).unwrap(), stand_in);
     assert_eq!(sequences(&records_of(&names[1])), [3, 4]);
+}
+
+// ---------------------------------------------------------------------------
+// format: "parquet"
+// ---------------------------------------------------------------------------
+
+fn parquet_config(dir: &Path) -> FileConfig {
+    FileConfig {
+        format: crate::sinks::parquet::Format::Parquet,
+        rotate_bytes: FileConfig::default().rotate_bytes,
+        ..config(dir)
+    }
+}
+
+fn parquet_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with(".events.lock"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn parquet_settings_name_the_keys_of_the_other_format() {
+    use crate::sinks::settings::DestinationSettings;
+    let dir = Path::new("d");
+    let mut c = parquet_config(dir);
+    assert!(c.problems().is_empty(), "{:?}", c.problems());
+    c.rotate_interval_ms = 60_000;
+    c.rotate_bytes = 4096;
+    let keys: Vec<String> = c.problems().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["rotate_bytes", "rotate_interval_ms"]);
+    let mut c = config(dir);
+    c.rollover = Some(crate::sinks::s3::config::RolloverConfig {
+        max_messages: 100,
+        max_age_ms: 1000,
+    });
+    c.compression = Some(crate::sinks::parquet::Codec::Snappy);
+    let keys: Vec<String> = c.problems().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["compression", "rollover"]);
+    assert_eq!(c.accumulate(), None, "JSON Lines files never gather batches");
+    c.format = crate::sinks::parquet::Format::Parquet;
+    c.rotate_bytes = 128 * 1024 * 1024;
+    assert!(c.problems().is_empty(), "{:?}", c.problems());
+    assert_eq!(c.accumulate().map(|a| (a.messages, a.flush_ms)), Some((100, 1000)));
+    assert!(c.describe().contains("a file per 100 messages or 1000 ms"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parquet_batch_is_one_file_named_by_its_sequences_and_a_rewrite_replaces_it() {
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pq");
+    let mut sink = FileSink::new(parquet_config(&dir));
+    sink.open().await.unwrap();
+    sink.write_batch(&batch(1..=3)).await.unwrap();
+    sink.write_batch(&batch(4..=5)).await.unwrap();
+    // The same messages again (a redelivery after a crash before the ACK).
+    sink.write_batch(&batch(1..=3)).await.unwrap();
+    let names = parquet_files(&dir);
+    assert_eq!(
+        names,
+        [
+            "events-00000000000000000001-00000000000000000003.parquet",
+            "events-00000000000000000004-00000000000000000005.parquet",
+        ]
+    );
+    let rows = crate::sinks::parquet::read::rows(std::fs::read(dir.join(&names[0])).unwrap().into())
+        .unwrap();
+    assert_eq!(rows.len(), 3, "rewritten, not appended");
+    assert_eq!(
+        crate::sinks::file::columnar::stored_keys(&dir, "events", "ORDERS").unwrap(),
+        Some(5)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_temporary_file_left_by_a_crash_is_removed_at_the_next_start() {
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pq");
+    std::fs::create_dir_all(&dir).unwrap();
+    let left = dir.join(".events-00000000000000000001-00000000000000000009.parquet.tmp");
+    std::fs::write(&left, b"PAR1 half").unwrap();
+    let other = dir.join(".other-00000000000000000001-00000000000000000009.parquet.tmp");
+    std::fs::write(&other, b"not ours").unwrap();
+    let mut sink = FileSink::new(parquet_config(&dir));
+    sink.open().await.unwrap();
+    assert!(!left.exists(), "this prefix's temporary file is gone");
+    assert!(other.exists(), "another prefix's is left alone");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parquet_value_that_does_not_fit_refuses_that_message_and_leaves_no_file() {
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pq");
+    let mut c = parquet_config(&dir);
+    c.columns = Some([("n".to_string(), "/n".to_string())].into_iter().collect());
+    c.column_types = Some(
+        [("n".to_string(), crate::sinks::parquet::ColumnType::Int64)]
+            .into_iter()
+            .collect(),
+    );
+    let mut sink = FileSink::new(c);
+    sink.open().await.unwrap();
+    let mut b = batch(1..=3);
+    b[1] = envelope(2, "{broken".to_string());
+    match sink.write_batch(&b).await {
+        Err(SinkError::Permanent { index, message }) => {
+            assert_eq!(index, Some(1));
+            assert!(message.contains("sequence 2"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(parquet_files(&dir).is_empty(), "{:?}", parquet_files(&dir));
+    sink.write_batch(&[b[0].clone(), b[2].clone()]).await.unwrap();
+    assert_eq!(parquet_files(&dir).len(), 1);
 }

@@ -1,9 +1,11 @@
 //! The `s3` destination: each batch becomes JSON Lines objects (the file destination's
-//! records, optionally gzip- or zstd-compressed) in a bucket of any S3-compatible store,
-//! committed when every upload completed.
+//! records, optionally gzip- or zstd-compressed) or Parquet objects
+//! ([`crate::sinks::parquet`]) in a bucket of any S3-compatible store, committed when every
+//! upload completed.
 //!
 //! Split so the decisions are tested without a store:
 //! - [`config`] holds the settings and their checks (bucket, endpoint, credentials, sizes);
+//! - [`format`] (pure) says which format and codec objects are in (JSON Lines or Parquet);
 //! - [`key`] (pure) parses the partition template and plans a batch's objects and keys;
 //! - [`encode`] (pure) turns records into an object's bytes, incrementally, and back;
 //! - [`classify`] (pure) maps a failed request to transient or misconfigured;
@@ -22,6 +24,7 @@ pub mod classify;
 mod client;
 pub mod config;
 pub mod encode;
+pub mod format;
 pub mod key;
 mod sink;
 

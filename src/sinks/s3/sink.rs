@@ -1,8 +1,10 @@
 //! [`S3Sink`]: the only part of the `s3` destination that does I/O. Each batch is planned
 //! into objects ([`key::plan`](super::key::plan)), each object encoded
-//! ([`encode`](super::encode)) and uploaded — in one PUT, or, once it outgrows one part,
-//! as a multipart upload fed part by part while the rest is still being encoded — and the
-//! failures classified by the pure [`classify`](super::classify).
+//! ([`encode`](super::encode): JSON Lines, or Parquet one row group at a time) and
+//! uploaded — in one PUT, or, once it outgrows one part, as a multipart upload fed part by
+//! part while the rest is still being encoded — and the failures classified by the pure
+//! [`classify`](super::classify). A Parquet value that does not fit its column stops the
+//! object before it is complete (a multipart upload is aborted) and refuses that message.
 //!
 //! Memory per object: the part being filled, plus at most [`PARTS_IN_FLIGHT`] parts
 //! uploading; the object is never held whole twice.
@@ -20,19 +22,23 @@ use time::OffsetDateTime;
 use super::classify::{classify, describe, observe, Class};
 use super::client::build;
 use super::config::{Compression, S3Config};
-use super::encode::{decode, ObjectEncoder};
+use super::format::PARQUET_EXTENSION;
+use super::encode::{decode, Body, PushError, Written};
 use super::key::{plan, Planned, Template};
 use crate::envelope::{rfc3339, Envelope};
+use crate::sinks::parquet::{read as parquet_read, Format, Options};
 use crate::sinks::{Sink, SinkError};
 
 /// Parts of one object uploading at once.
 pub const PARTS_IN_FLIGHT: usize = 4;
 
-/// Writes each batch as JSON Lines objects in one bucket; committed when every upload
-/// completed.
+/// Writes each batch as JSON Lines or Parquet objects in one bucket; committed when every
+/// upload completed.
 pub struct S3Sink {
     config: S3Config,
     template: Result<Template, String>,
+    /// With `format: "parquet"`, the resolved settings (a problem validation reports).
+    parquet: Result<Option<Arc<Options>>, String>,
     store: Option<Arc<dyn ObjectStore>>,
     /// Reused buffer of one uncompressed record.
     scratch: Vec<u8>,
@@ -42,9 +48,22 @@ impl S3Sink {
     /// A sink for `config`; nothing is read or contacted until [`Sink::open`].
     pub fn new(config: S3Config) -> S3Sink {
         let template = Template::parse(&config.partition);
+        let parquet = match config.format {
+            Format::Jsonl => Ok(None),
+            Format::Parquet => config
+                .parquet_keys()
+                .resolve()
+                .map(|o| Some(Arc::new(o)))
+                .map_err(|problems| {
+                    let all: Vec<String> =
+                        problems.iter().map(|(k, m)| format!("{k}: {m}")).collect();
+                    all.join("; ")
+                }),
+        };
         S3Sink {
             config,
             template,
+            parquet,
             store: None,
             scratch: Vec::new(),
         }
@@ -93,29 +112,42 @@ impl S3Sink {
         store: &Arc<dyn ObjectStore>,
         batch: &[Envelope],
         object: &Planned,
-        written_at: &str,
+        written: &Written,
     ) -> Result<(), SinkError> {
         let key = object.path.as_ref().to_string();
         let part = usize::try_from(self.config.multipart_part_bytes).unwrap_or(usize::MAX);
-        let encode_error =
-            |e: std::io::Error| SinkError::transient(format!("cannot encode {key}: {e}"));
-        let mut encoder = ObjectEncoder::new(self.config.compression).map_err(encode_error)?;
+        let location = self.config.location();
+        let encode_error = |e: PushError| match e {
+            PushError::Refused { index, message } => SinkError::Permanent {
+                index: Some(index),
+                message: format!(
+                    "{location}: stream {} sequence {}: {message}",
+                    batch[index].stream, batch[index].stream_sequence
+                ),
+            },
+            PushError::Failed(m) => SinkError::transient(format!("cannot encode {key}: {m}")),
+        };
+        let parquet = self.parquet.clone().map_err(|e| SinkError::Misconfigured {
+            message: format!("{location}: {e}"),
+        })?;
+        let mut body = Body::new(self.config.jsonl_compression(), parquet.as_ref())
+            .map_err(encode_error)?;
         let mut multipart: Option<WriteMultipart> = None;
-        for &i in &object.members {
-            encoder
-                .push(&batch[i], written_at, &mut self.scratch)
-                .map_err(encode_error)?;
-            if encoder.pending() < part {
+        for members in object.members.chunks(body.rows_per_push()) {
+            let mut step = body
+                .push(batch, members, written, &mut self.scratch)
+                .and_then(|()| body.pending());
+            if matches!(step, Ok(pending) if pending < part) {
                 continue;
             }
-            if multipart.is_none() {
+            if let (Ok(_), None) = (&step, &multipart) {
                 let upload = store
                     .put_multipart(&object.path)
                     .await
                     .map_err(|e| self.failure("start multipart upload of", &key, &e))?;
                 multipart = Some(WriteMultipart::new_with_chunk_size(upload, part));
             }
-            if let Some(w) = multipart.as_mut() {
+            if let (Ok(_), Some(w)) = (&step, multipart.as_mut()) {
                 if let Err(e) = w.wait_for_capacity(PARTS_IN_FLIGHT - 1).await {
                     let err = self.failure("upload a part of", &key, &e);
                     if let Some(w) = multipart.take() {
@@ -123,10 +155,19 @@ impl S3Sink {
                     }
                     return Err(err);
                 }
-                w.put(Bytes::from(encoder.take()));
+                step = body.take().map(|bytes| {
+                    w.put(Bytes::from(bytes));
+                    0
+                });
+            }
+            if let Err(e) = step {
+                if let Some(w) = multipart.take() {
+                    abort(w, &key).await;
+                }
+                return Err(encode_error(e));
             }
         }
-        let rest = match encoder.finish() {
+        let rest = match body.finish() {
             Ok(rest) => rest,
             Err(e) => {
                 if let Some(w) = multipart.take() {
@@ -215,7 +256,7 @@ impl Sink for S3Sink {
             batch,
             template,
             &self.config.prefix,
-            self.config.compression.extension(),
+            self.config.extension(),
         )
         .map_err(|(index, message)| SinkError::Permanent {
             index: Some(index),
@@ -225,9 +266,13 @@ impl Sink for S3Sink {
             ),
         })?;
         let store = self.ensure().map_err(|e| e.with_context(&location))?;
-        let written_at = rfc3339(OffsetDateTime::now_utc());
+        let now = OffsetDateTime::now_utc();
+        let written = Written {
+            time: now,
+            text: rfc3339(now),
+        };
         for object in &objects {
-            self.upload(&store, batch, object, &written_at).await?;
+            self.upload(&store, batch, object, &written).await?;
         }
         Ok(())
     }
@@ -244,9 +289,11 @@ impl Sink for S3Sink {
         while let Some(meta) = listing.next().await {
             let meta = meta.map_err(|e| self.failure("list", &self.config.prefix, &e))?;
             let name = meta.location.as_ref().to_string();
-            let Some(compression) = Compression::of_name(&name) else {
+            let parquet = name.ends_with(&format!(".{PARQUET_EXTENSION}"));
+            let compression = Compression::of_name(&name);
+            if compression.is_none() && !parquet {
                 continue;
-            };
+            }
             let body = store
                 .get(&meta.location)
                 .await
@@ -254,6 +301,14 @@ impl Sink for S3Sink {
                 .bytes()
                 .await
                 .map_err(|e| self.failure("GET", &name, &e))?;
+            let Some(compression) = compression.filter(|_| !parquet) else {
+                if !parquet_read::stream_keys(body, stream, &mut keys)
+                    .map_err(|e| SinkError::transient(format!("{name}: {e}")))?
+                {
+                    return Ok(None);
+                }
+                continue;
+            };
             let text = decode(compression, &body)
                 .map_err(|e| SinkError::transient(format!("cannot decode {name}: {e}")))?;
             for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {

@@ -50,7 +50,8 @@ fn a_bucket_alone_is_valid_with_documented_defaults() {
     let c = config(serde_json::json!({"bucket": "archive"}));
     assert!(problems(&c).is_empty(), "{:?}", problems(&c));
     assert_eq!(c.partition, "{stream}/{yyyy}/{mm}/{dd}");
-    assert_eq!(c.compression, Compression::None);
+    assert_eq!(c.compression, None);
+    assert_eq!(c.jsonl_compression(), Compression::None);
     assert!(c.path_style);
     assert_eq!(c.multipart_part_bytes, 8 << 20);
     assert_eq!(c.location(), "s3://archive");
@@ -270,4 +271,30 @@ proptest! {
         let k2: Vec<String> = plan(&shuffled, &t, "p", "jsonl").unwrap().iter().map(|o| o.path.to_string()).collect();
         prop_assert_eq!(k1, k2);
     }
+}
+
+#[test]
+fn parquet_objects_take_zstd_by_default_and_refuse_the_other_formats_codecs() {
+    let c = config(serde_json::json!({"bucket": "archive", "format": "parquet"}));
+    assert!(problems(&c).is_empty(), "{:?}", problems(&c));
+    assert_eq!(c.extension(), "parquet");
+    let o = c.parquet_keys().resolve().unwrap();
+    assert_eq!(o.codec, crate::sinks::parquet::Codec::Zstd);
+    assert!(c.describe().contains("parquet objects"), "{}", c.describe());
+    let c = config(serde_json::json!({"bucket": "archive", "format": "parquet", "compression": "gzip"}));
+    assert_eq!(
+        problems(&c),
+        ["compression: Parquet objects take zstd (the default), snappy or none"]
+    );
+    let c = config(serde_json::json!({"bucket": "archive", "compression": "snappy"}));
+    assert!(problems(&c)[0].starts_with("compression: snappy is for"), "{:?}", problems(&c));
+    let c = config(serde_json::json!({"bucket": "archive", "row_group_rows": 1000}));
+    assert_eq!(
+        problems(&c),
+        ["row_group_rows: applies to `format: \"parquet\"` only"]
+    );
+    let c = config(serde_json::json!({"bucket": "archive", "format": "parquet",
+        "columns": {"id": "/id", "at": "$published_at"}}));
+    assert_eq!(problems(&c).len(), 1, "{:?}", problems(&c));
+    assert!(problems(&c)[0].starts_with("column_types.id: column id reads /id"));
 }

@@ -1,0 +1,31 @@
+//! `jetsink decrypt`'s Parquet input: a Parquet file written by the `s3` or `file`
+//! destination (`format: "parquet"`), read into the same JSON records the other inputs
+//! give — every column of a row, the payload as base64 — so the rest of the command
+//! treats it like a database export. Kept apart from `decrypt.rs` so that file only
+//! chooses the input.
+
+use std::path::Path;
+
+use crate::sinks::parquet::read::{is_parquet, rows, Rows};
+
+/// The records of the Parquet file at `path`; `None` when the input is stdin or a file
+/// that is not Parquet (the JSON inputs take it then).
+pub fn records(path: Option<&Path>) -> Option<Result<Rows, String>> {
+    let path = path.filter(|p| p.as_os_str() != "-")?;
+    let mut head = [0u8; 4];
+    let mut file = std::fs::File::open(path).ok()?;
+    std::io::Read::read_exact(&mut file, &mut head).ok()?;
+    if &head != crate::sinks::parquet::read::MAGIC {
+        return None;
+    }
+    Some(
+        std::fs::read(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            .and_then(|data| {
+                if !is_parquet(&data) {
+                    return Err(format!("{} is not a whole Parquet file", path.display()));
+                }
+                rows(data.into()).map_err(|e| format!("{}: {e}", path.display()))
+            }),
+    )
+}

@@ -1,0 +1,609 @@
+//! `format: "parquet"` of the `s3` and `file` destinations, read back by independent
+//! readers — pyarrow and DuckDB, from `.ci/venv` (`JETSINK_TEST_PYTHON` to use another
+//! interpreter) — not by jetsink's own reader:
+//! - 20,000 messages across a SIGKILL mid-drain, with rollover, into moto and into a
+//!   directory: every message once by idempotency key (the documented DuckDB query gives
+//!   exactly 20,000 rows), with the documented column types and the published values;
+//! - a typed column mapping: a payload that is not JSON is dead-lettered and every other
+//!   row lands, with its typed values;
+//! - with encryption the payload column holds sealed values and `jetsink decrypt` reads an
+//!   object back to clear payloads;
+//! - `jetsink bench --config … --sink …` verifies a Parquet file sink's keys.
+
+mod common;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::moto::{destination, Moto};
+use common::*;
+use futures::StreamExt;
+use object_store::{ObjectStore, ObjectStoreExt};
+use serde_json::{json, Value};
+
+const N: usize = 20_000;
+
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("JETSINK_TEST_PYTHON") {
+        return p.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
+
+/// What pyarrow and DuckDB read from the Parquet files under `dir`; `sql` runs in DuckDB
+/// with `{files}` standing for them.
+fn read_with_pyarrow_and_duckdb(dir: &Path, sql: &str) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/parquet_read.py");
+    let out = std::process::Command::new(python())
+        .arg(script)
+        .arg(dir)
+        .arg(sql)
+        .output()
+        .expect("run python (pip install pyarrow duckdb into .ci/venv: see .ci/run)");
+    assert!(
+        out.status.success(),
+        "parquet_read.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+/// The documented query: one row per message, the first written.
+const DEDUPLICATED: &str = "SELECT count(*), count(DISTINCT stream_sequence), min(stream_sequence), max(stream_sequence) FROM (SELECT * FROM {files} QUALIFY row_number() OVER (PARTITION BY idempotency_key ORDER BY written_at) = 1)";
+
+/// Every row holds what `publish_n` published on `subject` to the fresh stream `stream`,
+/// in the documented types, and every message is there once by key.
+fn assert_archive_holds_every_message(read: &Value, stream: &str, subject: &str) {
+    let files = read["files"].as_array().unwrap();
+    assert!(!files.is_empty());
+    for f in files {
+        let schema = &f["schema"];
+        for (column, ty) in [
+            ("idempotency_key", "string"),
+            ("stream", "string"),
+            ("stream_sequence", "int64"),
+            ("consumer_sequence", "int64"),
+            ("subject", "string"),
+            ("delivered", "int64"),
+            ("published_at", "timestamp[us, tz=UTC]"),
+            ("written_at", "timestamp[us, tz=UTC]"),
+            ("message_id", "string"),
+            (
+                "headers",
+                "map<string, list<element: string not null> ('headers')>",
+            ),
+            ("priority", "string"),
+            ("lane", "string"),
+            ("classification", "string"),
+            ("labels", "list<element: string not null>"),
+            ("payload", "binary"),
+        ] {
+            assert_eq!(schema[column], ty, "{column} in {}", f["name"]);
+        }
+        let stats: Vec<&str> = f["statistics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        for column in [
+            "stream_sequence",
+            "published_at",
+            "subject",
+            "idempotency_key",
+        ] {
+            assert!(stats.contains(&column), "{column} has min/max: {stats:?}");
+        }
+        assert_eq!(f["compression"], json!(["ZSTD"]), "{}", f["name"]);
+    }
+    let rows = read["rows"].as_array().unwrap();
+    let mut keys = HashSet::new();
+    for r in rows {
+        let seq = r["stream_sequence"].as_u64().unwrap();
+        assert_eq!(r["idempotency_key"], format!("{stream}:{seq}"));
+        assert_eq!(r["stream"], stream);
+        assert_eq!(r["subject"], subject);
+        let payload = base64::engine::general_purpose::STANDARD
+            .decode(r["payload"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(
+            payload,
+            format!("{{\"i\":{}}}", seq - 1).into_bytes(),
+            "{r}"
+        );
+        assert!(
+            r["published_at"].as_str().unwrap().ends_with("+00:00"),
+            "{r}"
+        );
+        assert_eq!(r["headers"], json!({}), "published without headers");
+        keys.insert(seq);
+    }
+    assert_eq!(
+        keys.len(),
+        N,
+        "every message by key, in {} rows",
+        rows.len()
+    );
+    assert_eq!(
+        read["sql"],
+        json!([[N, N, 1, N]]),
+        "DuckDB: the deduplicating query gives one row per message"
+    );
+    assert_eq!(read["duckdb_types"]["stream_sequence"], "BIGINT");
+    assert_eq!(
+        read["duckdb_types"]["published_at"],
+        "TIMESTAMP WITH TIME ZONE"
+    );
+    assert_eq!(read["duckdb_types"]["payload"], "BLOB");
+    assert_eq!(read["duckdb_types"]["headers"], "MAP(VARCHAR, VARCHAR[])");
+    assert_eq!(read["duckdb_types"]["labels"], "VARCHAR[]");
+    println!(
+        "{} files, {} rows, {} distinct keys",
+        files.len(),
+        rows.len(),
+        keys.len()
+    );
+}
+
+/// Copies every object of `store` into `into`, keeping their keys as paths.
+async fn download(store: &Arc<dyn ObjectStore>, into: &Path) -> Vec<String> {
+    let metas: Vec<_> = store.list(None).collect().await;
+    let mut keys = Vec::new();
+    for meta in metas {
+        let meta = meta.expect("list");
+        let key = meta.location.to_string();
+        let body = store
+            .get(&meta.location)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("body");
+        let path = into.join(&key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &body).unwrap();
+        keys.push(key);
+    }
+    keys
+}
+
+/// Starts jetsink on `cfg`, SIGKILLs it once `stored` says something landed (with
+/// messages still pending), starts it again and waits for the drain.
+async fn drain_across_a_sigkill<F, Fut>(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    path: &Path,
+    dir: &Path,
+    stored: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut daemon = Daemon::start(path, dir);
+    eventually(Duration::from_secs(120), "a first write landed", stored).await;
+    daemon.kill();
+    let (pending, _) = consumer_state(js, stream, "jetsink").await;
+    assert!(
+        pending > 0,
+        "the SIGKILL came after the drain: nothing tested"
+    );
+    let mut daemon = Daemon::start(path, dir);
+    eventually(Duration::from_secs(300), "the stream is drained", || {
+        drained(js, stream)
+    })
+    .await;
+    daemon.stop_cleanly();
+}
+
+fn rollover() -> Value {
+    json!({"max_messages": 4000, "max_age_ms": 2000})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_parquet_objects_with_rollover_hold_every_message_across_a_sigkill() {
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("pq-kill");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "PQS3", "pqs3.>").await;
+    let cfg = config(
+        &server,
+        "PQS3",
+        "pqs3.>",
+        destination(
+            &moto,
+            dir.path(),
+            "pq-kill",
+            json!({"format": "parquet", "rollover": rollover(), "row_group_rows": 1000}),
+        ),
+        json!({"batch_size": 500}),
+    );
+    let path = write_config(dir.path(), &cfg);
+    publish_n(&js, "pqs3.x", N).await;
+    let store = moto.store("pq-kill");
+    drain_across_a_sigkill(&js, "PQS3", &path, dir.path(), || async {
+        store.list(None).next().await.is_some()
+    })
+    .await;
+    let local = dir.path().join("objects");
+    let keys = download(&store, &local).await;
+    for key in &keys {
+        assert!(
+            key.starts_with("archive/PQS3/") && key.ends_with(".parquet"),
+            "{key}"
+        );
+    }
+    let read = read_with_pyarrow_and_duckdb(&local, DEDUPLICATED);
+    assert_archive_holds_every_message(&read, "PQS3", "pqs3.x");
+    for f in read["files"].as_array().unwrap() {
+        // The name is the range it holds.
+        let name = f["name"].as_str().unwrap().rsplit('/').next().unwrap();
+        let range: Vec<u64> = name
+            .trim_end_matches(".parquet")
+            .split('-')
+            .take(2)
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert!(range[1] - range[0] < 4000, "{name}: at most max_messages");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parquet_files_with_rollover_hold_every_message_across_a_sigkill() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "PQFILE", "pqfile.>").await;
+    let out = dir.path().join("archive");
+    let cfg = config(
+        &server,
+        "PQFILE",
+        "pqfile.>",
+        json!({"type": "file", "directory": out, "format": "parquet", "rollover": rollover()}),
+        json!({"batch_size": 500}),
+    );
+    let path = write_config(dir.path(), &cfg);
+    publish_n(&js, "pqfile.x", N).await;
+    let parquet_files = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".parquet"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    drain_across_a_sigkill(&js, "PQFILE", &path, dir.path(), || {
+        let n = parquet_files(&out);
+        async move { n > 0 }
+    })
+    .await;
+    let leftovers: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "no temporary file left: {leftovers:?}"
+    );
+    let read = read_with_pyarrow_and_duckdb(&out, DEDUPLICATED);
+    assert_archive_holds_every_message(&read, "PQFILE", "pqfile.x");
+}
+
+/// A typed mapping for the order payloads of the malformed-payload tests.
+fn order_columns() -> Value {
+    json!({
+        "columns": {
+            "key": "$idempotency_key",
+            "stream": "$stream",
+            "seq": "$stream_sequence",
+            "at": "$published_at",
+            "order_id": "/order/id",
+            "total": "/order/total",
+            "paid": "/paid",
+            "day": "/day",
+        },
+        "column_types": {
+            "order_id": "int64",
+            "total": "double",
+            "paid": "boolean",
+            "day": "date",
+        }
+    })
+}
+
+fn with(mut base: Value, extra: Value) -> Value {
+    if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    base
+}
+
+/// Publishes 200 order payloads on `subject`, the 101st (stream sequence 101) not JSON.
+async fn publish_orders_with_one_malformed(js: &async_nats::jetstream::Context, subject: &str) {
+    for i in 1..=200u64 {
+        let payload = if i == 101 {
+            "{\"order\": {\"id\": 101, broken".to_string()
+        } else {
+            format!(
+                "{{\"order\":{{\"id\":{i},\"total\":{}.25}},\"paid\":{},\"day\":\"2026-11-{:02}\"}}",
+                i * 10,
+                i % 2 == 0,
+                i % 28 + 1
+            )
+        };
+        js.publish(subject.to_string(), payload.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+}
+
+fn dead_letter(stream: &str) -> Value {
+    json!({"subject": format!("dlq.{stream}"), "create_stream": {"name": format!("{stream}_DLQ")}, "max_attempts": 1})
+}
+
+/// The 199 good rows, typed; the malformed one only in the dead-letter stream.
+async fn assert_typed_rows_and_one_dead_letter(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    read: &Value,
+) {
+    let schema = &read["files"][0]["schema"];
+    assert_eq!(schema["order_id"], "int64");
+    assert_eq!(schema["total"], "double");
+    assert_eq!(schema["paid"], "bool");
+    assert_eq!(schema["day"], "date32[day]");
+    assert_eq!(schema["at"], "timestamp[us, tz=UTC]");
+    assert_eq!(read["duckdb_types"]["day"], "DATE");
+    let rows = read["rows"].as_array().unwrap();
+    let seqs: HashSet<u64> = rows.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    let expected: HashSet<u64> = (1..=200).filter(|&i| i != 101).collect();
+    assert_eq!(seqs, expected, "every row but the malformed one");
+    for r in rows {
+        let i = r["seq"].as_u64().unwrap();
+        assert_eq!(r["order_id"], i);
+        assert_eq!(r["total"], (i * 10) as f64 + 0.25);
+        assert_eq!(r["paid"], i % 2 == 0);
+        assert_eq!(r["day"], format!("2026-11-{:02}", i % 28 + 1));
+        assert_eq!(r["key"], format!("{stream}:{i}"));
+    }
+    assert_eq!(read["sql"], json!([[199, 20_100 - 101]]));
+    eventually(
+        Duration::from_secs(30),
+        "the malformed message is dead-lettered",
+        || {
+            let js = js.clone();
+            let dlq = format!("{stream}_DLQ");
+            async move { stored(&js, &dlq).await == 1 }
+        },
+    )
+    .await;
+    let copies = stream_messages(js, &format!("{stream}_DLQ"), ">").await;
+    let reason = copies[0]
+        .headers
+        .get("Jetsink-Error")
+        .map(|v| v.as_str().to_string())
+        .unwrap_or_default();
+    assert!(reason.contains("not JSON"), "{reason}");
+    assert!(
+        reason.contains("column mapping reads it with JSON pointers"),
+        "{reason}"
+    );
+}
+
+const TYPED_SQL: &str = "SELECT count(*), sum(order_id) FROM {files} WHERE paid IS NOT NULL";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_payload_under_a_typed_mapping_is_dead_lettered_and_every_other_object_row_lands(
+) {
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("pq-typed");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "PQTYPED", "pqtyped.>").await;
+    let mut cfg = config(
+        &server,
+        "PQTYPED",
+        "pqtyped.>",
+        with(
+            destination(
+                &moto,
+                dir.path(),
+                "pq-typed",
+                json!({"format": "parquet", "compression": "snappy"}),
+            ),
+            order_columns(),
+        ),
+        json!({"batch_size": 50}),
+    );
+    cfg["sinks"]["main"]["dead_letter"] = dead_letter("PQTYPED");
+    let path = write_config(dir.path(), &cfg);
+    publish_orders_with_one_malformed(&js, "pqtyped.orders").await;
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(60), "the stream is drained", || {
+        drained(&js, "PQTYPED")
+    })
+    .await;
+    daemon.stop_cleanly();
+    let local = dir.path().join("objects");
+    download(&moto.store("pq-typed"), &local).await;
+    let read = read_with_pyarrow_and_duckdb(&local, TYPED_SQL);
+    assert_eq!(read["files"][0]["compression"], json!(["SNAPPY"]));
+    assert_typed_rows_and_one_dead_letter(&js, "PQTYPED", &read).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_payload_under_a_typed_mapping_is_dead_lettered_and_every_other_file_row_lands()
+{
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "PQTYPEDF", "pqtypedf.>").await;
+    let out = dir.path().join("typed");
+    let mut cfg = config(
+        &server,
+        "PQTYPEDF",
+        "pqtypedf.>",
+        with(
+            json!({"type": "file", "directory": out, "format": "parquet",
+                   "rollover": {"max_messages": 150, "max_age_ms": 1000}}),
+            order_columns(),
+        ),
+        json!({"batch_size": 50}),
+    );
+    cfg["sinks"]["main"]["dead_letter"] = dead_letter("PQTYPEDF");
+    let path = write_config(dir.path(), &cfg);
+    publish_orders_with_one_malformed(&js, "pqtypedf.orders").await;
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(60), "the stream is drained", || {
+        drained(&js, "PQTYPEDF")
+    })
+    .await;
+    daemon.stop_cleanly();
+    let read = read_with_pyarrow_and_duckdb(&out, TYPED_SQL);
+    assert_typed_rows_and_one_dead_letter(&js, "PQTYPEDF", &read).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_encrypted_parquet_object_holds_sealed_payloads_and_decrypts() {
+    let server = NatsServer::start();
+    let moto = Moto::start();
+    moto.create_bucket("pq-enc");
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "PQENC", "pqenc.>").await;
+    let key = dir.path().join("a.key");
+    let (code, out, err) = jetsink(&["keygen", "--out", key.to_str().unwrap()], dir.path());
+    assert_eq!(code, 0, "{out}{err}");
+    let mut cfg = config(
+        &server,
+        "PQENC",
+        "pqenc.>",
+        destination(
+            &moto,
+            dir.path(),
+            "pq-enc",
+            json!({"format": "parquet", "partition": ""}),
+        ),
+        json!({"batch_size": 10}),
+    );
+    cfg["sinks"]["main"]["encryption"] =
+        json!({"active_key": "a", "keys": [{"id": "a", "file": key}]});
+    let path = write_config(dir.path(), &cfg);
+    for i in 0..10 {
+        js.publish(
+            "pqenc.x",
+            format!("{{\"card\":\"4111-1111-1111-1111\",\"i\":{i}}}").into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(30), "the stream is drained", || {
+        drained(&js, "PQENC")
+    })
+    .await;
+    daemon.stop_cleanly();
+    let local = dir.path().join("objects");
+    let keys = download(&moto.store("pq-enc"), &local).await;
+    let read = read_with_pyarrow_and_duckdb(&local, "SELECT count(*) FROM {files}");
+    assert_eq!(read["sql"], json!([[10]]));
+    for r in read["rows"].as_array().unwrap() {
+        let sealed = base64::engine::general_purpose::STANDARD
+            .decode(r["payload"].as_str().unwrap())
+            .unwrap();
+        assert!(sealed.starts_with(b"JSE\x01"), "a sealed value: {r}");
+        assert!(!String::from_utf8_lossy(&sealed).contains("4111-1111"));
+    }
+    let mut clear = 0;
+    for k in keys {
+        let file = local.join(&k);
+        let (code, out, err) = jetsink(
+            &[
+                "decrypt",
+                "--config",
+                path.to_str().unwrap(),
+                "--sink",
+                "main",
+                file.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert_eq!(code, 0, "{err}");
+        for line in out.lines() {
+            let r: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(r["payload"]["card"], "4111-1111-1111-1111", "{r}");
+            assert_eq!(r["payload_encoding"], "json");
+            clear += 1;
+        }
+    }
+    assert_eq!(clear, 10);
+}
+
+#[test]
+fn bench_measures_a_parquet_file_sink_and_verifies_its_keys() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench_configured_sink(
+        &server,
+        dir.path(),
+        json!({"type": "file", "directory": dir.path().join("bench"), "format": "parquet",
+               "rollover": {"max_messages": 1000}}),
+        3_000,
+    );
+    assert!(out.contains("3000 distinct keys stored"), "{out}");
+}
+
+#[test]
+fn validate_names_a_mapping_parquet_cannot_hold_and_a_pointer_into_an_encrypted_payload() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("a.key");
+    let (code, out, err) = jetsink(&["keygen", "--out", key.to_str().unwrap()], dir.path());
+    assert_eq!(code, 0, "{out}{err}");
+    let cfg = json!({
+        "nats": {"servers": ["nats://127.0.0.1:4222"]},
+        "sinks": {"main": {
+            "source": {"stream": "S", "consumer": "c"},
+            "encryption": {"active_key": "a", "keys": [{"id": "a", "file": key}]},
+            "destination": {"type": "file", "directory": dir.path().join("out"), "format": "parquet",
+                            "columns": {"id": "/id", "subject": "$subject"},
+                            "column_types": {"id": "int64", "subject": "int64"}}
+        }}
+    });
+    let path = write_config(dir.path(), &cfg);
+    let (code, out, err) = jetsink(
+        &["validate", "--config", path.to_str().unwrap()],
+        dir.path(),
+    );
+    assert_eq!(code, 78, "{out}{err}");
+    for needle in [
+        "sinks.main.destination.columns.id",
+        "the payload is encrypted",
+        "sinks.main.destination.column_types.subject",
+        "a int64 column cannot hold text ($subject)",
+    ] {
+        assert!(
+            err.contains(needle) || out.contains(needle),
+            "{needle} in {out}{err}"
+        );
+    }
+}
