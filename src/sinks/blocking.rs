@@ -38,6 +38,12 @@ pub trait BlockingSink: Send {
     /// Checks, creating and writing nothing, whether `open_blocking` could succeed; see
     /// [`Sink::probe`].
     fn probe_blocking(&mut self) -> Result<Probe, SinkError>;
+
+    /// Distinct idempotency keys of `stream` the destination holds; see
+    /// [`Sink::stored_keys`]. The default cannot tell.
+    fn stored_keys_blocking(&mut self, _stream: &str) -> Result<Option<u64>, SinkError> {
+        Ok(None)
+    }
 }
 
 #[async_trait]
@@ -60,6 +66,10 @@ impl<T: BlockingSink> Sink for T {
 
     async fn probe(&mut self) -> Result<Probe, SinkError> {
         tokio::task::block_in_place(|| self.probe_blocking())
+    }
+
+    async fn stored_keys(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
+        tokio::task::block_in_place(|| self.stored_keys_blocking(stream))
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {

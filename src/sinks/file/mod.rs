@@ -65,6 +65,7 @@
 
 pub mod columnar;
 pub mod config;
+mod count;
 mod directory;
 mod lock;
 pub mod naming;

@@ -342,6 +342,16 @@ impl BlockingSink for FileSink {
         crate::sinks::util::probe_directory(self.dir.path())
     }
 
+    /// Distinct keys of `stream` in this prefix's files, read back from the directory.
+    fn stored_keys_blocking(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
+        let (dir, prefix) = (self.dir.path(), self.config.prefix.as_str());
+        match self.parquet {
+            Some(_) => super::columnar::stored_keys(dir, prefix, stream),
+            None => super::count::distinct_sequences(dir, prefix, stream).map(Some),
+        }
+        .map_err(SinkError::transient)
+    }
+
     /// Appends the batch with one write and, when `fsync` is on, one fdatasync.
     fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
         let now = (self.clock)();

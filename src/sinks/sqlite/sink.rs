@@ -357,6 +357,23 @@ impl BlockingSink for SqliteSink {
         Ok(())
     }
 
+    /// Distinct keys of `stream` in the table, through the sink's own connection.
+    fn stored_keys_blocking(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
+        if self.conn.is_none() {
+            self.open_blocking()?;
+        }
+        let Some(conn) = self.conn.as_ref() else {
+            return Ok(None);
+        };
+        let sql = format!(
+            "SELECT COUNT(DISTINCT idempotency_key) FROM {} WHERE stream = ?1",
+            schema::quote_ident(&self.config.table)
+        );
+        conn.query_row(&sql, [stream], |r| r.get::<_, i64>(0))
+            .map(|n| Some(n.max(0) as u64))
+            .map_err(|e| classify(&e, None).with_context("counting the stored keys"))
+    }
+
     /// The file's directory, the file (writable, never created here), and the table, read
     /// through a read-only connection.
     fn probe_blocking(&mut self) -> Result<Probe, SinkError> {
