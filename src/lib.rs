@@ -20,6 +20,7 @@
 //!   against the bare-consumer ceiling), `metrics show`, `dlq replay`.
 //! - [`notify`]: systemd readiness, stopping and watchdog notifications.
 //! - [`logging`], [`exit`]: log setup and process exit codes.
+//! - [`files`]: the bounded reader of every file an operator names (config, keys, secrets).
 #![deny(missing_docs)]
 
 pub mod api;
@@ -29,6 +30,7 @@ pub mod crypto;
 pub mod dlq;
 pub mod envelope;
 pub mod exit;
+pub mod files;
 pub mod health;
 pub mod jobs;
 pub mod logging;

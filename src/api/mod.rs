@@ -68,9 +68,11 @@ pub fn load_token(source: &SecretSource) -> Result<[u8; 32], ApiError> {
             }
         },
         SecretSource::File(path) => {
-            let bytes = std::fs::read(path).map_err(|e| ApiError::Token {
-                key: "token_file",
-                message: format!("cannot read {}: {e}", path.display()),
+            let bytes = crate::files::read(path, crate::files::Kind::Secret).map_err(|e| {
+                ApiError::Token {
+                    key: "token_file",
+                    message: e.to_string(),
+                }
             })?;
             crate::nats::credentials::secret_text(&bytes).ok_or_else(|| ApiError::Token {
                 key: "token_file",

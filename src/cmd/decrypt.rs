@@ -46,6 +46,9 @@ pub fn execute(args: Args) -> u8 {
             return exit::CONFIG;
         }
     };
+    for w in &cfg.warnings {
+        eprintln!("warning: {w}");
+    }
     let Some(sink) = cfg.sinks.iter().find(|s| s.name == args.sink) else {
         eprintln!(
             "error: {} has no sink named {:?}",

@@ -524,6 +524,7 @@ pub async fn execute(args: Args) -> u8 {
         }
     };
     crate::logging::init(&config.logging.level, config.logging.format);
+    crate::logging::config_warnings(&config.warnings);
     let grace = config
         .sinks
         .iter()

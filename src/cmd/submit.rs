@@ -213,14 +213,22 @@ fn read_payload(data: Option<String>, file: Option<&PathBuf>) -> Result<Bytes, S
         return Ok(Bytes::from(d));
     }
     if let Some(p) = file {
-        return std::fs::read(p)
+        return crate::files::read(p, crate::files::Kind::Payload)
             .map(Bytes::from)
-            .map_err(|e| SubmitError::Usage(format!("--file {}: {e}", p.display())));
+            .map_err(|e| SubmitError::Usage(format!("--file: {e}")));
     }
+    let limit = crate::files::Kind::Payload.limit();
     let mut buf = Vec::new();
     std::io::stdin()
+        .take(limit + 1)
         .read_to_end(&mut buf)
         .map_err(|e| SubmitError::Usage(format!("reading the payload from stdin: {e}")))?;
+    if buf.len() as u64 > limit {
+        return Err(SubmitError::Usage(format!(
+            "the payload on stdin is larger than {} MiB, NATS' largest message",
+            limit >> 20
+        )));
+    }
     Ok(Bytes::from(buf))
 }
 

@@ -74,6 +74,9 @@ pub struct Config {
     pub logging: LoggingConfig,
     /// Sinks in name order.
     pub sinks: Vec<SinkSpec>,
+    /// What loading found that works but should be fixed, by JSON path: `validate`
+    /// prints them, `run` logs them once logging has started.
+    pub warnings: Vec<super::issue::Issue>,
 }
 
 impl Config {

@@ -28,7 +28,7 @@ const MAX_SINKS: usize = 64;
 
 /// Checks a raw config and turns it into the model the daemon runs.
 pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
-    let mut issues = Issues(Vec::new());
+    let mut issues = Issues::default();
     let RawConfig {
         nats,
         http,
@@ -143,6 +143,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
             api,
             logging,
             sinks: specs,
+            warnings: issues.1,
         })
     } else {
         Err(issues.0)

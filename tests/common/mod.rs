@@ -308,6 +308,41 @@ pub fn jetsink(args: &[&str], dir: &Path) -> (i32, String, String) {
     )
 }
 
+/// Like [`jetsink`], but the command is killed if it has not exited within `within` (a
+/// failure guard for a command that would hang, such as one reading a FIFO): `None` then.
+/// Output goes through files, so a command printing a lot cannot block on a full pipe.
+pub fn jetsink_within(
+    args: &[&str],
+    dir: &Path,
+    within: Duration,
+) -> Option<(i32, String, String)> {
+    let out_path = dir.join(".jetsink-within.out");
+    let err_path = dir.join(".jetsink-within.err");
+    let mut child = Command::new(jetsink_bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+        .spawn()
+        .expect("run jetsink");
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read =
+        |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+    status.map(|s| (s.code().unwrap_or(-1), read(&out_path), read(&err_path)))
+}
+
 /// What the consumer has delivered so far: (last consumer sequence, redelivered count).
 pub async fn delivered_so_far(js: &jetstream::Context, stream: &str) -> (u64, usize) {
     let s = js.get_stream(stream).await.unwrap();

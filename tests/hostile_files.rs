@@ -1,0 +1,203 @@
+//! Files an operator names, hostile or mistaken: a config or key file that is a device,
+//! a FIFO or huge is refused with exit 78 naming the path (and the config key), at once
+//! and without reading it; a config string that is too long or holds a NUL is refused by
+//! `validate` naming its path, never printed back; a key file others may read is a warning
+//! that reaches `validate`'s output and `run`'s log; a damaged sealed value makes
+//! `decrypt` fail instead of printing it as clear text.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+/// A failure guard only: every command here ends at once when it works.
+const GUARD: Duration = Duration::from_secs(60);
+
+fn good(path: &str) -> serde_json::Value {
+    json!({
+        "nats": {"servers": ["nats://127.0.0.1:4222"]},
+        "sinks": {"orders": {
+            "source": {"stream": "ORDERS", "subjects": "orders.>", "consumer": "jetsink"},
+            "destination": {"type": "sqlite", "path": path}
+        }}
+    })
+}
+
+/// `jetsink validate --config <config>` in `dir`: (exit code, stdout + stderr).
+fn validate_file(dir: &Path, config: &str) -> (i32, String) {
+    let (code, out, err) = jetsink_within(&["validate", "--config", config], dir, GUARD)
+        .unwrap_or_else(|| panic!("validate --config {config} did not exit"));
+    (code, format!("{out}{err}"))
+}
+
+fn validate_value(dir: &Path, cfg: &serde_json::Value) -> (i32, String) {
+    let path = write_config(dir, cfg);
+    validate_file(dir, path.to_str().unwrap())
+}
+
+#[test]
+fn validate_refuses_dev_zero_as_its_config_at_once_with_78_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, text) = validate_file(dir.path(), "/dev/zero");
+    assert_eq!(code, 78, "{text}");
+    assert_eq!(
+        text.trim_end(),
+        "error: config file /dev/zero is a character device, not a regular file"
+    );
+}
+
+#[test]
+fn a_fifo_or_a_directory_as_the_config_is_refused_without_waiting_for_a_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    let (code, text) = validate_file(dir.path(), fifo.to_str().unwrap());
+    assert_eq!(code, 78, "{text}");
+    assert!(text.contains("is a FIFO, not a regular file"), "{text}");
+    let (code, text) = validate_file(dir.path(), dir.path().to_str().unwrap());
+    assert_eq!(code, 78, "{text}");
+    assert!(
+        text.contains("is a directory, not a regular file"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_50_mb_config_is_refused_naming_the_bound_and_not_printed_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = "x".repeat(50 << 20);
+    let (code, text) = validate_value(dir.path(), &good(&big));
+    assert_eq!(code, 78, "{}", &text[..text.len().min(500)]);
+    assert!(
+        text.contains("is larger than 4 MiB, the most a config file may hold"),
+        "{}",
+        &text[..text.len().min(500)]
+    );
+    assert!(text.len() < 1_000, "{} bytes printed", text.len());
+}
+
+#[test]
+fn a_long_string_in_the_config_is_refused_naming_its_path_and_not_printed_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = format!("data/{}.db", "p".repeat(100_000));
+    let (code, text) = validate_value(dir.path(), &good(&long));
+    assert_eq!(code, 78, "{}", &text[..text.len().min(500)]);
+    assert!(
+        text.contains("sinks.orders.destination.path: a string of 100008 bytes; a config string holds at most 65536"),
+        "{}",
+        &text[..text.len().min(500)]
+    );
+    assert!(text.len() < 1_000, "{} bytes printed", text.len());
+}
+
+#[test]
+fn a_nul_in_the_sqlite_path_is_refused_by_validate_with_78() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, text) = validate_value(dir.path(), &good("data/o\u{0}.db"));
+    assert_eq!(code, 78, "{text}");
+    assert!(
+        text.contains("sinks.orders.destination.path: a string holds a NUL character"),
+        "{text}"
+    );
+}
+
+/// A config whose sink encrypts with the key in `key_file`.
+fn encrypted(key_file: &str) -> serde_json::Value {
+    let mut cfg = good("data/o.db");
+    cfg["encryption"] = json!({"active_key": "k1", "keys": [{"id": "k1", "file": key_file}]});
+    cfg
+}
+
+fn write_key(dir: &Path, mode: u32) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("k1.key");
+    std::fs::write(&path, "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+#[test]
+fn key_files_that_are_devices_fifos_or_too_large_are_refused_naming_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, text) = validate_value(dir.path(), &encrypted("/dev/zero"));
+    assert_eq!(code, 78, "{text}");
+    assert!(
+        text.contains(
+            "encryption.keys[0].file: key file /dev/zero is a character device, not a regular file"
+        ),
+        "{text}"
+    );
+    let fifo = dir.path().join("k.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    let (code, text) = validate_value(dir.path(), &encrypted(fifo.to_str().unwrap()));
+    assert_eq!(code, 78, "{text}");
+    assert!(text.contains("is a FIFO, not a regular file"), "{text}");
+    let big = dir.path().join("big.key");
+    std::fs::write(&big, "A".repeat(5_000)).unwrap();
+    let (code, text) = validate_value(dir.path(), &encrypted(big.to_str().unwrap()));
+    assert_eq!(code, 78, "{text}");
+    assert!(
+        text.contains("is larger than 4 KiB, the most a key file may hold"),
+        "{text}"
+    );
+    assert!(!text.contains("AAAAAAAA"), "{text}");
+}
+
+#[test]
+fn a_key_file_others_may_read_is_a_warning_validate_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = write_key(dir.path(), 0o644);
+    let (code, text) = validate_value(dir.path(), &encrypted(key.to_str().unwrap()));
+    assert_eq!(code, 0, "a warning, not a refusal: {text}");
+    assert!(
+        text.contains(&format!(
+            "warning: encryption.keys[0].file: key file {} is readable by group or others (mode 644); chmod 600 it",
+            key.display()
+        )),
+        "{text}"
+    );
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let (code, text) = validate_value(dir.path(), &encrypted(key.to_str().unwrap()));
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("warning"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_file_others_may_read_is_warned_about_in_runs_log() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let key = write_key(dir.path(), 0o640);
+    let mut cfg = config(
+        &server,
+        "ORDERS",
+        "orders.>",
+        json!({"type": "sqlite", "path": "data/o.db"}),
+        json!({}),
+    );
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    cfg["encryption"] = json!({"active_key": "k1", "keys": [{"id": "k1", "file": key}]});
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    eventually(Duration::from_secs(30), "jetsink is ready", || {
+        let listen = listen.clone();
+        async move {
+            metric_value(&listen, "jetsink_nats_connected")
+                .await
+                .is_some()
+        }
+    })
+    .await;
+    let log = daemon.log_text();
+    assert!(
+        log.contains("is readable by group or others (mode 640); chmod 600 it")
+            && log.contains("encryption.keys[0].file"),
+        "{log}"
+    );
+    daemon.stop_cleanly();
+}
+
