@@ -201,3 +201,61 @@ async fn a_key_file_others_may_read_is_warned_about_in_runs_log() {
     daemon.stop_cleanly();
 }
 
+#[test]
+fn decrypt_fails_on_a_sealed_value_with_a_digit_cut_or_an_unknown_version() {
+    use jetsink::crypto::binding::{Binding, Part};
+    let dir = tempfile::tempdir().unwrap();
+    let key = write_key(dir.path(), 0o600);
+    let config = write_config(dir.path(), &encrypted(key.to_str().unwrap()));
+    let ring = jetsink::crypto::KeyRing::new([("k1".to_string(), [7u8; 32])], "k1").unwrap();
+    let binding = Binding {
+        stream: "ORDERS",
+        stream_sequence: 9,
+        subject: "orders.eu",
+        part: Part::Payload,
+    };
+    let sealed = jetsink::crypto::cipher::seal(
+        &ring,
+        &jetsink::crypto::OsNonces::new(),
+        &binding,
+        b"{\"card\":\"4111\"}",
+    )
+    .unwrap();
+    let hex: String = sealed.iter().map(|b| format!("{b:02x}")).collect();
+    let record = |payload: &str| {
+        json!({"stream": "ORDERS", "stream_sequence": 9, "subject": "orders.eu", "payload": payload})
+            .to_string()
+    };
+    let decrypt = |line: String| {
+        std::fs::write(dir.path().join("rows.jsonl"), line).unwrap();
+        jetsink_within(
+            &[
+                "decrypt",
+                "--config",
+                config.to_str().unwrap(),
+                "--sink",
+                "orders",
+                "rows.jsonl",
+            ],
+            dir.path(),
+            GUARD,
+        )
+        .expect("decrypt exits")
+    };
+    let (code, out, err) = decrypt(record(&format!("\\x{hex}")));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("4111"), "the whole value opens: {out}");
+    let cut = format!("\\x{}{}", &hex[..30], &hex[31..]);
+    let (code, out, err) = decrypt(record(&cut));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("cut or altered"), "{err}");
+    assert!(out.is_empty(), "nothing printed as clear text: {out}");
+    let mut other = sealed.to_vec();
+    other[3] = 9;
+    let hex9: String = other.iter().map(|b| format!("{b:02x}")).collect();
+    let (code, _, err) = decrypt(record(&format!("\\x{hex9}")));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("format version 9"), "{err}");
+    let (code, _, err) = decrypt(record("\\x4a5345"));
+    assert_eq!(code, 1, "the magic alone: {err}");
+}
