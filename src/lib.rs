@@ -15,6 +15,7 @@
 //!   the client side (publish a job, wait for its result) shared by `submit` and [`api`].
 //! - [`api`]: the synchronous HTTP job API (opt-in `api` section).
 //! - [`metrics`], [`health`], [`server`]: Prometheus metrics, liveness/readiness, HTTP.
+//! - [`listener`]: how both HTTP listeners accept and serve connections, within limits.
 //! - [`cmd`]: one module per command of the `jetsink` binary: `run` (the daemon's
 //!   wiring), `validate`, `schema`, `publish` (the test publisher), `bench` (the benchmark
 //!   against the bare-consumer ceiling), `metrics show`, `dlq replay`.
@@ -33,6 +34,7 @@ pub mod exit;
 pub mod files;
 pub mod health;
 pub mod jobs;
+pub mod listener;
 pub mod logging;
 pub mod metadata;
 pub mod metrics;

@@ -112,22 +112,21 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Serves until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, state: ApiState, mut shutdown: watch::Receiver<bool>) {
+/// Serves until `shutdown` turns true, within the `api` section's connection limits
+/// ([`crate::listener`]).
+pub async fn serve(
+    listener: TcpListener,
+    state: ApiState,
+    connections: Option<crate::listener::ListenerMetrics>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let limits = state.0.cfg.limits();
     if let Ok(a) = listener.local_addr() {
         let a: SocketAddr = a;
-        tracing::info!(listen = %a, token = state.0.token.is_some(), "job API listening (/v1/sinks/{{sink}}/jobs)");
+        tracing::info!(listen = %a, token = state.0.token.is_some(), max_connections = limits.max_connections, "job API listening (/v1/sinks/{{sink}}/jobs)");
     }
     let app = router(state);
-    let stop = async move {
-        let _ = shutdown.wait_for(|s| *s).await;
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(error = %e, "job API failed");
-    }
+    crate::listener::serve(listener, app, limits, "api", connections, shutdown).await;
 }
 
 /// 401 unless the request carries the token (when one is configured).

@@ -11,6 +11,7 @@ pub mod api;
 pub mod dead_letter;
 pub mod destination;
 pub mod encryption;
+pub mod http;
 pub mod idempotency;
 pub mod issue;
 pub mod metadata;

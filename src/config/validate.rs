@@ -53,6 +53,11 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
             ),
         );
     }
+    if http.enabled {
+        issues
+            .0
+            .extend(super::http::check_limits("http", &http.limits()));
+    }
     if let Some(a) = &api {
         issues.0.extend(super::api::validate(a));
         if http.enabled && a.listen == http.listen {

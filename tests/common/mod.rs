@@ -195,6 +195,12 @@ impl Daemon {
 
     /// Like [`Daemon::start`] with `RUST_LOG` set to `rust_log` instead of `info`.
     pub fn start_with_log(config: &Path, dir: &Path, rust_log: &str) -> Daemon {
+        Daemon::start_wrapped(config, dir, rust_log, &[])
+    }
+
+    /// Like [`Daemon::start_with_log`], run through `wrapper` (a program and its arguments
+    /// that then exec jetsink, such as `prlimit --nofile=1024:8192 --`).
+    pub fn start_wrapped(config: &Path, dir: &Path, rust_log: &str, wrapper: &[&str]) -> Daemon {
         let log = dir.join(format!(
             "jetsink-{}.log",
             std::time::SystemTime::now()
@@ -203,7 +209,15 @@ impl Daemon {
                 .unwrap_or(0)
         ));
         let err = std::fs::File::create(&log).expect("daemon log");
-        let child = Command::new(jetsink_bin())
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(jetsink_bin());
+                c
+            }
+            None => Command::new(jetsink_bin()),
+        };
+        let child = cmd
             .args(["run", "--config"])
             .arg(config)
             .current_dir(dir)
