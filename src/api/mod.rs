@@ -87,12 +87,18 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-/// Whether an `Authorization` header value carries the token whose digest is `want`.
-/// Constant time in the token's content.
+/// Whether an `Authorization` header value carries the token whose digest is `want`:
+/// the scheme `Bearer` in any case (RFC 7235 makes auth schemes case-insensitive), one or
+/// more spaces, the token. Constant time in the token's content.
 pub fn authorized(header: Option<&[u8]>, want: &[u8; 32]) -> bool {
-    let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else {
+    let Some(h) = header else { return false };
+    let Some((scheme, rest)) = h.split_at_checked(6) else {
         return false;
     };
+    if !scheme.eq_ignore_ascii_case(b"bearer") || !rest.starts_with(b" ") {
+        return false;
+    }
+    let given = rest.trim_ascii_start();
     digest(given).ct_eq(want).into()
 }
 
@@ -181,14 +187,25 @@ mod tests {
     #[test]
     fn only_the_exact_bearer_token_is_authorized() {
         let want = digest(b"s3cret");
-        assert!(authorized(Some(b"Bearer s3cret"), &want));
+        for good in [
+            &b"Bearer s3cret"[..],
+            b"bearer s3cret",
+            b"BEARER s3cret",
+            b"bEaReR s3cret",
+            b"Bearer  s3cret",
+        ] {
+            assert!(authorized(Some(good), &want), "{good:?}");
+        }
         for bad in [
             &b"Bearer s3cre"[..],
             b"Bearer s3cret ",
-            b"bearer s3cret",
+            b"Bearers3cret",
+            b"Bearer\ts3cret",
             b"Basic s3cret",
             b"s3cret",
             b"Bearer ",
+            b"Bearer",
+            b"Beare",
         ] {
             assert!(!authorized(Some(bad), &want), "{bad:?}");
         }
