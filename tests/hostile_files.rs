@@ -148,6 +148,41 @@ fn key_files_that_are_devices_fifos_or_too_large_are_refused_naming_their_key() 
     assert!(!text.contains("AAAAAAAA"), "{text}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_token_file_that_is_a_device_is_refused_by_validate_online_and_run_with_78_naming_it(
+) {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(
+        &server,
+        "ORDERS",
+        "orders.>",
+        json!({"type": "sqlite", "path": "data/o.db"}),
+        json!({}),
+    );
+    cfg["api"] = json!({"listen": format!("127.0.0.1:{}", free_port()), "token_file": "/dev/zero"});
+    let path = write_config(dir.path(), &cfg);
+    let (code, out, err) = jetsink_within(
+        &["validate", "--online", "--config", path.to_str().unwrap()],
+        dir.path(),
+        GUARD,
+    )
+    .expect("validate --online exits");
+    assert_eq!(
+        code, 78,
+        "validate --online refuses what run would: {out}{err}"
+    );
+    assert!(
+        out.contains("FAIL: api.token_file: /dev/zero is a character device, not a regular file"),
+        "{out}{err}"
+    );
+    let log = refused_at_start(dir.path(), &cfg, 78);
+    assert!(
+        log.contains("api.token_file: /dev/zero is a character device, not a regular file"),
+        "{log}"
+    );
+}
+
 #[test]
 fn a_key_file_others_may_read_is_a_warning_validate_prints() {
     let dir = tempfile::tempdir().unwrap();
