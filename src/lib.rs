@@ -17,11 +17,13 @@
 //!   the client side (publish a job, wait for its result) shared by `submit` and [`api`].
 //! - [`api`]: the synchronous HTTP job API (opt-in `api` section).
 //! - [`metrics`], [`health`], [`server`]: Prometheus metrics, liveness/readiness, HTTP.
+//! - [`listener`]: how both HTTP listeners accept and serve connections, within limits.
 //! - [`cmd`]: one module per command of the `jetsink` binary: `run` (the daemon's
 //!   wiring), `validate`, `schema`, `publish` (the test publisher), `bench` (the benchmark
 //!   against the bare-consumer ceiling), `metrics show`, `dlq replay`.
 //! - [`notify`]: systemd readiness, stopping and watchdog notifications.
 //! - [`logging`], [`exit`]: log setup and process exit codes.
+//! - [`files`]: the bounded reader of every file an operator names (config, keys, secrets).
 #![deny(missing_docs)]
 
 pub mod api;
@@ -31,8 +33,10 @@ pub mod crypto;
 pub mod dlq;
 pub mod envelope;
 pub mod exit;
+pub mod files;
 pub mod health;
 pub mod jobs;
+pub mod listener;
 pub mod logging;
 pub mod metadata;
 pub mod metrics;

@@ -21,3 +21,11 @@ pub fn init(level: &str, format: LogFormat) {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
 }
+
+/// Logs the warnings loading the config found (`Config::warnings`): they are found
+/// before the subscriber exists, so they are kept and logged here, once it does.
+pub fn config_warnings(warnings: &[crate::config::Issue]) {
+    for w in warnings {
+        tracing::warn!(config = %w.path, "{}", w.message);
+    }
+}

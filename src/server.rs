@@ -16,6 +16,9 @@ use axum::{Json, Router};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::config::http::Limits;
+use crate::listener::ListenerMetrics;
+
 use crate::health::{Health, Report};
 use crate::metrics::Metrics;
 use crate::nats::Connection;
@@ -31,31 +34,30 @@ pub struct ServerState {
     pub connections: Vec<Connection>,
 }
 
-/// Binds the listener now, so a taken port fails start-up rather than later.
-pub async fn bind(listen: &str) -> std::io::Result<TcpListener> {
-    TcpListener::bind(listen).await
+/// Binds the listener now, with `backlog` as its accept queue, so a taken port fails
+/// start-up rather than later.
+pub fn bind(listen: &str, backlog: u32) -> std::io::Result<TcpListener> {
+    crate::listener::bind(listen, backlog)
 }
 
-/// Serves until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, state: ServerState, mut shutdown: watch::Receiver<bool>) {
+/// Serves until `shutdown` turns true, within `limits` ([`crate::listener`]).
+pub async fn serve(
+    listener: TcpListener,
+    state: ServerState,
+    limits: Limits,
+    connections: Option<ListenerMetrics>,
+    shutdown: watch::Receiver<bool>,
+) {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     if let Some(a) = addr {
-        tracing::info!(listen = %a, "http endpoint listening (/metrics, /healthz, /readyz)");
+        tracing::info!(listen = %a, max_connections = limits.max_connections, "http endpoint listening (/metrics, /healthz, /readyz)");
     }
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(state);
-    let stop = async move {
-        let _ = shutdown.wait_for(|s| *s).await;
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(error = %e, "http endpoint failed");
-    }
+    crate::listener::serve(listener, app, limits, "http", connections, shutdown).await;
 }
 
 async fn metrics(AxumState(s): AxumState<ServerState>) -> Response {

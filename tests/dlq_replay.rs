@@ -182,3 +182,64 @@ async fn a_copy_stored_without_its_payload_is_replayed_only_with_force() {
     assert_eq!(last_sequence(&js, "ORDERS").await, (2, 2));
     assert_eq!(last_sequence(&js, "DLQ").await.1, 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_another_run_removed_first_is_recognised_from_the_servers_answer() {
+    // What the server answers when a copy is deleted twice, as a second replay run that
+    // lost the race to remove it sees: recognised as "already gone", not as a failure.
+    let server = NatsServer::start();
+    let js = server.js().await;
+    streams(&js).await;
+    copy(&js, 1, false).await;
+    let dlq = js.get_stream("DLQ").await.unwrap();
+    assert!(dlq.delete_message(1).await.unwrap());
+    let again = dlq.delete_message(1).await.expect_err("deleted already");
+    assert!(
+        jetsink::cmd::dlq_replay::already_removed(&again),
+        "not recognised: {again:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_replays_land_each_copy_once_and_all_exit_0() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    streams(&js).await;
+    const COPIES: u64 = 300;
+    // The originals (ORDERS 1..=300, without ids), then their dead-letter copies.
+    for _ in 1..=COPIES {
+        js.publish("orders.eu".to_string(), br#"{"i":1}"#.as_slice().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    for original in 1..=COPIES {
+        copy(&js, original, false).await;
+    }
+    let path = replay_config(&server, dir.path());
+    // Three runs started together read the same copies and race to remove them.
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            let (path, dir) = (path.clone(), dir.path().to_path_buf());
+            std::thread::spawn(move || replay(&path, &dir, &[]))
+        })
+        .collect();
+    for run in runs {
+        let (code, out, err) = run.join().unwrap();
+        assert_eq!(
+            code, 0,
+            "a run that lost a race failed although nothing did:\n{out}{err}"
+        );
+    }
+    let mut replayed = stream_messages(&js, "ORDERS", "orders.>").await;
+    replayed.retain(|m| m.sequence > COPIES);
+    let ids: std::collections::BTreeSet<String> = replayed
+        .iter()
+        .filter_map(|m| m.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_string()))
+        .collect();
+    assert_eq!(replayed.len() as u64, COPIES, "each copy landed once");
+    assert_eq!(ids.len() as u64, COPIES, "{ids:?}");
+    assert_eq!(last_sequence(&js, "DLQ").await.1, 0, "every copy removed");
+}

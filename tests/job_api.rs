@@ -33,7 +33,7 @@ fn jobs_db(dir: &Path) -> PathBuf {
 }
 
 struct Api {
-    _server: NatsServer,
+    server: NatsServer,
     dir: tempfile::TempDir,
     daemon: Daemon,
     base: String,
@@ -44,6 +44,11 @@ struct Api {
 /// A daemon with sink `worker` (results on, SQLite, dead letters) and sink `plain` (no
 /// results), and the job API behind a token.
 async fn start(max_waiting: usize) -> Api {
+    start_with(max_waiting, |_| {}).await
+}
+
+/// [`start`], with the config changed by `tune` before the daemon starts.
+async fn start_with(max_waiting: usize, tune: impl FnOnce(&mut Value)) -> Api {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     jobs_db(dir.path());
@@ -73,6 +78,8 @@ async fn start(max_waiting: usize) -> Api {
             }
         }
     });
+    let mut cfg = cfg;
+    tune(&mut cfg);
     let path = write_config(dir.path(), &cfg);
     let daemon = Daemon::start(&path, dir.path());
     let http = reqwest::Client::new();
@@ -90,7 +97,7 @@ async fn start(max_waiting: usize) -> Api {
     })
     .await;
     Api {
-        _server: server,
+        server,
         dir,
         daemon,
         base,
@@ -194,7 +201,7 @@ async fn a_committed_job_answers_200_a_dead_lettered_one_422_and_a_result_stored
 
     // A job published straight to NATS and finished before anyone waited: the API finds
     // its stored result, and the jobs stream drops the resubmission.
-    let js = api._server.js().await;
+    let js = api.server.js().await;
     let mut h = async_nats::HeaderMap::new();
     h.insert("Nats-Msg-Id", "early-1");
     js.publish_with_headers("jobs.run", h, "{\"n\":3}".into())
@@ -276,7 +283,7 @@ async fn unauthorized_oversized_unknown_and_malformed_requests_are_refused_with_
     assert_eq!((code, v["error"].as_str()), (400, Some("bad_timeout")));
     let (code, _, v) = answer(api.post("worker", None, "?wait=1", "{}")).await;
     assert_eq!((code, v["error"].as_str()), (400, Some("bad_query")));
-    let js = api._server.js().await;
+    let js = api.server.js().await;
     let mut jobs = js.get_stream("JOBS").await.unwrap();
     assert_eq!(
         jobs.info().await.unwrap().state.last_sequence,
@@ -356,6 +363,118 @@ async fn a_budget_that_runs_out_answers_503_and_the_same_key_later_returns_the_r
         )
         .await,
         Some(1.0)
+    );
+    api.daemon.stop_cleanly();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_answered_503_while_nats_is_down_names_its_id_and_the_documented_retry_makes_exactly_one_job(
+) {
+    // The PubAck wait of the client's own JetStream context is far longer than the
+    // request's budget: the answer must still come within the budget, and say so.
+    let mut api = start_with(100, |cfg| {
+        cfg["nats"]["request_timeout_ms"] = json!(120_000);
+    })
+    .await;
+    api.server.kill();
+    // No Idempotency-Key: the client has nothing of its own to ask again with.
+    let (code, headers, v) = answer(api.post("worker", None, "?timeout_ms=500", "{\"n\":1}")).await;
+    assert_eq!(code, 503, "{v}\n{}", api.daemon.log_text());
+    assert_eq!(
+        (v["error"].as_str(), v["retry"].as_bool()),
+        (Some("unconfirmed"), Some(true)),
+        "{v}"
+    );
+    let message = v["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("within 500 ms") && message.contains("may still be stored and run"),
+        "the budget, not the client's 120 s PubAck wait, ended the request: {v}"
+    );
+    let id = v["id"].as_str().expect("the 503 names the job").to_string();
+    assert_eq!(id.len(), 32, "{id}");
+    assert_eq!(v["idempotency_key"], id.as_str(), "{v}");
+    assert_eq!(headers["jetsink-job-id"], id.as_str());
+    assert_eq!(headers["retry-after"], "1");
+
+    // NATS comes back; the publish the client kept queued may go out now. The client
+    // follows the documented rule: ask again with Idempotency-Key set to the id it got.
+    api.server.restart();
+    let db = api.dir.path().join("data/jobs.db");
+    // Polls the answer, as a client honouring Retry-After would (bounded: a failure
+    // guard, not a timing the test asserts).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let last = loop {
+        let r = api.post("worker", Some(&id), "?timeout_ms=2000", "{\"n\":1}");
+        if let Ok(resp) = r.send().await {
+            let status = resp.status().as_u16();
+            let body: Value =
+                serde_json::from_str(&resp.text().await.unwrap_or_default()).unwrap_or(Value::Null);
+            if status == 200 {
+                break body;
+            }
+            assert_eq!(
+                status, 503,
+                "a retry is answered with the result or a 503: {body}"
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a retry with the id never got the result:\n{}",
+            api.daemon.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (last["id"].as_str(), last["status"].as_str()),
+        (Some(id.as_str()), Some("committed")),
+        "{last}"
+    );
+    assert_eq!(sqlite_count(&db, "jobs"), 1, "the job ran once");
+    let js = api.server.js().await;
+    let mut jobs = js.get_stream("JOBS").await.unwrap();
+    assert_eq!(
+        jobs.info().await.unwrap().state.last_sequence,
+        1,
+        "the jobs stream stored one job: the queued publish and every retry share its Nats-Msg-Id"
+    );
+    api.daemon.stop_cleanly();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lowercase_bearer_scheme_is_accepted_and_a_second_idempotency_key_is_refused() {
+    let mut api = start(100).await;
+    let url = format!("{}/worker/jobs", api.base);
+    let (code, _, v) = answer(
+        api.http
+            .post(&url)
+            .header("Authorization", format!("bearer {TOKEN}"))
+            .header("Idempotency-Key", "lower-1")
+            .body("{}"),
+    )
+    .await;
+    assert_eq!(code, 200, "RFC 7235: the scheme is case-insensitive: {v}");
+    let (code, _, v) = answer(
+        api.post("worker", Some("two-1"), "", "{}")
+            .header("Idempotency-Key", "two-2"),
+    )
+    .await;
+    assert_eq!(
+        (code, v["error"].as_str()),
+        (400, Some("duplicate_idempotency_key")),
+        "{v}"
+    );
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Idempotency-Key"),
+        "{v}"
+    );
+    let mut jobs = api.server.js().await.get_stream("JOBS").await.unwrap();
+    assert_eq!(
+        jobs.info().await.unwrap().state.last_sequence,
+        1,
+        "only the accepted request published a job"
     );
     api.daemon.stop_cleanly();
 }

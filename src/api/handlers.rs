@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -36,50 +36,15 @@ pub async fn submit(
     Path(sink): Path<String>,
     query: Result<Query<SubmitQuery>, QueryRejection>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    req: Request,
 ) -> Response {
-    let served = match served(&s, &sink) {
+    let (served, subject, budget, key) = match accept(&s, &sink, query, &headers) {
         Ok(x) => x,
         Err(r) => return *r,
     };
-    let subject = match &served.subject {
-        Ok(subj) => subj.clone(),
-        Err(why) => {
-            return error(
-                StatusCode::NOT_FOUND,
-                "no_job_subject",
-                json!({"sink": sink, "message": format!("{why}: the API publishes jobs on the sink's one literal filter subject")}),
-            )
-        }
-    };
-    let query = match query {
-        Ok(Query(q)) => q,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "bad_query",
-                json!({"message": format!("{}; the only parameter is timeout_ms", e.body_text())}),
-            )
-        }
-    };
-    let budget = match request::budget(&s.0.cfg, query.timeout_ms.as_deref()) {
+    let payload = match body(&s, req).await {
         Ok(b) => b,
-        Err(e) => return bad_request(&e),
-    };
-    let id = match request::job_id(headers.get(IDEMPOTENCY_KEY).map(HeaderValue::as_bytes)) {
-        Ok(id) => id,
-        Err(e) => return bad_request(&e),
-    };
-    let payload = match body {
-        Ok(b) => b,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => return too_large(),
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "bad_body",
-                json!({"message": e.body_text()}),
-            )
-        }
+        Err(r) => return *r,
     };
     let Ok(_permit) = s.0.waits.clone().try_acquire_owned() else {
         let mut r = error(
@@ -93,7 +58,7 @@ pub async fn submit(
     let _waiting = s.0.metrics.waiting(&sink);
     let job = Job {
         subject,
-        id,
+        id: Some(key.clone()),
         headers: Vec::new(),
         payload,
     };
@@ -106,12 +71,12 @@ pub async fn submit(
     let outcome = tokio::select! {
         r = client::submit(&s.0.js, &served.spec, job, budget, on_published) => r,
         _ = shutdown.wait_for(|stop| *stop) => Err(ClientError::Unavailable(
-            "jetsink is shutting down; the job stays queued".into(),
+            "jetsink is shutting down; the job may still run: ask again with the same Idempotency-Key".into(),
         )),
     };
     let (waited, id) = match published.get() {
         Some((at, id)) => (at.elapsed().as_secs_f64(), Some(id.clone())),
-        None => (0.0, None),
+        None => (0.0, client::job_id_before_publish(&served.spec, &key)),
     };
     match outcome {
         Ok(a) => {
@@ -123,15 +88,83 @@ pub async fn submit(
             result(a.body, &a.result)
         }
         Err(e) => {
-            if id.is_some() {
+            if published.get().is_some() {
                 let o = match e {
                     ClientError::TimedOut { .. } => Outcome::Timeout,
                     _ => Outcome::Error,
                 };
                 s.0.metrics.waited(&sink, o, waited);
             }
-            failure(e, id)
+            failure(e, id, Some(&key))
         }
+    }
+}
+
+/// What a submission must name before its body is read: a served sink with a job
+/// subject, a good query, at most one good `Idempotency-Key` — or the refusal (boxed: a
+/// `Response` is large). Without a key, one is made: every answer then names the id the
+/// client can ask again with, whatever happened.
+fn accept<'a>(
+    s: &'a ApiState,
+    sink: &str,
+    query: Result<Query<SubmitQuery>, QueryRejection>,
+    headers: &HeaderMap,
+) -> Result<(&'a Served, String, std::time::Duration, String), Box<Response>> {
+    let served = served(s, sink)?;
+    let subject = match &served.subject {
+        Ok(subj) => subj.clone(),
+        Err(why) => {
+            return Err(Box::new(error(
+                StatusCode::NOT_FOUND,
+                "no_job_subject",
+                json!({"sink": sink, "message": format!("{why}: the API publishes jobs on the sink's one literal filter subject")}),
+            )))
+        }
+    };
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(e) => {
+            return Err(Box::new(error(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                json!({"message": format!("{}; the only parameter is timeout_ms", e.body_text())}),
+            )))
+        }
+    };
+    let budget = request::budget(&s.0.cfg, query.timeout_ms.as_deref())
+        .map_err(|e| Box::new(bad_request(&e)))?;
+    let key = request::key_header(
+        headers
+            .get_all(IDEMPOTENCY_KEY)
+            .iter()
+            .map(HeaderValue::as_bytes),
+    )
+    .map_err(|e| Box::new(bad_request(&e)))?;
+    Ok((
+        served,
+        subject,
+        budget,
+        key.unwrap_or_else(client::random_id),
+    ))
+}
+
+/// The request body, read within `api.body_read_timeout_ms` (the size limit is the
+/// layer's): a client that trickles its body cannot hold a connection for long.
+async fn body(s: &ApiState, req: Request) -> Result<Bytes, Box<Response>> {
+    let limit = std::time::Duration::from_millis(s.0.cfg.body_read_timeout_ms);
+    match tokio::time::timeout(limit, Bytes::from_request(req, &())).await {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Box::new(too_large())),
+        Ok(Err(e)) => Err(Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "bad_body",
+            json!({"message": e.body_text()}),
+        ))),
+        Err(_) => Err(Box::new(error(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            json!({"message": format!("the body did not arrive within {} ms (api.body_read_timeout_ms)", limit.as_millis())}),
+        ))),
     }
 }
 
@@ -150,20 +183,20 @@ pub async fn lookup(
     };
     let results = match client::results_of(&served.spec) {
         Ok(r) => r,
-        Err(e) => return failure(e, None),
+        Err(e) => return failure(e, None, None),
     };
     let found = client::stored(&s.0.js, results, &id).await;
     match found {
         Ok(Some(body)) => match client::parse(results, &id, &body) {
             Ok(r) => result(body, &r),
-            Err(e) => failure(e, Some(id)),
+            Err(e) => failure(e, Some(id), None),
         },
         Ok(None) => error(
             StatusCode::NOT_FOUND,
             "not_found",
             json!({"id": id, "message": "no result is retained for this job: not finished yet, never submitted, or expired (results.create_stream.max_age_ms)"}),
         ),
-        Err(e) => failure(e, Some(id)),
+        Err(e) => failure(e, Some(id), None),
     }
 }
 
@@ -220,10 +253,13 @@ fn retry_after(r: &mut Response) {
         .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
 }
 
-/// A failed submission or lookup: 503 with `Retry-After` when asking again can help.
-fn failure(e: ClientError, id: Option<String>) -> Response {
+/// A failed submission or lookup: 503 with `Retry-After` when asking again can help. A
+/// submission's answer names the job (`id`, `Jetsink-Job-Id`) when its id is known, and
+/// always the `idempotency_key` it was sent with: the one to ask again with.
+fn failure(e: ClientError, id: Option<String>, key: Option<&str>) -> Response {
     let (status, code) = match &e {
         ClientError::TimedOut { .. } => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
+        ClientError::Unconfirmed { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unconfirmed"),
         ClientError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         ClientError::NoResults(_) => (StatusCode::NOT_FOUND, "no_results"),
         ClientError::BadId(_) => (StatusCode::BAD_REQUEST, "bad_id"),
@@ -234,6 +270,9 @@ fn failure(e: ClientError, id: Option<String>) -> Response {
     }
     if let Some(id) = &id {
         extra["id"] = json!(id);
+    }
+    if let Some(k) = key {
+        extra["idempotency_key"] = json!(k);
     }
     let mut r = error(status, code, extra);
     if status == StatusCode::SERVICE_UNAVAILABLE {

@@ -68,9 +68,11 @@ pub fn load_token(source: &SecretSource) -> Result<[u8; 32], ApiError> {
             }
         },
         SecretSource::File(path) => {
-            let bytes = std::fs::read(path).map_err(|e| ApiError::Token {
-                key: "token_file",
-                message: format!("cannot read {}: {e}", path.display()),
+            let bytes = crate::files::read(path, crate::files::Kind::Secret).map_err(|e| {
+                ApiError::Token {
+                    key: "token_file",
+                    message: e.to_string(),
+                }
             })?;
             crate::nats::credentials::secret_text(&bytes).ok_or_else(|| ApiError::Token {
                 key: "token_file",
@@ -85,12 +87,18 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-/// Whether an `Authorization` header value carries the token whose digest is `want`.
-/// Constant time in the token's content.
+/// Whether an `Authorization` header value carries the token whose digest is `want`:
+/// the scheme `Bearer` in any case (RFC 7235 makes auth schemes case-insensitive), one or
+/// more spaces, the token. Constant time in the token's content.
 pub fn authorized(header: Option<&[u8]>, want: &[u8; 32]) -> bool {
-    let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else {
+    let Some(h) = header else { return false };
+    let Some((scheme, rest)) = h.split_at_checked(6) else {
         return false;
     };
+    if !scheme.eq_ignore_ascii_case(b"bearer") || !rest.starts_with(b" ") {
+        return false;
+    }
+    let given = rest.trim_ascii_start();
     digest(given).ct_eq(want).into()
 }
 
@@ -110,22 +118,21 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Serves until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, state: ApiState, mut shutdown: watch::Receiver<bool>) {
+/// Serves until `shutdown` turns true, within the `api` section's connection limits
+/// ([`crate::listener`]).
+pub async fn serve(
+    listener: TcpListener,
+    state: ApiState,
+    connections: Option<crate::listener::ListenerMetrics>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let limits = state.0.cfg.limits();
     if let Ok(a) = listener.local_addr() {
         let a: SocketAddr = a;
-        tracing::info!(listen = %a, token = state.0.token.is_some(), "job API listening (/v1/sinks/{{sink}}/jobs)");
+        tracing::info!(listen = %a, token = state.0.token.is_some(), max_connections = limits.max_connections, "job API listening (/v1/sinks/{{sink}}/jobs)");
     }
     let app = router(state);
-    let stop = async move {
-        let _ = shutdown.wait_for(|s| *s).await;
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-    {
-        tracing::error!(error = %e, "job API failed");
-    }
+    crate::listener::serve(listener, app, limits, "api", connections, shutdown).await;
 }
 
 /// 401 unless the request carries the token (when one is configured).
@@ -180,14 +187,25 @@ mod tests {
     #[test]
     fn only_the_exact_bearer_token_is_authorized() {
         let want = digest(b"s3cret");
-        assert!(authorized(Some(b"Bearer s3cret"), &want));
+        for good in [
+            &b"Bearer s3cret"[..],
+            b"bearer s3cret",
+            b"BEARER s3cret",
+            b"bEaReR s3cret",
+            b"Bearer  s3cret",
+        ] {
+            assert!(authorized(Some(good), &want), "{good:?}");
+        }
         for bad in [
             &b"Bearer s3cre"[..],
             b"Bearer s3cret ",
-            b"bearer s3cret",
+            b"Bearers3cret",
+            b"Bearer\ts3cret",
             b"Basic s3cret",
             b"s3cret",
             b"Bearer ",
+            b"Bearer",
+            b"Beare",
         ] {
             assert!(!authorized(Some(bad), &want), "{bad:?}");
         }

@@ -17,6 +17,9 @@ pub enum BadRequest {
     /// The job id is not one safe subject token.
     #[error("{0}")]
     Id(String),
+    /// `Idempotency-Key` given more than once: which one is the job's is not to be guessed.
+    #[error("Idempotency-Key is given {0} times; send it once")]
+    TwoKeys(usize),
 }
 
 impl BadRequest {
@@ -25,6 +28,7 @@ impl BadRequest {
         match self {
             BadRequest::Timeout(_) => "bad_timeout",
             BadRequest::Id(_) => "bad_id",
+            BadRequest::TwoKeys(_) => "duplicate_idempotency_key",
         }
     }
 }
@@ -50,6 +54,19 @@ pub fn job_id(raw: Option<&[u8]>) -> Result<Option<String>, BadRequest> {
         std::str::from_utf8(raw).map_err(|_| BadRequest::Id("job id: not UTF-8 text".into()))?;
     id::check(text).map_err(|e| BadRequest::Id(format!("job id: {e}")))?;
     Ok(Some(text.to_string()))
+}
+
+/// The job id the `Idempotency-Key` header values name (all of them, in order): `None`
+/// without one, refused when given twice.
+pub fn key_header<'a>(
+    values: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Option<String>, BadRequest> {
+    let values: Vec<&[u8]> = values.into_iter().collect();
+    match values.as_slice() {
+        [] => Ok(None),
+        [one] => job_id(Some(one)),
+        many => Err(BadRequest::TwoKeys(many.len())),
+    }
 }
 
 /// The sink a request path names, when it is one of `known`; else the empty label, so
@@ -113,6 +130,20 @@ mod tests {
             let e = job_id(Some(bad)).unwrap_err();
             assert_eq!(e.code(), "bad_id", "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_second_idempotency_key_is_refused_naming_the_header() {
+        assert_eq!(key_header([]), Ok(None));
+        assert_eq!(key_header([&b"a1"[..]]), Ok(Some("a1".into())));
+        let e = key_header([&b"a1"[..], b"a2"]).unwrap_err();
+        assert_eq!(e.code(), "duplicate_idempotency_key");
+        assert_eq!(
+            e.to_string(),
+            "Idempotency-Key is given 2 times; send it once"
+        );
+        assert_eq!(key_header([&b"a1"[..], b"a1"]), Err(BadRequest::TwoKeys(2)));
+        assert_eq!(key_header([&b"a.b"[..]]).unwrap_err().code(), "bad_id");
     }
 
     #[test]

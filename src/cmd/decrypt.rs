@@ -19,7 +19,7 @@ mod parquet_input;
 
 use super::emit;
 use crate::config::Config;
-use crate::crypto::sealed::looks_sealed;
+use crate::crypto::sealed::{detect, Detected, MAGIC};
 use crate::crypto::Encryption;
 use crate::envelope::ENCRYPTED_ENCODING;
 use crate::exit;
@@ -48,6 +48,9 @@ pub fn execute(args: Args) -> u8 {
             return exit::CONFIG;
         }
     };
+    for w in &cfg.warnings {
+        eprintln!("warning: {w}");
+    }
     let Some(sink) = cfg.sinks.iter().find(|s| s.name == args.sink) else {
         eprintln!(
             "error: {} has no sink named {:?}",
@@ -146,21 +149,24 @@ pub fn decrypt_record(
     let at = format!("stream {stream} sequence {sequence} subject {subject}");
     let encoding = r.get("payload_encoding").and_then(Value::as_str);
     let stored = match r.get("payload") {
-        Some(Value::String(s)) => stored_bytes(s),
-        _ => None,
+        Some(Value::String(s)) => stored_payload(s),
+        _ => Stored::Other,
     };
+    let binding = (stream.as_str(), sequence, subject.as_str());
     let clear = match (encoding, stored) {
         (Some(e), _) if e != ENCRYPTED_ENCODING => None,
-        (_, Some(bytes)) if encoding.is_some() || looks_sealed(&bytes) => Some(
-            enc.open_payload(&stream, sequence, &subject, &bytes)
-                .map_err(|e| format!("{at}: payload: {e}"))?,
-        ),
-        (Some(_), None) => {
+        (Some(_), Stored::Bytes(bytes)) => Some(open(enc, &at, binding, &bytes)?),
+        (Some(_), _) => {
             return Err(format!(
                 "{at}: payload is not base64 or \\x hex text of a sealed value"
             ))
         }
-        _ => None,
+        (None, Stored::Bytes(bytes)) => match detect(&bytes) {
+            Detected::Clear => None,
+            Detected::Sealed | Detected::Damaged(_) => Some(open(enc, &at, binding, &bytes)?),
+        },
+        (None, Stored::Damaged(why)) => return Err(format!("{at}: payload: {why}")),
+        (None, Stored::Other) => None,
     };
     if let Some(clear) = clear {
         let (encoding, value) = clear_payload(&clear);
@@ -192,11 +198,65 @@ pub fn decrypt_record(
     Ok(r)
 }
 
+/// Opens a stored payload; the error names the record.
+fn open(
+    enc: &Encryption,
+    at: &str,
+    (stream, sequence, subject): (&str, u64, &str),
+    bytes: &[u8],
+) -> Result<Vec<u8>, String> {
+    enc.open_payload(stream, sequence, subject, bytes)
+        .map_err(|e| format!("{at}: payload: {e}"))
+}
+
 fn text_field(r: &Map<String, Value>, key: &str) -> Result<String, String> {
     r.get(key)
         .and_then(Value::as_str)
         .map(str::to_string)
         .ok_or_else(|| format!("field `{key}` missing or not a string"))
+}
+
+/// What a payload text holds.
+#[derive(Debug, PartialEq, Eq)]
+enum Stored {
+    /// Bytes, from `\x` hex or base64 text.
+    Bytes(Vec<u8>),
+    /// Text that is neither whole, but whose readable start is a sealed value: one hex
+    /// digit or base64 character cut, or altered. Never clear.
+    Damaged(String),
+    /// Neither, and nothing sealed in it: left as it is.
+    Other,
+}
+
+/// Reads a payload text: its bytes, or whether what cannot be read was a sealed value.
+/// Text that does not decode whole is a damaged sealed value when its longest start that
+/// does decode begins with the magic: a clear payload's text always decodes, and a cut
+/// or altered character shifts the bytes after it, so only the magic before it is sure.
+fn stored_payload(s: &str) -> Stored {
+    if let Some(b) = stored_bytes(s) {
+        return Stored::Bytes(b);
+    }
+    let (start, form) = match s.strip_prefix("\\x") {
+        Some(hex) => {
+            let digits = hex.bytes().take_while(u8::is_ascii_hexdigit).count() & !1;
+            (stored_bytes(&format!("\\x{}", &hex[..digits])), "\\x hex")
+        }
+        None => {
+            let chars = s
+                .bytes()
+                .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/'))
+                .count()
+                & !3;
+            (stored_bytes(&s[..chars]), "base64")
+        }
+    };
+    match start {
+        Some(b) if b.starts_with(MAGIC) => Stored::Damaged(format!(
+            "{form} text of an encrypted value that is cut or altered (a digit or character \
+             missing or wrong), so it cannot be opened"
+        )),
+        _ => Stored::Other,
+    }
 }
 
 /// The bytes of a stored payload text: PostgreSQL's `\x` hex form, else base64.
@@ -248,7 +308,131 @@ mod tests {
         assert_eq!(stored_bytes("\\xzz"), None);
     }
 
+    fn stage() -> Encryption {
+        let ring = crate::crypto::KeyRing::new([("k1".to_string(), [7u8; 32])], "k1").unwrap();
+        Encryption::new(ring, Vec::new(), Vec::new())
+    }
+
+    /// The stored bytes of `clear` as the payload of ORDERS sequence 5, subject `o.x`.
+    fn sealed(clear: &[u8]) -> Vec<u8> {
+        let ring = crate::crypto::KeyRing::new([("k1".to_string(), [7u8; 32])], "k1").unwrap();
+        let b = crate::crypto::binding::Binding {
+            stream: "ORDERS",
+            stream_sequence: 5,
+            subject: "o.x",
+            part: crate::crypto::binding::Part::Payload,
+        };
+        crate::crypto::cipher::seal(&ring, &crate::crypto::OsNonces::new(), &b, clear)
+            .unwrap()
+            .to_vec()
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        let digits: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        format!("\\x{digits}")
+    }
+
+    fn record(payload: &str) -> Map<String, Value> {
+        match serde_json::json!({"stream": "ORDERS", "stream_sequence": 5, "subject": "o.x", "payload": payload})
+        {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_sealed_payload_opens_and_a_clear_one_passes_through() {
+        let enc = stage();
+        let opened = decrypt_record(&enc, record(&hex(&sealed(b"{\"a\":1}")))).unwrap();
+        assert_eq!(opened["payload"], serde_json::json!({"a": 1}));
+        let b64 = base64::engine::general_purpose::STANDARD.encode(sealed(b"hi"));
+        assert_eq!(decrypt_record(&enc, record(&b64)).unwrap()["payload"], "hi");
+        let clear = decrypt_record(&enc, record(&hex(b"JSE is clear text"))).unwrap();
+        assert_eq!(
+            clear["payload"],
+            hex(b"JSE is clear text"),
+            "left as stored"
+        );
+    }
+
+    #[test]
+    fn a_cut_digit_the_magic_alone_and_an_unknown_version_are_errors_not_clear_text() {
+        let enc = stage();
+        let h = hex(&sealed(b"{\"a\":1}"));
+        let cut = format!("{}{}", &h[..20], &h[21..]);
+        let e = decrypt_record(&enc, record(&cut)).unwrap_err();
+        assert!(
+            e.contains("\\x hex text of an encrypted value that is cut or altered"),
+            "{e}"
+        );
+        for damaged in [&b"JSE"[..], b"JSE\x01", b"JSE\x02\x02k1rest-of-it"] {
+            let e = decrypt_record(&enc, record(&hex(damaged))).unwrap_err();
+            assert!(
+                e.starts_with("stream ORDERS sequence 5 subject o.x: payload: "),
+                "{e}"
+            );
+        }
+        let e = decrypt_record(&enc, record(&hex(b"JSE\x02\x02k1rest"))).unwrap_err();
+        assert!(e.contains("format version 2"), "{e}");
+    }
+
     proptest! {
+        /// Whatever damage a sealed payload takes after its magic — a hex digit or base64
+        /// character cut, the value cut short, the version byte replaced, a bit flipped —
+        /// the record fails: never printed as if the damaged value were clear text.
+        #[test]
+        fn a_damaged_sealed_payload_is_an_error_never_clear_text(
+            clear in proptest::collection::vec(any::<u8>(), 0..64),
+            how in 0u8..5,
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            as_hex in any::<bool>(),
+        ) {
+            let enc = stage();
+            let mut bytes = sealed(&clear);
+            let text = match how {
+                // one character cut from the text, after the magic's
+                0 => {
+                    let t = if as_hex { hex(&bytes) } else {
+                        base64::engine::general_purpose::STANDARD.encode(&bytes)
+                    };
+                    let skip = if as_hex { 2 + 6 } else { 4 };
+                    let i = skip + at.index(t.len() - skip);
+                    format!("{}{}", &t[..i], &t[i + 1..])
+                }
+                // the value cut short, the magic kept
+                1 => {
+                    bytes.truncate(3 + at.index(bytes.len() - 3));
+                    hex(&bytes)
+                }
+                // another version byte
+                2 => {
+                    bytes[3] = if byte == 1 { 2 } else { byte };
+                    hex(&bytes)
+                }
+                // a bit flipped after the magic
+                3 => {
+                    let i = 3 + at.index(bytes.len() - 3);
+                    bytes[i] ^= 1 << (byte % 8);
+                    hex(&bytes)
+                }
+                // a byte appended
+                _ => {
+                    bytes.push(byte);
+                    base64::engine::general_purpose::STANDARD.encode(&bytes)
+                }
+            };
+            // the version byte itself may have become a printable one
+            let version_is_text = bytes.get(3).is_some_and(|b| (0x20..0x7f).contains(b));
+            let out = decrypt_record(&enc, record(&text));
+            if version_is_text {
+                // `JSE` then a printable character is clear text by the format's own rule.
+                prop_assert!(out.is_ok());
+            } else {
+                prop_assert!(out.is_err(), "{} decrypted: {:?}", text, out);
+            }
+        }
+
         #[test]
         fn odd_input_never_panics(text in any::<String>(), hex in "\\\\x[0-9a-fA-F]{0,9}") {
             let _ = records(&text);

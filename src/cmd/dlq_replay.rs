@@ -173,6 +173,29 @@ pub fn landing(copy_headers: &HeaderMap, stream: &str, sequence: u64, duplicate:
     }
 }
 
+/// Whether a failed removal of a copy means it is already gone: another `dlq replay` run
+/// that read the same copy removed it first. That run's republish and this one's carry the
+/// same `Nats-Msg-Id`, so the message is back once; nothing failed.
+pub fn already_removed(e: &async_nats::jetstream::stream::DeleteMessageError) -> bool {
+    use async_nats::jetstream::stream::DeleteMessageErrorKind;
+    use async_nats::jetstream::ErrorCode;
+    match e.kind() {
+        DeleteMessageErrorKind::JetStream(err) => match err.error_code() {
+            ErrorCode::NO_MESSAGE_FOUND | ErrorCode::SEQUENCE_NOT_FOUND => true,
+            // "no message found", wrapped as a failed delete.
+            ErrorCode::STREAM_MESSAGE_DELETE_FAILED => {
+                err.to_string().to_ascii_lowercase().contains("not found")
+                    || err
+                        .to_string()
+                        .to_ascii_lowercase()
+                        .contains("no message found")
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// Replays `sink`'s dead letters.
 pub async fn run(
     js: &jetstream::Context,
@@ -265,12 +288,15 @@ pub async fn run(
                 .await
                 .map_err(|e| failed(&e))?;
             let remove = || async {
-                stream.delete_message(msg.sequence).await.map_err(|e| {
-                    format!(
+                match stream.delete_message(msg.sequence).await {
+                    Ok(_) => Ok(()),
+                    // Another replay run removed it first: the copy is gone, as wanted.
+                    Err(e) if already_removed(&e) => Ok(()),
+                    Err(e) => Err(format!(
                         "replayed DLQ sequence {} but could not remove it: {e}",
                         msg.sequence
-                    )
-                })
+                    )),
+                }
             };
             match landing(&msg.headers, &ack.stream, ack.sequence, ack.duplicate) {
                 Landing::Stored => {

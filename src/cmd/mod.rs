@@ -18,6 +18,7 @@ pub mod dlq_replay;
 pub mod keygen;
 pub mod metrics_show;
 pub mod online;
+pub mod preflight;
 pub mod publish;
 pub mod run;
 pub mod schema;

@@ -118,6 +118,14 @@ pub async fn check(config: &Config, only: Option<&str>) -> Report {
         .iter()
         .filter(|s| only.is_none_or(|o| o == s.name))
         .collect();
+    // The files `run` reads before it connects, on the host that runs it (the NATS ones
+    // are read by the connection below).
+    if config.api.is_some() {
+        match super::preflight::api_token(config) {
+            Some(issue) => report.push(Outcome::Mismatch, issue.to_string()),
+            None => report.push(Outcome::Ok, "api: the bearer token is readable"),
+        }
+    }
     let mut contexts: BTreeMap<String, Option<(jetstream::Context, String)>> = BTreeMap::new();
     for spec in &sinks {
         let label = spec.connection_label().to_string();

@@ -70,8 +70,9 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
     });
     let health = Health::default();
 
+    let listeners = crate::listener::start_up(&config, metrics.registry());
     let listener = if config.http.enabled {
-        let l = server::bind(&config.http.listen).await.map_err(|e| {
+        let l = server::bind(&config.http.listen, config.http.accept_backlog).map_err(|e| {
             AppError::Unavailable(format!(
                 "http.listen: cannot listen on {}: {e}",
                 config.http.listen
@@ -209,6 +210,7 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
             Some(tokio::spawn(crate::api::serve(
                 listener,
                 state,
+                listeners.clone(),
                 shutdown.clone(),
             )))
         }
@@ -220,7 +222,8 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), A
             health: health.clone(),
             connections: connections.values().cloned().collect(),
         };
-        tokio::spawn(server::serve(l, state, shutdown.clone()))
+        let limits = config.http.limits();
+        tokio::spawn(server::serve(l, state, limits, listeners, shutdown.clone()))
     });
 
     // systemd (Type=notify): READY=1 once every runner has started, the watchdog fed from
@@ -330,7 +333,7 @@ async fn bind_api(
         }
         None => None,
     };
-    let listener = server::bind(&cfg.listen).await.map_err(|e| {
+    let listener = server::bind(&cfg.listen, cfg.accept_backlog).map_err(|e| {
         AppError::Unavailable(format!("api.listen: cannot listen on {}: {e}", cfg.listen))
     })?;
     let api_metrics = crate::api::ApiMetrics::register(metrics.registry())
@@ -523,6 +526,7 @@ pub async fn execute(args: Args) -> u8 {
         }
     };
     crate::logging::init(&config.logging.level, config.logging.format);
+    crate::logging::config_warnings(&config.warnings);
     let grace = config
         .sinks
         .iter()

@@ -67,6 +67,9 @@ pub enum SubmitError {
     /// NATS, the jobs stream or the results stream is unavailable.
     #[error("{0}")]
     Unavailable(String),
+    /// The jobs stream did not confirm the job within the timeout: it may run.
+    #[error("{0}")]
+    Unconfirmed(String),
     /// No result within the timeout.
     #[error("no result for job {id} within {ms} ms; the job stays queued: submit again with --id {id} to get its result")]
     TimedOut {
@@ -84,7 +87,7 @@ impl SubmitError {
             SubmitError::Config(_) => exit::CONFIG,
             SubmitError::Usage(_) => exit::USAGE,
             SubmitError::Unavailable(_) => exit::UNAVAILABLE,
-            SubmitError::TimedOut { .. } => TIMED_OUT,
+            SubmitError::TimedOut { .. } | SubmitError::Unconfirmed(_) => TIMED_OUT,
         }
     }
 }
@@ -126,6 +129,16 @@ impl From<ClientError> for SubmitError {
             ClientError::BadId(why) => SubmitError::Usage(format!("--id: {why}")),
             ClientError::Unavailable(m) => SubmitError::Unavailable(m),
             ClientError::TimedOut { id, ms } => SubmitError::TimedOut { id, ms },
+            ClientError::Unconfirmed { key, ms, why } => SubmitError::Unconfirmed(match key {
+                Some(k) => format!(
+                    "the jobs stream did not confirm job {k} within {ms} ms ({why}); it may still \
+                     be stored and run: submit again with --id {k}, and it will not run twice"
+                ),
+                None => format!(
+                    "the jobs stream did not confirm the job within {ms} ms ({why}); it may still \
+                     be stored and run, and without --id a second submission is a second job"
+                ),
+            }),
         }
     }
 }
@@ -213,14 +226,22 @@ fn read_payload(data: Option<String>, file: Option<&PathBuf>) -> Result<Bytes, S
         return Ok(Bytes::from(d));
     }
     if let Some(p) = file {
-        return std::fs::read(p)
+        return crate::files::read(p, crate::files::Kind::Payload)
             .map(Bytes::from)
-            .map_err(|e| SubmitError::Usage(format!("--file {}: {e}", p.display())));
+            .map_err(|e| SubmitError::Usage(format!("--file: {e}")));
     }
+    let limit = crate::files::Kind::Payload.limit();
     let mut buf = Vec::new();
     std::io::stdin()
+        .take(limit + 1)
         .read_to_end(&mut buf)
         .map_err(|e| SubmitError::Usage(format!("reading the payload from stdin: {e}")))?;
+    if buf.len() as u64 > limit {
+        return Err(SubmitError::Usage(format!(
+            "the payload on stdin is larger than {} MiB, NATS' largest message",
+            limit >> 20
+        )));
+    }
     Ok(Bytes::from(buf))
 }
 

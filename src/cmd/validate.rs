@@ -42,6 +42,9 @@ pub async fn execute(args: Args) -> u8 {
             return exit::CONFIG;
         }
     };
+    for w in &cfg.warnings {
+        eprintln!("warning: {w}");
+    }
     if let Some(name) = &args.sink {
         if !cfg.sinks.iter().any(|s| &s.name == name) {
             let names: Vec<&str> = cfg.sinks.iter().map(|s| s.name.as_str()).collect();

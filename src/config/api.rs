@@ -5,10 +5,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::http::Limits;
 use crate::shared::issue::Issue;
 use crate::shared::nats_security::SecretSource;
 
@@ -43,6 +45,28 @@ pub struct ApiConfig {
     /// to it. Default 120000, at most 600000.
     #[serde(default = "default_max_timeout_ms")]
     pub max_timeout_ms: u64,
+    /// Most connections open at once; more wait in the accept queue. Default 4096, at most
+    /// 1000000. Keep it, with `http.max_connections`, below the process's open-file limit
+    /// (`LimitNOFILE`), which jetsink raises to its hard limit at start.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Connections the kernel queues for accepting beyond `max_connections` (the listen
+    /// backlog, capped by `net.core.somaxconn`). Default 1024, at most 65535.
+    #[serde(default = "default_accept_backlog")]
+    pub accept_backlog: u32,
+    /// How long a request's head may take to arrive, counted from the accept on a new
+    /// connection and from the previous answer on a kept-alive one. Default 10000, 100 to
+    /// 600000.
+    #[serde(default = "super::http::default_header_read_timeout_ms")]
+    pub header_read_timeout_ms: u64,
+    /// How long a kept-alive connection may wait for its next request. Default 5000, 100
+    /// to `header_read_timeout_ms`.
+    #[serde(default = "super::http::default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// How long a request's body may take to arrive in full, once its head has; a slower
+    /// one is answered 408. Default 30000, 100 to 600000.
+    #[serde(default = "default_body_read_timeout_ms")]
+    pub body_read_timeout_ms: u64,
 }
 
 impl Default for ApiConfig {
@@ -55,11 +79,26 @@ impl Default for ApiConfig {
             max_waiting: default_max_waiting(),
             default_timeout_ms: default_timeout_ms(),
             max_timeout_ms: default_max_timeout_ms(),
+            max_connections: default_max_connections(),
+            accept_backlog: default_accept_backlog(),
+            header_read_timeout_ms: super::http::default_header_read_timeout_ms(),
+            idle_timeout_ms: super::http::default_idle_timeout_ms(),
+            body_read_timeout_ms: default_body_read_timeout_ms(),
         }
     }
 }
 
 impl ApiConfig {
+    /// The limits the listener runs with.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_connections: self.max_connections,
+            accept_backlog: self.accept_backlog,
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+        }
+    }
+
     /// Where the token is, if the API asks for one.
     pub fn token(&self) -> Option<SecretSource> {
         self.token_env
@@ -86,6 +125,15 @@ fn default_timeout_ms() -> u64 {
 }
 fn default_max_timeout_ms() -> u64 {
     120_000
+}
+fn default_max_connections() -> usize {
+    4_096
+}
+fn default_accept_backlog() -> u32 {
+    1_024
+}
+fn default_body_read_timeout_ms() -> u64 {
+    30_000
 }
 
 /// The largest `max_body_bytes` accepted (NATS' own hard limit on a payload).
@@ -150,6 +198,15 @@ pub fn validate(cfg: &ApiConfig) -> Vec<Issue> {
             format!("must be between 1 and 600000, got {}", cfg.max_timeout_ms),
         );
     }
+    if !(100..=600_000).contains(&cfg.body_read_timeout_ms) {
+        push(
+            "body_read_timeout_ms",
+            format!(
+                "must be between 100 and 600000, got {}",
+                cfg.body_read_timeout_ms
+            ),
+        );
+    }
     if cfg.default_timeout_ms == 0 || cfg.default_timeout_ms > cfg.max_timeout_ms {
         push(
             "default_timeout_ms",
@@ -159,6 +216,7 @@ pub fn validate(cfg: &ApiConfig) -> Vec<Issue> {
             ),
         );
     }
+    out.extend(super::http::check_limits("api", &cfg.limits()));
     out
 }
 

@@ -137,6 +137,14 @@ pub fn validate(cfg: &DeadLetterConfig, path: &str) -> Vec<Issue> {
                 "subject",
                 format!("must not contain wildcards, got {:?}", cfg.subject),
             );
+        } else if let Some(why) = crate::shared::subject_match::reserved_capture(&cfg.capture("sink")) {
+            push(
+                "subject",
+                format!(
+                    "dead-letter copies would go to {}, and {why}",
+                    cfg.capture("sink")
+                ),
+            );
         }
     }
     if !(1..=100).contains(&cfg.max_attempts) {

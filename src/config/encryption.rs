@@ -115,7 +115,22 @@ pub(crate) fn build(
             }
         };
         match load::load(&source) {
-            Ok(bytes) => material.push((k.id.clone(), bytes)),
+            Ok(bytes) => {
+                if let Some((file, mode)) = k
+                    .file
+                    .as_deref()
+                    .and_then(|f| load::loose_mode(f).map(|m| (f, m)))
+                {
+                    issues.warn(
+                        key_path,
+                        format!(
+                            "key file {} is readable by group or others (mode {mode:o}); chmod 600 it",
+                            file.display()
+                        ),
+                    );
+                }
+                material.push((k.id.clone(), bytes))
+            }
             Err(e) => issues.push(key_path, e.to_string()),
         }
     }

@@ -11,6 +11,7 @@ pub mod api;
 pub mod dead_letter;
 pub mod destination;
 pub mod encryption;
+pub mod http;
 pub mod metadata;
 mod metadata_headers;
 mod model;
@@ -42,14 +43,10 @@ pub use raw::{
 /// Why a config could not be loaded. Every variant maps to exit code 78.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read at all.
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        /// The file named on the command line.
-        path: PathBuf,
-        /// The operating system's reason.
-        source: std::io::Error,
-    },
+    /// The file could not be read at all: missing, unreadable, not a regular file, or
+    /// larger than a config file may be ([`crate::files::Kind::Config`]).
+    #[error("{}", read_error(.0))]
+    Read(crate::files::FileError),
     /// The file was read but is wrong; all problems are listed.
     #[error("invalid config {}:\n{}", .path.display(), render_issues(.issues))]
     Invalid {
@@ -58,6 +55,15 @@ pub enum ConfigError {
         /// Every problem found, in document order where possible.
         issues: Vec<Issue>,
     },
+}
+
+fn read_error(e: &crate::files::FileError) -> String {
+    match e {
+        crate::files::FileError::Io { path, source } => {
+            format!("cannot read config file {}: {source}", path.display())
+        }
+        other => format!("config file {other}"),
+    }
 }
 
 fn render_issues(issues: &[Issue]) -> String {
@@ -71,10 +77,8 @@ fn render_issues(issues: &[Issue]) -> String {
 impl Config {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            crate::files::read_text(path, crate::files::Kind::Config).map_err(ConfigError::Read)?;
         Config::from_json_str(&text).map_err(|issues| ConfigError::Invalid {
             path: path.to_path_buf(),
             issues,

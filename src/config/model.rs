@@ -53,6 +53,9 @@ pub struct Config {
     pub logging: LoggingConfig,
     /// Sinks in name order.
     pub sinks: Vec<SinkSpec>,
+    /// What loading found that works but should be fixed, by JSON path: `validate`
+    /// prints them, `run` logs them once logging has started.
+    pub warnings: Vec<crate::shared::issue::Issue>,
 }
 
 impl Config {

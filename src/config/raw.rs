@@ -432,26 +432,7 @@ pub enum Jitter {
     Equal,
 }
 
-/// The `/metrics`, `/healthz` and `/readyz` endpoint.
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HttpConfig {
-    /// Serve the endpoint at all. Default true.
-    #[serde(default = "yes")]
-    pub enabled: bool,
-    /// Address and port to listen on. Default `127.0.0.1:9464`.
-    #[serde(default = "default_listen")]
-    pub listen: String,
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        HttpConfig {
-            enabled: true,
-            listen: default_listen(),
-        }
-    }
-}
+pub use super::http::HttpConfig;
 
 /// Log settings.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
@@ -526,9 +507,6 @@ pub(crate) fn default_max_ack_pending() -> i64 {
 fn one() -> usize {
     1
 }
-fn yes() -> bool {
-    true
-}
 fn default_duplicate_window_ms() -> u64 {
     120_000
 }
@@ -555,9 +533,6 @@ fn default_max_held_ms() -> u64 {
 }
 fn default_multiplier() -> f64 {
     2.0
-}
-fn default_listen() -> String {
-    "127.0.0.1:9464".into()
 }
 fn default_level() -> String {
     "info".into()

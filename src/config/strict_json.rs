@@ -1,10 +1,16 @@
-//! A JSON reader that refuses duplicate object keys.
+//! A JSON reader that refuses duplicate object keys, over-long strings and NUL.
 //!
 //! `serde_json` keeps the last of two equal keys without a word, so a config with
 //! `"batch_size"` written twice would silently run with whichever came last. Operators
 //! edit these files by hand; a duplicate is almost always a merge mistake, so it is an
 //! error naming the JSON path of the object that holds it. NaN and Infinity are not
 //! JSON and `serde_json` already rejects them.
+//!
+//! No string (key or value) may be longer than [`MAX_STRING_BYTES`] or hold U+0000: no
+//! setting needs either, a 50 MB value would otherwise be carried into every message
+//! that quotes it, and a NUL byte cannot be part of a path, an argument, an environment
+//! variable or a header, so `run` would refuse it later, as a dependency failure (exit 69)
+//! instead of a config error. The refusal names the path and the length, never the text.
 
 use std::fmt;
 
@@ -21,6 +27,23 @@ pub fn parse(text: &str) -> Result<Value, String> {
     .map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())?;
     Ok(value)
+}
+
+/// The longest string a config may hold, key or value, in bytes.
+pub const MAX_STRING_BYTES: usize = 65_536;
+
+/// Why `text`, found at `path`, cannot be a config string; `None` when it can.
+fn bad_string(path: &str, what: &str, text: &str) -> Option<String> {
+    let at = if path.is_empty() { "(root)" } else { path };
+    if text.len() > MAX_STRING_BYTES {
+        return Some(format!(
+            "{at}: {what} of {} bytes; a config string holds at most {MAX_STRING_BYTES}",
+            text.len()
+        ));
+    }
+    text.contains('\0').then(|| {
+        format!("{at}: {what} holds a NUL character (U+0000), which no setting may contain")
+    })
 }
 
 struct ValueSeed {
@@ -64,11 +87,17 @@ impl<'de> Visitor<'de> for ValueSeed {
             .map(Value::Number)
             .ok_or_else(|| E::custom(format!("{}: not a finite number", self.path)))
     }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        match bad_string(&self.path, "a string", v) {
+            Some(why) => Err(E::custom(why)),
+            None => Ok(Value::String(v.to_string())),
+        }
     }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        match bad_string(&self.path, "a string", &v) {
+            Some(why) => Err(E::custom(why)),
+            None => Ok(Value::String(v)),
+        }
     }
     fn visit_unit<E>(self) -> Result<Value, E> {
         Ok(Value::Null)
@@ -90,6 +119,9 @@ impl<'de> Visitor<'de> for ValueSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
+            if let Some(why) = bad_string(&self.path, "a key", &key) {
+                return Err(de::Error::custom(why));
+            }
             let path = child(&self.path, &key);
             if out.contains_key(&key) {
                 return Err(de::Error::custom(format!("{path}: duplicate key `{key}`")));
@@ -122,6 +154,41 @@ mod tests {
     }
 
     #[test]
+    fn an_overlong_string_is_refused_by_path_and_length_without_its_text() {
+        let long = "x".repeat(MAX_STRING_BYTES + 1);
+        let err = parse(&format!(r#"{{"a": {{"b": ["{long}"]}}}}"#)).unwrap_err();
+        assert!(
+            err.starts_with("a.b[0]: a string of 65537 bytes; a config string holds at most 65536"),
+            "{}",
+            &err[..err.len().min(200)]
+        );
+        assert!(!err.contains("xxxxxxxx"), "the text is not quoted");
+        let err = parse(&format!(r#"{{"a": {{"{long}": 1}}}}"#)).unwrap_err();
+        assert!(
+            err.starts_with("a: a key of 65537 bytes"),
+            "{}",
+            &err[..err.len().min(200)]
+        );
+        let exact = "y".repeat(MAX_STRING_BYTES);
+        assert!(parse(&format!(r#"{{"a": "{exact}"}}"#)).is_ok());
+    }
+
+    #[test]
+    fn a_nul_character_is_refused_in_values_and_keys() {
+        let err =
+            parse(r#"{"sinks": {"a": {"destination": {"path": "db\u0000.sqlite"}}}}"#).unwrap_err();
+        assert!(
+            err.starts_with("sinks.a.destination.path: a string holds a NUL character"),
+            "{err}"
+        );
+        let err = parse(r#"{"k\u0000": 1}"#).unwrap_err();
+        assert!(
+            err.starts_with("(root): a key holds a NUL character"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn nan_and_infinity_are_not_json() {
         assert!(parse(r#"{"a": NaN}"#).is_err());
         assert!(parse(r#"{"a": Infinity}"#).is_err());
@@ -143,7 +210,12 @@ mod tests {
         use proptest::prelude::*;
         use serde_json::{Map, Value};
 
-        /// Any JSON document with unique keys and finite numbers.
+        /// Any string a config may hold: no NUL.
+        fn text() -> impl Strategy<Value = String> {
+            any::<String>().prop_map(|s| s.replace('\0', ""))
+        }
+
+        /// Any JSON document with unique keys, finite numbers and strings without NUL.
         fn document() -> impl Strategy<Value = Value> {
             let leaf = prop_oneof![
                 Just(Value::Null),
@@ -153,12 +225,12 @@ mod tests {
                 // Decimals serde_json reads back exactly (it is not built with
                 // `float_roundtrip`; configs hold weights and shares, not 17-digit floats).
                 (-1_000_000_000i64..1_000_000_000).prop_map(|n| Value::from(n as f64 / 1000.0)),
-                any::<String>().prop_map(Value::String),
+                text().prop_map(Value::String),
             ];
             leaf.prop_recursive(4, 64, 6, |inner| {
                 prop_oneof![
                     prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                    prop::collection::btree_map(any::<String>(), inner, 0..6)
+                    prop::collection::btree_map(text(), inner, 0..6)
                         .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
                 ]
             })

@@ -29,7 +29,7 @@ const MAX_SINKS: usize = 64;
 
 /// Checks a raw config and turns it into the model the daemon runs.
 pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
-    let mut issues = Issues(Vec::new());
+    let mut issues = Issues::default();
     let RawConfig {
         nats,
         http,
@@ -53,6 +53,11 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
                 http.listen
             ),
         );
+    }
+    if http.enabled {
+        issues
+            .0
+            .extend(super::http::check_limits("http", &http.limits()));
     }
     if let Some(a) = &api {
         issues.0.extend(super::api::validate(a));
@@ -144,6 +149,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
             api,
             logging,
             sinks: specs,
+            warnings: issues.1,
         })
     } else {
         Err(issues.0)

@@ -18,14 +18,10 @@ pub enum KeySource {
 /// Why a key could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// The file could not be read.
-    #[error("cannot read key file {}: {source}", .path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The operating system's reason.
-        source: std::io::Error,
-    },
+    /// The file could not be read: missing, unreadable, not a regular file, or larger
+    /// than a key file may be.
+    #[error("{}", read_error(.0))]
+    Read(crate::files::FileError),
     /// The file does not hold a key.
     #[error("key file {} {source}", .path.display())]
     FileKey {
@@ -47,21 +43,23 @@ pub enum LoadError {
     },
 }
 
-/// Loads one key. A key file readable by group or others is loaded with a warning.
+fn read_error(e: &crate::files::FileError) -> String {
+    match e {
+        crate::files::FileError::Io { path, source } => {
+            format!("cannot read key file {}: {source}", path.display())
+        }
+        other => format!("key file {other}"),
+    }
+}
+
+/// Loads one key. Whether a key file is readable by group or others is
+/// [`loose_mode`]'s to tell; the config loader turns that into a warning the caller shows
+/// (this runs before logging starts, so a log line here would be lost).
 pub fn load(source: &KeySource) -> Result<[u8; KEY_LEN], LoadError> {
     match source {
         KeySource::File(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            if let Some(mode) = loose_mode(path) {
-                tracing::warn!(
-                    path = %path.display(),
-                    mode = format!("{mode:o}"),
-                    "key file is readable by group or others; chmod 600 it"
-                );
-            }
+            let text =
+                crate::files::read_text(path, crate::files::Kind::Key).map_err(LoadError::Read)?;
             decode_key(&text).map_err(|source| LoadError::FileKey {
                 path: path.clone(),
                 source,

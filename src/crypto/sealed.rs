@@ -83,11 +83,14 @@ impl Sealed {
 
     /// Parses stored bytes.
     pub fn parse(bytes: &[u8]) -> Result<Sealed, FormatError> {
-        if bytes.len() < 4 || &bytes[..3] != MAGIC {
+        if !bytes.starts_with(MAGIC) {
             return Err(FormatError::NotSealed);
         }
-        if bytes[3] != VERSION {
-            return Err(FormatError::Version(bytes[3]));
+        let Some(&version) = bytes.get(3) else {
+            return Err(FormatError::Truncated(bytes.len(), MIN_LEN));
+        };
+        if version != VERSION {
+            return Err(FormatError::Version(version));
         }
         let id_len = *bytes.get(4).ok_or(FormatError::Truncated(bytes.len(), 5))? as usize;
         let need = 5 + id_len + NONCE_LEN + TAG_LEN;
@@ -119,9 +122,45 @@ pub fn write_header(out: &mut impl bytes::BufMut, key_id: &str, nonce: &[u8; NON
     out.put_slice(nonce);
 }
 
+/// The shortest sealed value: a one-character key id and an empty payload.
+pub const MIN_LEN: usize = 5 + 1 + NONCE_LEN + TAG_LEN;
+
 /// Whether `bytes` start like a sealed value (magic and version).
 pub fn looks_sealed(bytes: &[u8]) -> bool {
     bytes.len() >= 4 && &bytes[..3] == MAGIC && bytes[3] == VERSION
+}
+
+/// What stored bytes are, as far as the format tells without a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Detected {
+    /// Not a sealed value: a clear payload.
+    Clear,
+    /// A well-formed sealed value (whether it opens is the key's to tell).
+    Sealed,
+    /// Was sealed, but is no longer readable as such: cut, or of a version this release
+    /// does not read. Never to be shown as clear text.
+    Damaged(FormatError),
+}
+
+/// Tells a clear value from a sealed one, and a sealed one from a damaged one.
+///
+/// A value is taken as sealed when it starts with the magic and then either ends or has
+/// a control byte (below 0x20, or 0x7f and above) where the version is: every version is
+/// a small number, while a clear text that happens to start with `JSE` goes on with a
+/// printable character. So a sealed value cut anywhere after the magic, or with another
+/// version byte, is damaged, not clear. A value cut inside the magic cannot be told from
+/// clear bytes.
+pub fn detect(bytes: &[u8]) -> Detected {
+    if !bytes.starts_with(MAGIC) {
+        return Detected::Clear;
+    }
+    match bytes.get(3) {
+        Some(&b) if (0x20..0x7f).contains(&b) => Detected::Clear,
+        _ => match Sealed::parse(bytes) {
+            Ok(_) => Detected::Sealed,
+            Err(e) => Detected::Damaged(e),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -173,6 +212,56 @@ mod tests {
             v.extend(bytes);
             let _ = Sealed::parse(&v);
         }
+    }
+
+    proptest! {
+        /// A sealed value cut anywhere after its magic, or given another version byte, is
+        /// damaged — never clear; and a clear text starting with `JSE` stays clear.
+        #[test]
+        fn a_cut_or_re_versioned_sealed_value_is_damaged_never_clear(
+            s in sealed(),
+            cut in 0usize..400,
+            version in any::<u8>(),
+            text in "[ -~]{0,20}",
+        ) {
+            let bytes = s.to_bytes();
+            prop_assert_eq!(detect(&bytes), Detected::Sealed);
+            let cut = cut.min(bytes.len() - 1).max(MAGIC.len());
+            let min = 5 + s.key_id.len() + NONCE_LEN + TAG_LEN;
+            if cut < min {
+                prop_assert!(matches!(detect(&bytes[..cut]), Detected::Damaged(_)), "cut at {}", cut);
+            }
+            let mut other = bytes.clone();
+            other[3] = version;
+            match detect(&other) {
+                Detected::Clear => prop_assert!((0x20..0x7f).contains(&version)),
+                Detected::Sealed => prop_assert_eq!(version, VERSION),
+                Detected::Damaged(_) => prop_assert_ne!(version, VERSION),
+            }
+            let clear = format!("JSE{}", text);
+            let printable_after = clear.as_bytes().get(3).is_some_and(|b| (0x20..0x7f).contains(b));
+            prop_assert_eq!(detect(clear.as_bytes()) == Detected::Clear, printable_after);
+        }
+    }
+
+    #[test]
+    fn the_magic_alone_and_an_unknown_version_are_damaged_values() {
+        assert_eq!(
+            detect(b"JSE"),
+            Detected::Damaged(FormatError::Truncated(3, MIN_LEN))
+        );
+        assert_eq!(
+            detect(b"JSE\x01"),
+            Detected::Damaged(FormatError::Truncated(4, 5))
+        );
+        assert_eq!(
+            detect(b"JSE\x02abc"),
+            Detected::Damaged(FormatError::Version(2))
+        );
+        assert_eq!(detect(b"JSON text"), Detected::Clear);
+        assert_eq!(detect(b"JSE is a word"), Detected::Clear);
+        assert_eq!(detect(b"JS"), Detected::Clear);
+        assert_eq!(detect(b""), Detected::Clear);
     }
 
     #[test]

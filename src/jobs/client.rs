@@ -6,8 +6,16 @@
 //! result published before the wait began (by an earlier submission of the same id, say)
 //! is found too. A timeout is retriable: the job stays queued, and submitting again with
 //! the same id is dropped by the jobs stream's duplicate window and returns the result.
+//!
+//! The whole submission — subscribing, publishing, the PubAck, the lookup and the wait —
+//! runs within one budget. A publish the server has not confirmed within it cannot be
+//! taken back (the client keeps it queued while disconnected and sends it on reconnect),
+//! so that failure says the job may still run and names the id to ask again with.
 
-use std::time::{Duration, Instant};
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
 use async_nats::HeaderMap;
@@ -30,9 +38,27 @@ pub enum ClientError {
     /// The job id given is not one safe subject token.
     #[error("job id: {0}")]
     BadId(#[from] InvalidJobId),
-    /// NATS, the jobs stream or the results stream is unavailable.
+    /// NATS, the jobs stream or the results stream is unavailable, and the job was not
+    /// published (or was, and is stored: then the error says so).
     #[error("{0}")]
     Unavailable(String),
+    /// The job was handed to the client but the jobs stream did not confirm it within the
+    /// budget: it may be stored already, or be sent when the connection comes back, and
+    /// run. Submitting again with the same id (its `Nats-Msg-Id`) is dropped as a duplicate
+    /// within the jobs stream's duplicate window, so it never runs twice.
+    #[error(
+        "the jobs stream did not confirm the job within {ms} ms ({why}); it may still be stored \
+         and run: submit again with the same id{}, and it will not run twice",
+        .key.as_deref().map(|k| format!(" ({k})")).unwrap_or_default()
+    )]
+    Unconfirmed {
+        /// The id the job was sent with (`Nats-Msg-Id`), when it had one.
+        key: Option<String>,
+        /// The budget.
+        ms: u64,
+        /// What failed: the publish, or the wait for the PubAck.
+        why: String,
+    },
     /// No result within the timeout; the job stays queued.
     #[error("no result for job {id} within {ms} ms; the job stays queued")]
     TimedOut {
@@ -114,23 +140,53 @@ pub fn results_of(spec: &SinkSpec) -> Result<&ResultsConfig, ClientError> {
         .ok_or_else(|| ClientError::NoResults(spec.name.clone()))
 }
 
-/// Publishes `job` for `spec` and waits up to `timeout` for its result. `published` is
-/// called once the jobs stream stored the job (or dropped it as a duplicate), before the
-/// wait, with the id the wait is for.
+/// The id a job is sent with (`Nats-Msg-Id`), which is also the id to submit it again
+/// with: the one given, else a random one — unless the sink reads its job ids from a
+/// stream-sequence idempotency key and no id is given, when the job goes without one.
+pub fn sent_id(spec: &SinkSpec, given: Option<&str>) -> Option<String> {
+    let by_sequence = spec
+        .results
+        .as_ref()
+        .is_some_and(|r| r.job_id == JobIdSource::IdempotencyKey)
+        && spec.delivery.idempotency_key == IdempotencyKey::StreamSequence;
+    match given {
+        Some(g) => Some(g.to_string()),
+        None if by_sequence => None,
+        None => Some(random_id()),
+    }
+}
+
+/// The job id of a job sent with `key` as its `Nats-Msg-Id`, when it is known before the
+/// PubAck: `key` itself, unless the sink reads its ids from a stream-sequence idempotency
+/// key (then only the PubAck tells).
+pub fn job_id_before_publish(spec: &SinkSpec, key: &str) -> Option<String> {
+    let results = spec.results.as_ref()?;
+    known_id(results, spec, Some(key)).ok().flatten()
+}
+
+/// Publishes `job` for `spec` and waits for its result, all within `timeout`. `published`
+/// is called once the jobs stream stored the job (or dropped it as a duplicate), before
+/// the wait, with the id the wait is for.
 pub async fn submit(
     js: &jetstream::Context,
     spec: &SinkSpec,
-    job: Job,
+    mut job: Job,
     timeout: Duration,
     published: impl FnOnce(&Published),
 ) -> Result<Answer, ClientError> {
+    let deadline = Instant::now() + timeout;
+    let ms = timeout.as_millis() as u64;
     let results = results_of(spec)?;
+    if let Some(g) = &job.id {
+        id::check(g)?;
+    }
+    job.id = sent_id(spec, job.id.as_deref());
     let known = known_id(results, spec, job.id.as_deref())?;
     let mut headers = HeaderMap::new();
     for (k, v) in &job.headers {
         headers.append(k.as_str(), v.as_str());
     }
-    if let Some(id) = job.id.as_deref().or(known.as_deref()) {
+    if let Some(id) = job.id.as_deref() {
         headers.insert(MSG_ID_HEADER, id);
         if let JobIdSource::Header(h) = &results.job_id {
             headers.insert(h.as_str(), id);
@@ -138,21 +194,40 @@ pub async fn submit(
     }
     let client = js.client();
     // Subscribe before publishing, so a result published at once cannot be missed.
+    let not_sent = |what: &str| {
+        ClientError::Unavailable(format!(
+            "{what} did not finish within {ms} ms (NATS unreachable?); the job was not sent"
+        ))
+    };
     let mut sub = match &known {
-        Some(id) => Some(subscribe(&client, results, id).await?),
+        Some(id) => Some(
+            within(deadline, subscribe(&client, results, id))
+                .await
+                .ok_or_else(|| not_sent("subscribing to the result"))??,
+        ),
         None => None,
     };
-    let ack = js
-        .publish_with_headers(job.subject.clone(), headers, job.payload)
+    let unconfirmed = |why: String| ClientError::Unconfirmed {
+        key: job.id.clone(),
+        ms,
+        why,
+    };
+    let publish = async {
+        js.publish_with_headers(job.subject.clone(), headers, job.payload.clone())
+            .await
+            .map_err(|e| format!("publishing to {}: {e}", job.subject))?
+            .await
+            .map_err(|e| {
+                format!(
+                    "publishing to {} (sink {}, stream {}): {e}",
+                    job.subject, spec.name, spec.source.stream
+                )
+            })
+    };
+    let ack = within(deadline, publish)
         .await
-        .map_err(|e| ClientError::Unavailable(format!("publishing to {}: {e}", job.subject)))?
-        .await
-        .map_err(|e| {
-            ClientError::Unavailable(format!(
-                "publishing to {} (sink {}, stream {}): {e}",
-                job.subject, spec.name, spec.source.stream
-            ))
-        })?;
+        .ok_or_else(|| unconfirmed("no PubAck from the jobs stream".into()))?
+        .map_err(unconfirmed)?;
     let id = match known {
         Some(id) => id,
         None => format!("{}:{}", ack.stream, ack.sequence),
@@ -161,14 +236,20 @@ pub async fn submit(
         id: id.clone(),
         duplicate: ack.duplicate,
     });
+    let timed_out = || ClientError::TimedOut { id: id.clone(), ms };
     let sub = match sub.take() {
         Some(s) => s,
-        None => subscribe(&client, results, &id).await?,
+        None => within(deadline, subscribe(&client, results, &id))
+            .await
+            .ok_or_else(timed_out)??,
     };
     let started = Instant::now();
-    let body = match stored(js, results, &id).await? {
+    let body = match within(deadline, stored(js, results, &id))
+        .await
+        .ok_or_else(timed_out)??
+    {
         Some(b) => b,
-        None => wait(&id, sub, timeout).await?,
+        None => wait(&id, sub, deadline, ms).await?,
     };
     let result = parse(results, &id, &body)?;
     Ok(Answer {
@@ -189,23 +270,19 @@ pub fn parse(results: &ResultsConfig, id: &str, body: &[u8]) -> Result<JobResult
     })
 }
 
-/// The job id before publishing, when it can be known: the one given (or a random one)
-/// unless the sink reads its ids from a stream-sequence idempotency key, which only the
-/// PubAck tells.
+/// The job id before publishing, when it can be known: the id it is sent with, unless the
+/// sink reads its ids from a stream-sequence idempotency key, which only the PubAck tells.
 fn known_id(
     results: &ResultsConfig,
     spec: &SinkSpec,
-    given: Option<&str>,
+    sent: Option<&str>,
 ) -> Result<Option<String>, ClientError> {
-    if let Some(g) = given {
-        id::check(g)?;
-    }
     let by_sequence = results.job_id == JobIdSource::IdempotencyKey
         && spec.delivery.idempotency_key == IdempotencyKey::StreamSequence;
     if by_sequence {
         return Ok(None);
     }
-    Ok(Some(given.map_or_else(random_id, str::to_string)))
+    Ok(Some(sent.map_or_else(random_id, str::to_string)))
 }
 
 async fn subscribe(
@@ -247,20 +324,27 @@ pub async fn stored(
     }
 }
 
-/// The result that arrives on `sub` within `timeout`.
+/// `fut`'s output, or `None` when `deadline` passes first.
+async fn within<T>(deadline: Instant, fut: impl Future<Output = T>) -> Option<T> {
+    tokio::time::timeout_at(deadline, fut).await.ok()
+}
+
+/// The result that arrives on `sub` before `deadline` (the end of a budget of `ms`).
 async fn wait(
     id: &str,
     mut sub: async_nats::Subscriber,
-    timeout: Duration,
+    deadline: Instant,
+    ms: u64,
 ) -> Result<Bytes, ClientError> {
-    match tokio::time::timeout(timeout, sub.next()).await {
-        Ok(Some(m)) => Ok(m.payload),
-        Ok(None) => Err(ClientError::Unavailable(
-            "the connection closed while waiting for the result".into(),
+    match within(deadline, sub.next()).await {
+        Some(Some(m)) => Ok(m.payload),
+        Some(None) => Err(ClientError::Unavailable(
+            "the connection closed while waiting for the result; the job is stored and will run"
+                .into(),
         )),
-        Err(_) => Err(ClientError::TimedOut {
+        None => Err(ClientError::TimedOut {
             id: id.to_string(),
-            ms: timeout.as_millis() as u64,
+            ms,
         }),
     }
 }

@@ -30,7 +30,18 @@ fn err(key: &'static str, message: String) -> CredentialError {
 }
 
 fn read_file(key: &'static str, path: &Path) -> Result<Vec<u8>, CredentialError> {
-    std::fs::read(path).map_err(|e| err(key, format!("cannot read {}: {e}", path.display())))
+    crate::files::read(path, kind_of(key)).map_err(|e| err(key, e.to_string()))
+}
+
+/// The bound of the file a config key names.
+fn kind_of(key: &str) -> crate::files::Kind {
+    use crate::files::Kind;
+    match key {
+        "tls.ca_file" | "tls.cert_file" => Kind::Certificates,
+        "tls.key_file" => Kind::PrivateKey,
+        "creds_file" => Kind::Credentials,
+        _ => Kind::Secret,
+    }
 }
 
 /// A secret's text without the line break an editor or `echo` leaves after it; `None`

@@ -15,25 +15,58 @@ pub struct Issue {
     pub message: String,
 }
 
+/// The longest message an issue prints, in bytes. A message quotes the offending value
+/// where that helps, and a value may be as long as a config string (64 KiB): past this, the
+/// rest is cut, so a mistake is never printed back whole.
+pub const MAX_MESSAGE_BYTES: usize = 1_024;
+
+/// `text` cut to at most `max` bytes at a character boundary, saying how much was cut.
+pub fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… ({} more bytes not shown)",
+        &text[..end],
+        text.len() - end
+    )
+    .into()
+}
+
 impl fmt::Display for Issue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let message = cut(&self.message, MAX_MESSAGE_BYTES);
         if self.path.is_empty() {
-            write!(f, "{}", self.message)
+            write!(f, "{message}")
         } else {
-            write!(f, "{}: {}", self.path, self.message)
+            write!(f, "{}: {message}", cut(&self.path, MAX_MESSAGE_BYTES))
         }
     }
 }
 
 /// Every problem found so far, in the order found: checks push and keep going, so an
-/// operator fixes all mistakes in one edit instead of one per restart.
+/// operator fixes all mistakes in one edit instead of one per restart. Beside them, the
+/// warnings: things that work but should be fixed (a key file others may read). They are
+/// kept with the config, not logged, because the config is read before logging starts.
 #[derive(Debug, Default)]
-pub(crate) struct Issues(pub(crate) Vec<Issue>);
+pub(crate) struct Issues(pub(crate) Vec<Issue>, pub(crate) Vec<Issue>);
 
 impl Issues {
     /// Records a problem at `path`.
     pub(crate) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(Issue {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Records a warning at `path`: the config is accepted.
+    pub(crate) fn warn(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.1.push(Issue {
             path: path.into(),
             message: message.into(),
         });
@@ -72,4 +105,26 @@ pub(crate) fn deserialize_at<T: serde::de::DeserializeOwned>(
             message: err.into_inner().to_string(),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_message_is_cut_at_a_character_boundary_saying_how_much() {
+        let i = Issue {
+            path: "api.listen".into(),
+            message: format!("must be an address:port, got {:?}", "é".repeat(5_000)),
+        };
+        let shown = i.to_string();
+        assert!(shown.len() < MAX_MESSAGE_BYTES + 100, "{}", shown.len());
+        assert!(shown.starts_with("api.listen: must be an address:port, got \"éé"));
+        assert!(shown.ends_with("more bytes not shown)"), "{shown}");
+        let short = Issue {
+            path: String::new(),
+            message: "fine".into(),
+        };
+        assert_eq!(short.to_string(), "fine");
+    }
 }

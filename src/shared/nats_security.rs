@@ -321,7 +321,7 @@ mod tests {
     use super::*;
 
     fn auth(k: AuthKeys<'_>) -> (NatsAuth, Vec<String>) {
-        let mut issues = Issues(Vec::new());
+        let mut issues = Issues::default();
         let a = check_auth(k, &mut issues);
         (a, issues.0.iter().map(ToString::to_string).collect())
     }
@@ -433,7 +433,7 @@ mod tests {
 
     fn tls(json: serde_json::Value) -> (Option<NatsTls>, Vec<String>) {
         let raw: TlsConfig = serde_json::from_value(json).unwrap();
-        let mut issues = Issues(Vec::new());
+        let mut issues = Issues::default();
         let t = check_tls(Some(&raw), &mut issues);
         (t, issues.0.iter().map(ToString::to_string).collect())
     }

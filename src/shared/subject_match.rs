@@ -42,6 +42,27 @@ pub fn covers(wide: &str, narrow: &str) -> bool {
     }
 }
 
+/// Why a stream jetsink creates cannot capture `subject`, when it cannot: it could
+/// capture the server's own API subjects. nats-server 2.9 refuses a stream inside
+/// `$JS.API.>`; 2.10 and later refuse one that can match any subject of `$JS.>` (but
+/// `$JS.EVENT.>`), `$JSC.>` or `$SYS.>`, and `>` itself, unless the stream has no-ack,
+/// which jetsink never sets. The rule here is the later, wider one, so a config that
+/// validates creates its streams on every server.
+pub fn reserved_capture(subject: &str) -> Option<&'static str> {
+    if subject == ">" {
+        return Some("a stream capturing every subject would capture the server's API subjects too; the server refuses it");
+    }
+    let api = (overlap(subject, "$JS.>") && !covers("$JS.EVENT.>", subject))
+        || overlap(subject, "$JSC.>");
+    if api {
+        return Some(
+            "it can match JetStream API subjects ($JS.>, $JSC.>); the server refuses such a stream",
+        );
+    }
+    overlap(subject, "$SYS.>")
+        .then_some("it can match system subjects ($SYS.>); the server refuses such a stream")
+}
+
 /// Whether the concrete `subject` matches `filter`.
 pub fn matches(filter: &str, subject: &str) -> bool {
     !subject.split('.').any(|t| t == "*" || t == ">") && overlap(filter, subject)
@@ -51,6 +72,35 @@ pub fn matches(filter: &str, subject: &str) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_stream_may_not_capture_the_servers_api_subjects() {
+        for refused in [
+            ">",
+            "$JS.API.x",
+            "$JS.x",
+            "$JS.>",
+            "$JSC.x",
+            "$SYS.x",
+            "*.x",
+            "*.>",
+            "$JS.*",
+        ] {
+            assert!(reserved_capture(refused).is_some(), "{refused}");
+        }
+        for allowed in [
+            "orders.>",
+            "*",
+            "$JS.EVENT.x",
+            "$JS.EVENT.>",
+            "$KV.x",
+            "_INBOX.x",
+            "$JS",
+            "a.*.>",
+        ] {
+            assert_eq!(reserved_capture(allowed), None, "{allowed}");
+        }
+    }
 
     #[test]
     fn a_wider_filter_covers_a_narrower_one() {

@@ -196,6 +196,12 @@ impl Daemon {
 
     /// Like [`Daemon::start`] with `RUST_LOG` set to `rust_log` instead of `info`.
     pub fn start_with_log(config: &Path, dir: &Path, rust_log: &str) -> Daemon {
+        Daemon::start_wrapped(config, dir, rust_log, &[])
+    }
+
+    /// Like [`Daemon::start_with_log`], run through `wrapper` (a program and its arguments
+    /// that then exec jetsink, such as `prlimit --nofile=1024:8192 --`).
+    pub fn start_wrapped(config: &Path, dir: &Path, rust_log: &str, wrapper: &[&str]) -> Daemon {
         let log = dir.join(format!(
             "jetsink-{}.log",
             std::time::SystemTime::now()
@@ -204,7 +210,15 @@ impl Daemon {
                 .unwrap_or(0)
         ));
         let err = std::fs::File::create(&log).expect("daemon log");
-        let child = Command::new(jetsink_bin())
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(jetsink_bin());
+                c
+            }
+            None => Command::new(jetsink_bin()),
+        };
+        let child = cmd
             .args(["run", "--config"])
             .arg(config)
             .current_dir(dir)
@@ -307,6 +321,41 @@ pub fn jetsink(args: &[&str], dir: &Path) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Like [`jetsink`], but the command is killed if it has not exited within `within` (a
+/// failure guard for a command that would hang, such as one reading a FIFO): `None` then.
+/// Output goes through files, so a command printing a lot cannot block on a full pipe.
+pub fn jetsink_within(
+    args: &[&str],
+    dir: &Path,
+    within: Duration,
+) -> Option<(i32, String, String)> {
+    let out_path = dir.join(".jetsink-within.out");
+    let err_path = dir.join(".jetsink-within.err");
+    let mut child = Command::new(jetsink_bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+        .spawn()
+        .expect("run jetsink");
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read =
+        |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+    status.map(|s| (s.code().unwrap_or(-1), read(&out_path), read(&err_path)))
 }
 
 /// What the consumer has delivered so far: (last consumer sequence, redelivered count).

@@ -52,7 +52,7 @@ mod tests {
     use serde_json::json;
 
     fn problems(atomic: bool, batch_size: usize) -> Vec<String> {
-        let mut issues = Issues(Vec::new());
+        let mut issues = Issues::default();
         let value = json!({"type": "nats", "servers": ["nats://127.0.0.1:4222"],
                            "stream": "T", "subject": "t.{subject}", "atomic": atomic});
         check(value, batch_size, &SinkPaths::multi("sinks.a"), &mut issues).expect("read");

@@ -144,6 +144,19 @@ pub(crate) fn check(s: &SourceConfig, d: &DeliveryConfig, p: &SinkPaths, issues:
         for (i, subj) in cs.subjects.iter().enumerate() {
             if let Err(why) = check_subject(subj) {
                 issues.push(format!("{base}.subjects[{i}]"), format!("{why}: {subj:?}"));
+            } else if let Some(why) = crate::shared::subject_match::reserved_capture(subj) {
+                issues.push(format!("{base}.subjects[{i}]"), format!("{subj:?}: {why}"));
+            }
+        }
+        if cs.subjects.is_empty() {
+            // The stream is created with the source's own filter subjects.
+            for subj in &s.subjects {
+                if let Some(why) = crate::shared::subject_match::reserved_capture(subj) {
+                    issues.push(
+                        p.subjects.clone(),
+                        format!("{subj:?} would be the subject of the stream create_stream makes, and {why}"),
+                    );
+                }
             }
         }
         issues.range(format!("{base}.replicas"), cs.replicas, 1, 5);

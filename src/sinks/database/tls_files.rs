@@ -23,7 +23,8 @@ pub(crate) fn certificates(
     field: &str,
     path: &str,
 ) -> Result<Vec<CertificateDer<'static>>, SinkError> {
-    let text = std::fs::read(path).map_err(|e| bad(format!("{field}: cannot read {path}: {e}")))?;
+    let text = crate::files::read(std::path::Path::new(path), crate::files::Kind::Certificates)
+        .map_err(|e| bad(format!("{field}: {e}")))?;
     let certs = CertificateDer::pem_slice_iter(&text)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad(format!("{field} {path}: {e}")))?;
@@ -35,8 +36,8 @@ pub(crate) fn certificates(
 
 /// The client's private key: the first PKCS#8, PKCS#1 or SEC1 PEM key in `tls.key_file`.
 pub(crate) fn private_key(path: &str) -> Result<PrivateKeyDer<'static>, SinkError> {
-    let text =
-        std::fs::read(path).map_err(|e| bad(format!("tls.key_file: cannot read {path}: {e}")))?;
+    let text = crate::files::read(std::path::Path::new(path), crate::files::Kind::PrivateKey)
+        .map_err(|e| bad(format!("tls.key_file: {e}")))?;
     PrivateKeyDer::from_pem_slice(&text).map_err(|e| {
         let what = match e {
             _ if is_encrypted_key(&text) => {

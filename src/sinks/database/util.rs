@@ -35,9 +35,10 @@ pub fn read_password(env: Option<&str>, file: Option<&str>) -> Result<Option<Str
             });
     }
     if let Some(path) = file {
-        let text = std::fs::read_to_string(path).map_err(|e| SinkError::Misconfigured {
-            message: format!("password_file: cannot read {path}: {e}"),
-        })?;
+        let text = crate::files::read_text(std::path::Path::new(path), crate::files::Kind::Secret)
+            .map_err(|e| SinkError::Misconfigured {
+                message: format!("password_file: {e}"),
+            })?;
         let text = text.strip_suffix('\n').unwrap_or(&text);
         let text = text.strip_suffix('\r').unwrap_or(text);
         return Ok(Some(text.to_string()));

@@ -136,6 +136,8 @@ impl DestinationSettings for FileConfig {
         self.format_problems(&mut out);
         if self.directory.trim().is_empty() {
             out.push(("directory".into(), "must not be empty".into()));
+        } else if let Some(why) = crate::sinks::util::path_problem(&self.directory, false) {
+            out.push(("directory".into(), why));
         }
         if self.rotate_bytes != 0 && self.rotate_bytes < 4_096 {
             out.push((

@@ -11,7 +11,13 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Certificate, Client, Identity};
 
 use super::config::HttpConfig;
+use crate::files::Kind;
 use crate::sinks::SinkError;
+
+/// The bytes of a file a TLS setting names, bounded by its kind.
+fn read(path: &str, kind: Kind) -> Result<Vec<u8>, crate::files::FileError> {
+    crate::files::read(std::path::Path::new(path), kind)
+}
 
 /// The client and the headers every request carries.
 pub struct Prepared {
@@ -37,8 +43,7 @@ pub fn prepare(c: &HttpConfig) -> Result<Prepared, SinkError> {
         .tcp_nodelay(true)
         .use_rustls_tls();
     if let Some(path) = &c.tls.ca_file {
-        let pem = std::fs::read(path)
-            .map_err(|e| misconfigured(format!("tls.ca_file: cannot read {path}: {e}")))?;
+        let pem = read(path, Kind::Certificates).map_err(|e| misconfigured(format!("tls.ca_file: {e}")))?;
         let certs = Certificate::from_pem_bundle(&pem).map_err(|e| {
             misconfigured(format!("tls.ca_file: {path} is not a PEM certificate bundle: {e}"))
         })?;
@@ -53,13 +58,13 @@ pub fn prepare(c: &HttpConfig) -> Result<Prepared, SinkError> {
         }
     }
     if let (Some(cert), Some(key)) = (&c.tls.client_cert_file, &c.tls.client_key_file) {
-        let mut pem = std::fs::read(cert).map_err(|e| {
-            misconfigured(format!("tls.client_cert_file: cannot read {cert}: {e}"))
-        })?;
+        let mut pem = read(cert, Kind::Certificates)
+            .map_err(|e| misconfigured(format!("tls.client_cert_file: {e}")))?;
         pem.push(b'\n');
-        pem.extend(std::fs::read(key).map_err(|e| {
-            misconfigured(format!("tls.client_key_file: cannot read {key}: {e}"))
-        })?);
+        pem.extend(
+            read(key, Kind::PrivateKey)
+                .map_err(|e| misconfigured(format!("tls.client_key_file: {e}")))?,
+        );
         let identity = Identity::from_pem(&pem).map_err(|e| {
             misconfigured(format!(
                 "tls.client_cert_file/client_key_file: {cert} and {key} are not a PEM certificate and key: {e}"
@@ -116,8 +121,8 @@ fn read_secret(key: &str, env: Option<&str>, file: Option<&str>) -> Result<Strin
         });
     }
     if let Some(path) = file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| misconfigured(format!("{key}.file: cannot read {path}: {e}")))?;
+        let text = crate::files::read_text(std::path::Path::new(path), Kind::Secret)
+            .map_err(|e| misconfigured(format!("{key}.file: {e}")))?;
         let text = text.strip_suffix('\n').unwrap_or(&text);
         let text = text.strip_suffix('\r').unwrap_or(text);
         return Ok(text.to_string());

@@ -41,9 +41,11 @@ fn secret(what: &str, env: Option<&str>, file: Option<&str>) -> Result<String, S
             message: format!("{what}: environment variable {var} is not set (or not UTF-8)"),
         })?,
         (None, Some(path)) => {
-            let mut text = std::fs::read_to_string(path).map_err(|e| SinkError::Misconfigured {
-                message: format!("{what}: cannot read {path}: {e}"),
-            })?;
+            let mut text =
+                crate::files::read_text(std::path::Path::new(path), crate::files::Kind::Secret)
+                    .map_err(|e| SinkError::Misconfigured {
+                        message: format!("{what}: {e}"),
+                    })?;
             if text.ends_with('\n') {
                 text.pop();
                 if text.ends_with('\r') {

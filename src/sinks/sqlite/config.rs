@@ -59,6 +59,8 @@ impl DestinationSettings for SqliteConfig {
         let mut out = Vec::new();
         if self.path.trim().is_empty() {
             out.push(("path".into(), "must not be empty".into()));
+        } else if let Some(why) = crate::sinks::util::path_problem(&self.path, true) {
+            out.push(("path".into(), why));
         }
         if !is_sql_identifier(&self.table) {
             out.push((

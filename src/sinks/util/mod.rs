@@ -16,6 +16,37 @@ pub fn io_error(context: &str, err: &std::io::Error) -> SinkError {
     SinkError::transient(format!("{context}: {err}"))
 }
 
+/// The longest path the kernel opens (`PATH_MAX` less the NUL), in bytes.
+const PATH_MAX: usize = 4_095;
+/// The longest name of one directory entry (`NAME_MAX`), in bytes.
+const NAME_MAX: usize = 255;
+
+/// Why `path` cannot name what a destination opens, whatever the filesystem holds: too
+/// long for the kernel, a component longer than a file name may be, or — with
+/// `file` — a path that can only name a directory (`.`, `..`, a trailing `/`). Pure, so
+/// `validate` refuses what `open` would (exit 78 before, not 69 or 78 at start-up).
+pub fn path_problem(path: &str, file: bool) -> Option<String> {
+    if path.len() > PATH_MAX {
+        return Some(format!(
+            "a path of {} bytes; the kernel opens at most {PATH_MAX}",
+            path.len()
+        ));
+    }
+    if let Some(long) = path.split('/').find(|c| c.len() > NAME_MAX) {
+        return Some(format!(
+            "a path component of {} bytes; a file name holds at most {NAME_MAX}",
+            long.len()
+        ));
+    }
+    let last = path.rsplit('/').next().unwrap_or_default();
+    if file && matches!(last, "" | "." | "..") {
+        return Some(format!(
+            "{path:?} names a directory; give the path of a file"
+        ));
+    }
+    None
+}
+
 /// Whether this process may create files in the existing directory `dir` (write and
 /// search permission, as the kernel decides for this user, read-only mounts included),
 /// checked without creating anything.
@@ -84,6 +115,27 @@ pub fn probe_directory(dir: &Path) -> Result<Probe, SinkError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_the_kernel_cannot_open_as_a_file_are_named() {
+        assert_eq!(path_problem("data/jobs.db", true), None);
+        assert_eq!(path_problem("x.db ", true), None);
+        assert_eq!(
+            path_problem("data/", false),
+            None,
+            "a directory may end with /"
+        );
+        for dir in [".", "..", "data/", "data/.", "a/..", "/"] {
+            assert!(
+                path_problem(dir, true).is_some_and(|m| m.contains("names a directory")),
+                "{dir}"
+            );
+        }
+        let long = format!("data/{}.db", "n".repeat(300));
+        assert!(path_problem(&long, true).is_some_and(|m| m.contains("component of 303 bytes")));
+        let deep = "d/".repeat(2100) + "x.db";
+        assert!(path_problem(&deep, false).is_some_and(|m| m.contains("at most 4095")));
+    }
 
     #[test]
     fn a_directory_is_ready_or_would_be_created_and_nothing_is_created() {
