@@ -90,9 +90,13 @@ impl ListenerMetrics {
         registry.register(Box::new(open.clone()))?;
         registry.register(Box::new(accepted.clone()))?;
         registry.register(Box::new(timeouts.clone()))?;
+        // Every series at zero from the start, so dashboards and alerts see them.
         for l in ["http", "api"] {
             let _ = open.with_label_values(&[l]);
             let _ = accepted.with_label_values(&[l]);
+            for kind in ["header", "idle"] {
+                let _ = timeouts.with_label_values(&[l, kind]);
+            }
         }
         Ok(ListenerMetrics {
             open,

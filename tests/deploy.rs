@@ -315,6 +315,7 @@ fn exported_names() -> BTreeSet<String> {
     sink.pinned();
     jetsink::nats::ConnectionMetrics::new(&m, "c");
     jetsink::nats::Links::new(&m);
+    jetsink::listener::ListenerMetrics::register(m.registry()).unwrap();
     let api = jetsink::api::ApiMetrics::register(m.registry()).unwrap();
     api.init_sink("s");
     api.waited("s", jetsink::api::metrics::Outcome::Committed, 0.1);

@@ -137,7 +137,9 @@ pub fn validate(cfg: &DeadLetterConfig, path: &str) -> Vec<Issue> {
                 "subject",
                 format!("must not contain wildcards, got {:?}", cfg.subject),
             );
-        } else if let Some(why) = crate::shared::subject_match::reserved_capture(&cfg.capture("sink")) {
+        } else if let Some(why) =
+            crate::shared::subject_match::reserved_capture(&cfg.capture("sink"))
+        {
             push(
                 "subject",
                 format!(

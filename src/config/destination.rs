@@ -9,6 +9,7 @@
 use serde_json::Value;
 
 use crate::shared::issue::Issue;
+use crate::sinks::parse_destination;
 pub use crate::sinks::{DestinationConfig, KINDS, PLANNED};
 
 /// Reads a `destination` object found at `path`.
@@ -39,7 +40,7 @@ pub fn parse(path: &str, value: Value) -> Result<DestinationConfig, Issue> {
     if let Some(obj) = body.as_object_mut() {
         obj.remove("type");
     }
-    if let Some(parsed) = DestinationConfig::deserialize(&kind, path, body) {
+    if let Some(parsed) = parse_destination(&kind, path, body) {
         return parsed;
     }
     let message = if PLANNED.contains(&kind.as_str()) {

@@ -132,7 +132,8 @@ pub fn validate(cfg: &ResultsConfig, path: &str) -> Vec<Issue> {
                 "must not contain wildcards (a result goes to <prefix>.<job id>), got {prefix:?}"
             ),
         );
-    } else if let Some(why) = crate::shared::subject_match::reserved_capture(&format!("{prefix}.>")) {
+    } else if let Some(why) = crate::shared::subject_match::reserved_capture(&format!("{prefix}.>"))
+    {
         push(
             "subject_prefix",
             format!("results would go to {prefix}.<job id>, and {why}"),

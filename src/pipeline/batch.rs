@@ -103,7 +103,7 @@ pub(super) struct Prepare {
 
 impl Prepare {
     /// Prepares pulled messages for writing.
-    pub(super) fn prepare(self: &Arc<Self>, messages: Vec<async_nats::Message>) -> Prepared {
+    pub(super) fn prepare(&self, messages: Vec<async_nats::Message>) -> Prepared {
         let pulled = messages.len();
         let mut items: Vec<(Envelope, Subject)> = Vec::with_capacity(pulled);
         let mut refused = Vec::new();
@@ -311,6 +311,14 @@ impl Stages {
             },
             randomizer,
         }
+    }
+
+    /// Prepares messages exactly as a pull's would be (normalize, metadata, lanes,
+    /// encryption), for a tool that writes a destination without NATS (`jetsink bench`'s
+    /// destination-only pass): the batch to write, and how many were refused.
+    pub fn prepare_messages(&self, messages: Vec<async_nats::Message>) -> (Batch, usize) {
+        let p = self.prepare.prepare(messages);
+        (p.batch, p.refused.len())
     }
 }
 

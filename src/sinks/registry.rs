@@ -56,21 +56,6 @@ macro_rules! destinations {
                 }
             }
 
-            /// Reads the body of a `destination` object (its `type` removed) as the
-            /// destination `kind`; `None` when no destination has that `type`.
-            pub(crate) fn deserialize(
-                kind: &str,
-                path: &str,
-                body: serde_json::Value,
-            ) -> Option<Result<DestinationConfig, $crate::shared::issue::Issue>> {
-                match kind {
-                    $($kind => Some(
-                        $crate::shared::issue::deserialize_at(path, body)
-                            .map(DestinationConfig::$variant),
-                    ),)*
-                    _ => None,
-                }
-            }
 
             /// A short human description (no secrets) for `validate` and start-up logs.
             pub fn describe(&self) -> String {
@@ -92,6 +77,32 @@ macro_rules! destinations {
             /// How many pulled batches the destination gathers into one write, if any.
             pub fn accumulate(&self) -> Option<$crate::sinks::settings::Accumulate> {
                 self.settings().accumulate()
+            }
+
+            /// The most messages one write may carry, if the destination has a limit.
+            pub fn largest_batch(&self) -> Option<$crate::sinks::settings::BatchLimit> {
+                self.settings().largest_batch()
+            }
+
+            /// The server process the destination writes to, if any.
+            pub fn server(&self) -> Option<$crate::sinks::settings::ServerProcess> {
+                self.settings().server()
+            }
+        }
+
+        /// Reads the body of a `destination` object (its `type` removed) as the
+        /// destination `kind`; `None` when no destination has that `type`.
+        pub(crate) fn parse_destination(
+            kind: &str,
+            path: &str,
+            body: serde_json::Value,
+        ) -> Option<Result<DestinationConfig, $crate::shared::issue::Issue>> {
+            match kind {
+                $($kind => Some(
+                    $crate::shared::issue::deserialize_at(path, body)
+                        .map(DestinationConfig::$variant),
+                ),)*
+                _ => None,
             }
         }
 

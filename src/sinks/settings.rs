@@ -24,6 +24,39 @@ pub trait DestinationSettings {
     fn accumulate(&self) -> Option<Accumulate> {
         None
     }
+
+    /// The most messages one write may carry, when the destination has such a limit:
+    /// `delivery.batch_size` above it could never commit a full batch, so validation
+    /// refuses that. `None`: no limit of its own.
+    fn largest_batch(&self) -> Option<BatchLimit> {
+        None
+    }
+
+    /// The server process this destination writes to, for tools that account for its CPU
+    /// time (`jetsink bench`). `None`: no server (files, SQLite) or none to name.
+    fn server(&self) -> Option<ServerProcess> {
+        None
+    }
+}
+
+/// A destination's own bound on the messages of one write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimit {
+    /// The most messages.
+    pub messages: usize,
+    /// The setting that brings the limit, relative to the destination object (`atomic`).
+    pub key: &'static str,
+    /// Why there is a limit, as a sentence fragment for the error.
+    pub why: &'static str,
+}
+
+/// The server a destination writes to, as the operating system names its processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerProcess {
+    /// The host the destination connects to.
+    pub host: String,
+    /// The server's process names (`postgres`; `mariadbd`, `mysqld`).
+    pub names: &'static [&'static str],
 }
 
 /// How many messages a destination gathers into one write, and for how long at most.

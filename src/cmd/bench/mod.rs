@@ -4,31 +4,38 @@
 //! A fresh, uniquely named file-storage stream is prefilled (or, with `--rate`, fed at a
 //! fixed offered load during each pass). The **ceiling** pass is a bare pull consumer that
 //! fetches the same batch size and ACKs each message, flushing once per batch. The
-//! **pipeline** pass runs [`crate::pipeline::Runner`] with the chosen destination: the
-//! code path of `jetsink run`, not a special fast path. Passes alternate `runs` times
-//! because the machine is noisy; the report gives medians and each pair's ratio. The
-//! stream is deleted at the end, whatever happened.
+//! **destination** pass writes the same rows straight into the destination, with no NATS
+//! (its own limit on this machine). The **pipeline** pass runs
+//! [`crate::pipeline::Runner`] with the chosen destination: the code path of `jetsink run`,
+//! not a special fast path. Passes alternate `runs` times because the machine is noisy; the
+//! report gives medians, each run's ratios and the CPU seconds per 100,000 messages spent by
+//! jetsink, nats-server and the database server. The stream is deleted at the end,
+//! whatever happened.
 //!
 //! This file is the command (its flags, the destination they describe, the printing of
 //! the report); the measurement in `measure.rs` takes plain [`Options`], so it does not
 //! depend on how they were typed.
 
+mod ceiling;
+pub mod cpu;
+mod direct;
 mod error;
 mod measure;
+mod options;
+mod pipeline;
 pub mod probe;
 pub mod stats;
 pub mod verify;
 
 pub use error::BenchError;
-pub use measure::{run, Options, Report, Server, Target};
+pub use measure::{run, Report};
+pub use options::{Options, Server, Target};
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use crate::config::{Config, DestinationConfig, LogFormat, NatsConfig};
+use crate::config::{Config, LogFormat, NatsConfig};
 use crate::exit;
-use crate::sinks::file::FileConfig;
-use crate::sinks::sqlite::{SqliteConfig, SqliteSynchronous};
 
 /// `jetsink bench`'s flags.
 #[derive(clap::Args)]
@@ -158,32 +165,29 @@ fn target(args: &Args) -> Result<(Target, Option<NatsConfig>), u8> {
             }
         };
     }
+    let sync = match args.synchronous {
+        BenchSync::Off => "off",
+        BenchSync::Normal => "normal",
+        BenchSync::Full => "full",
+        BenchSync::Extra => "extra",
+    };
     Ok((
         match args.destination {
             BenchDestination::None => Target::Discard,
-            BenchDestination::File => {
-                Target::Builtin(Box::new(DestinationConfig::File(FileConfig {
-                    directory: String::new(),
-                    fsync: args.fsync,
-                    rotate_bytes: 128 * 1024 * 1024,
-                    rotate_interval_ms: 0,
-                    prefix: "events".into(),
-                    ..FileConfig::default()
-                })))
-            }
-            BenchDestination::Sqlite => {
-                Target::Builtin(Box::new(DestinationConfig::Sqlite(SqliteConfig {
-                    path: String::new(),
-                    table: "jetsink_events".into(),
-                    synchronous: match args.synchronous {
-                        BenchSync::Off => SqliteSynchronous::Off,
-                        BenchSync::Normal => SqliteSynchronous::Normal,
-                        BenchSync::Full => SqliteSynchronous::Full,
-                        BenchSync::Extra => SqliteSynchronous::Extra,
-                    },
-                    busy_timeout_ms: 5_000,
-                })))
-            }
+            BenchDestination::File => Target::Builtin {
+                settings: serde_json::json!({
+                    "type": "file", "directory": "{dir}/events", "prefix": "events",
+                    "fsync": args.fsync, "rotate_bytes": 128u64 * 1024 * 1024,
+                }),
+                describe: format!("file in a temporary directory (fsync={})", args.fsync),
+            },
+            BenchDestination::Sqlite => Target::Builtin {
+                settings: serde_json::json!({
+                    "type": "sqlite", "path": "{dir}/bench.db", "table": "jetsink_events",
+                    "synchronous": sync, "busy_timeout_ms": 5000,
+                }),
+                describe: format!("sqlite in a temporary directory (synchronous={sync})"),
+            },
         },
         None,
     ))

@@ -50,7 +50,7 @@ pub fn median(values: &[f64]) -> f64 {
 /// One measured pass.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Pass {
-    /// `ceiling` or `pipeline`.
+    /// `ceiling`, `destination` or `pipeline`.
     pub kind: String,
     /// Messages consumed and ACKed.
     pub messages: u64,
@@ -60,10 +60,13 @@ pub struct Pass {
     pub msgs_per_sec: f64,
     /// Payload MiB per second.
     pub mib_per_sec: f64,
-    /// Publish → ACK (ceiling) or publish → commit (pipeline) latency.
+    /// Publish → ACK (ceiling), publish → commit (pipeline), or the write call alone
+    /// (destination) latency.
     pub latency: Latency,
     /// Peak resident memory of the process during the pass, MiB.
     pub peak_rss_mib: f64,
+    /// CPU seconds per 100,000 messages, by process.
+    pub cpu: super::cpu::CpuUse,
 }
 
 impl Pass {
@@ -85,7 +88,13 @@ impl Pass {
             mib_per_sec: payload_bytes as f64 / secs / (1024.0 * 1024.0),
             latency: latency(lags),
             peak_rss_mib: peak_rss_kib as f64 / 1024.0,
+            cpu: Default::default(),
         }
+    }
+
+    /// The pass with the CPU use measured over it.
+    pub fn with_cpu(self, cpu: super::cpu::CpuUse) -> Pass {
+        Pass { cpu, ..self }
     }
 }
 

@@ -6,7 +6,6 @@ use serde_json::Value;
 use super::paths::SinkPaths;
 use crate::config::destination::{self, DestinationConfig};
 use crate::shared::issue::Issues;
-use crate::sinks::nats::batch::MAX_ATOMIC_BATCH;
 
 /// Reads and checks the destination; `None` when it could not be read at all.
 /// `batch_size` is the sink's `delivery.batch_size`, which an atomic republish bounds.
@@ -29,17 +28,16 @@ pub(crate) fn check(
     }
 }
 
-/// An atomic republish sends each batch as one atomic batch, which nats-server refuses
-/// above [`MAX_ATOMIC_BATCH`] messages: a larger `delivery.batch_size` could never commit
-/// a full batch.
+/// A destination with a limit on one write's messages (an atomic republish: nats-server
+/// refuses larger atomic batches) could never commit a larger `delivery.batch_size`.
 fn check_atomic(d: &DestinationConfig, batch_size: usize, p: &SinkPaths, issues: &mut Issues) {
-    if let DestinationConfig::Nats(n) = d {
-        if n.atomic && batch_size > MAX_ATOMIC_BATCH {
+    if let Some(limit) = d.largest_batch() {
+        if batch_size > limit.messages {
             issues.push(
                 format!("{}.batch_size", p.delivery),
                 format!(
-                    "{}.atomic publishes each batch as one atomic batch, which nats-server limits to {MAX_ATOMIC_BATCH} messages; got batch_size {batch_size}",
-                    p.destination
+                    "{}.{} {}, limited to {} messages; got batch_size {batch_size}",
+                    p.destination, limit.key, limit.why, limit.messages
                 ),
             );
         }

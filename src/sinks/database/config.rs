@@ -81,6 +81,29 @@ pub(crate) fn describe_table(target: String, mode: WriteMode, mapped: bool) -> S
     )
 }
 
+/// The host a database destination connects to: `host`, the host of `url`, or the local
+/// default (pure; for tools that look for the server's processes).
+pub(crate) fn server_host(url: Option<&str>, host: Option<&str>) -> String {
+    if let Some(h) = host {
+        return h.to_string();
+    }
+    let Some(url) = url else {
+        return "localhost".into();
+    };
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    if host.is_empty() {
+        "localhost".into()
+    } else {
+        host.to_string()
+    }
+}
+
 /// The settings both database destinations share, borrowed for validation.
 pub(crate) struct DatabaseKeys<'a> {
     pub(crate) url: Option<&'a str>,

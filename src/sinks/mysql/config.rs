@@ -8,7 +8,7 @@ use crate::sinks::database::config::{
     database_keys, database_problems, default_db_connect_timeout_ms, default_statement_timeout_ms,
     default_table, describe_table, yes, DatabaseTlsConfig, WriteMode,
 };
-use crate::sinks::settings::DestinationSettings;
+use crate::sinks::settings::{DestinationSettings, ServerProcess};
 
 /// The MySQL / MariaDB destination.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -139,5 +139,15 @@ impl DestinationSettings for MysqlConfig {
 
     fn target(&self) -> String {
         MysqlConfig::target(self)
+    }
+
+    fn server(&self) -> Option<ServerProcess> {
+        Some(ServerProcess {
+            host: crate::sinks::database::config::server_host(
+                self.url.as_deref(),
+                self.host.as_deref(),
+            ),
+            names: &["mariadbd", "mysqld"],
+        })
     }
 }

@@ -9,7 +9,7 @@ use super::template::Template;
 use crate::shared::names::is_valid_name;
 use crate::shared::server_url;
 use crate::shared::nats_security::{NatsAuth, NatsConfig, SecretSource};
-use crate::sinks::settings::DestinationSettings;
+use crate::sinks::settings::{BatchLimit, DestinationSettings};
 
 /// A JetStream stream on the same or another NATS server, fed one copy of each message.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -191,6 +191,14 @@ impl DestinationSettings for NatsRepublishConfig {
             self.stream,
             self.subject
         )
+    }
+
+    fn largest_batch(&self) -> Option<BatchLimit> {
+        self.atomic.then_some(BatchLimit {
+            messages: super::batch::MAX_ATOMIC_BATCH,
+            key: "atomic",
+            why: "publishes each batch as one atomic batch, which nats-server",
+        })
     }
 }
 
