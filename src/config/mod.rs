@@ -12,6 +12,7 @@ pub mod dead_letter;
 pub mod destination;
 pub mod encryption;
 pub mod http;
+pub mod lanes;
 pub mod metadata;
 mod metadata_headers;
 mod model;

@@ -14,7 +14,8 @@ use super::api::ApiConfig;
 use super::dead_letter::DeadLetterConfig;
 use super::destination::DestinationConfig;
 use super::encryption::EncryptionConfig;
-use super::metadata::{MessageMetadataConfig, PriorityLanesConfig};
+use super::lanes::PriorityLanesConfig;
+use super::metadata::MessageMetadataConfig;
 use super::randomizer::{
     bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig, RandomizerConfig,
 };

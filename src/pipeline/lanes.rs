@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::config::metadata::{PriorityLanesConfig, UnknownPriorityAction};
+use crate::config::lanes::{PriorityLanesConfig, UnknownPriorityAction};
 
 /// Why a message's priority was refused by the lane policy. Each is a permanent failure of
 /// the message. Messages give lengths only: priority values are untrusted.
@@ -96,7 +96,7 @@ pub struct LanePolicy {
 
 impl LanePolicy {
     /// Builds the policy from a section that validation
-    /// ([`crate::config::metadata::validate_lanes`]) has already accepted, as every section
+    /// ([`crate::config::lanes::validate_lanes`]) has already accepted, as every section
     /// of a loaded [`crate::config::Config`] has: it is not checked again. Validation
     /// guarantees `default_lane` names a lane; were it not so, the first lane would stand in.
     pub fn new(cfg: &PriorityLanesConfig) -> LanePolicy {
@@ -269,7 +269,7 @@ pub fn reorder<T>(items: Vec<T>, order: &[usize]) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::metadata::LaneConfig;
+    use crate::config::lanes::LaneConfig;
     use proptest::prelude::*;
 
     fn seed_policy() -> LanePolicy {
@@ -505,7 +505,7 @@ mod tests {
         let mut cfg = PriorityLanesConfig::default();
         cfg.lanes[0].weight = 0;
         cfg.default_lane = "nope".into();
-        let issues = crate::config::metadata::validate_lanes(&cfg, "");
+        let issues = crate::config::lanes::validate_lanes(&cfg, "");
         let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
         assert_eq!(paths, ["lanes[0].weight", "default_lane"]);
     }

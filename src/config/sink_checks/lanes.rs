@@ -2,7 +2,6 @@
 //! (`lanes[].subjects`), which changes what the source may say.
 
 use super::paths::SinkPaths;
-use crate::config::metadata;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
 use crate::shared::issue::Issues;
 use crate::shared::names::check_subject;
@@ -11,9 +10,10 @@ use crate::shared::subject_match::overlap;
 /// Checks the lanes and, in per-lane consumer mode, their subjects against the source.
 pub(crate) fn check(d: &DeliveryConfig, source: &SourceConfig, p: &SinkPaths, issues: &mut Issues) {
     let lanes_path = p.lanes();
-    issues
-        .0
-        .extend(metadata::validate_lanes(&d.priority_lanes, &lanes_path));
+    issues.0.extend(crate::config::lanes::validate_lanes(
+        &d.priority_lanes,
+        &lanes_path,
+    ));
     let lane_subjects: Vec<(usize, &String)> = d
         .priority_lanes
         .lanes

@@ -2,7 +2,8 @@
 //! priority.
 
 use super::paths::SinkPaths;
-use crate::config::metadata::{self, MessageMetadataConfig, PriorityLanesConfig};
+use crate::config::lanes::{self, PriorityLanesConfig};
+use crate::config::metadata::{self, MessageMetadataConfig};
 use crate::shared::issue::Issues;
 
 /// Checks the metadata section (or its defaults, when absent) and that the lanes can use
@@ -20,7 +21,7 @@ pub(crate) fn check(
             .extend(metadata::validate_metadata(m, &metadata_path));
     }
     let effective = m.cloned().unwrap_or_default();
-    issues.0.extend(metadata::validate_metadata_for_lanes(
+    issues.0.extend(lanes::validate_metadata_for_lanes(
         &effective,
         &metadata_path,
         lanes,
