@@ -24,6 +24,7 @@ pub mod raw;
 pub mod results;
 pub mod shuffle;
 mod sink_checks;
+mod source;
 pub mod stream;
 pub mod strict_json;
 pub mod validate;

@@ -13,11 +13,9 @@ use super::dead_letter::DeadLetterConfig;
 use super::metadata::MessageMetadataConfig;
 use super::model::{Config, SinkSpec};
 use super::raw::SourceConfig;
-use super::raw::{
-    default_ack_wait_ms, default_max_ack_pending, minus_one, DeliveryConfig, RawConfig, RawNats,
-    RawSink,
-};
+use super::raw::{DeliveryConfig, RawConfig, RawNats, RawSink};
 use super::sink_checks::{self, SinkPaths};
+use super::source::{default_ack_wait_ms, default_max_ack_pending, minus_one};
 use crate::crypto::Encryption;
 use crate::shared::issue::{Issue, Issues};
 use crate::shared::nats_security::NatsConfig;
