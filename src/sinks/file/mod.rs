@@ -63,6 +63,7 @@
 //! `idempotency_key`. With `fsync` off, a crash of the operating system can lose batches
 //! that were already ACKed.
 
+mod append;
 pub mod columnar;
 pub mod config;
 mod count;
