@@ -271,45 +271,9 @@ pub async fn run(
             replayed += 1;
             WOULD_REPLAY.to_string()
         } else {
-            let failed = |e: &dyn std::fmt::Display| {
-                format!(
-                    "republishing DLQ sequence {} to {original}: {e}",
-                    msg.sequence
-                )
-            };
-            let ack = js
-                .publish_with_headers(
-                    original.clone(),
-                    replay_headers(&msg.headers),
-                    msg.payload.clone(),
-                )
-                .await
-                .map_err(|e| failed(&e))?
-                .await
-                .map_err(|e| failed(&e))?;
-            let remove = || async {
-                match stream.delete_message(msg.sequence).await {
-                    Ok(_) => Ok(()),
-                    // Another replay run removed it first: the copy is gone, as wanted.
-                    Err(e) if already_removed(&e) => Ok(()),
-                    Err(e) => Err(format!(
-                        "replayed DLQ sequence {} but could not remove it: {e}",
-                        msg.sequence
-                    )),
-                }
-            };
-            match landing(&msg.headers, &ack.stream, ack.sequence, ack.duplicate) {
-                Landing::Stored => {
-                    remove().await?;
-                    replayed += 1;
-                    REPLAYED.to_string()
-                }
-                Landing::AlreadyReplayed { sequence } => {
-                    remove().await?;
-                    format!("already replayed (stream {} sequence {sequence} holds it; copy removed)", ack.stream)
-                }
-                Landing::OriginalInWindow => "skipped (the original stream still holds this Nats-Msg-Id in its duplicate window; retry later)".to_string(),
-            }
+            let (outcome, landed) = republish(js, &stream, &msg, &original).await?;
+            replayed += u64::from(landed);
+            outcome
         };
         lines.push(Line {
             dlq_sequence: msg.sequence,
@@ -319,6 +283,54 @@ pub async fn run(
         });
     }
     Ok(lines)
+}
+
+/// Republishes one copy to its original subject and removes the copy once the original
+/// stream stored it (or already held it); the outcome line, and whether it landed now.
+async fn republish(
+    js: &jetstream::Context,
+    stream: &jetstream::stream::Stream,
+    msg: &jetstream::message::StreamMessage,
+    original: &str,
+) -> Result<(String, bool), String> {
+    let failed = |e: &dyn std::fmt::Display| {
+        format!(
+            "republishing DLQ sequence {} to {original}: {e}",
+            msg.sequence
+        )
+    };
+    let ack = js
+        .publish_with_headers(
+            original.to_string(),
+            replay_headers(&msg.headers),
+            msg.payload.clone(),
+        )
+        .await
+        .map_err(|e| failed(&e))?
+        .await
+        .map_err(|e| failed(&e))?;
+    let remove = || async {
+        match stream.delete_message(msg.sequence).await {
+            Ok(_) => Ok(()),
+            // Another replay run removed it first: the copy is gone, as wanted.
+            Err(e) if already_removed(&e) => Ok(()),
+            Err(e) => Err(format!(
+                "replayed DLQ sequence {} but could not remove it: {e}",
+                msg.sequence
+            )),
+        }
+    };
+    Ok(match landing(&msg.headers, &ack.stream, ack.sequence, ack.duplicate) {
+        Landing::Stored => {
+            remove().await?;
+            (REPLAYED.to_string(), true)
+        }
+        Landing::AlreadyReplayed { sequence } => {
+            remove().await?;
+            (format!("already replayed (stream {} sequence {sequence} holds it; copy removed)", ack.stream), false)
+        }
+        Landing::OriginalInWindow => ("skipped (the original stream still holds this Nats-Msg-Id in its duplicate window; retry later)".to_string(), false),
+    })
 }
 
 /// `jetsink dlq replay`'s flags.

@@ -91,108 +91,120 @@ impl Config {
             ));
         }
         for s in &self.sinks {
-            let filter = if s.source.subjects.is_empty() {
-                "(every subject)".to_string()
-            } else {
-                s.source.subjects.join(", ")
-            };
-            let create = match &s.source.create_stream {
-                Some(c) => format!(" (created if missing: {:?}, {:?})", c.retention, c.storage)
-                    .to_lowercase(),
-                None => " (must exist)".to_string(),
-            };
-            out.push_str(&format!(
-                "  {name}:\n    stream:      {stream}{create}\n    consumer:    {consumer} (filter {filter}, ack_wait {aw} ms, max_deliver {md}, max_ack_pending {map})\n    delivery:    batch {bs}, {bytes} bytes max, wait {bt} ms\n    destination: {dest}\n",
-                name = s.name,
-                stream = s.source.stream,
-                consumer = s.source.consumer,
-                aw = s.source.ack_wait_ms,
-                md = s.source.max_deliver,
-                map = s.source.max_ack_pending,
-                bs = s.delivery.batch_size,
-                bytes = s.delivery.max_batch_bytes,
-                bt = s.delivery.batch_timeout_ms,
-                dest = s.destination.describe(),
-            ));
-            let bindings = s.consumer_bindings();
-            if bindings.len() > 1 {
-                let names: Vec<String> = bindings
-                    .iter()
-                    .map(|(b, _)| format!("{} ({})", b.consumer, b.subjects.join(",")))
-                    .collect();
-                out.push_str(&format!("    consumers:   {}\n", names.join(", ")));
-            }
-            if let Some(p) = &s.source.pinned {
-                out.push_str(&format!(
-                    "    pinned:      group {}, priority timeout {} ms (active/standby; nats-server 2.11+)\n",
-                    p.group, p.timeout_ms
-                ));
-            }
-            let r = &s.delivery.randomizer;
-            if r.enabled {
-                out.push_str(&format!(
-                    "    randomizer:  P(process at once) {}, delays {}-{} ms, max_window {}, {}\n",
-                    r.process_immediately_probability,
-                    r.min_delay_ms,
-                    r.max_delay_ms,
-                    r.max_window,
-                    if r.adaptive {
-                        "adaptive (delay probability (1-P) x (1 - window/max_window))"
-                    } else {
-                        "fixed (delay probability 1-P while the window has room)"
-                    }
-                ));
-                for rate in rates {
-                    out.push_str(&format!(
-                        "                 at {rate} msg/s the delayed window grows toward R x D x (1-P) = {:.0} messages (settles near {:.0} with max_window {}{})\n",
-                        randomizer::expected_window(*rate, r),
-                        randomizer::settled_window(*rate, r),
-                        r.max_window,
-                        if r.adaptive { ", adaptive" } else { "" }
-                    ));
-                }
-            }
-            if let Some(sh) = &s.delivery.shuffle {
-                out.push_str(&format!(
-                    "    shuffle:     buffer {}, flushed when full or after {} ms (held unacknowledged against max_ack_pending)\n",
-                    sh.buffer, sh.flush_ms
-                ));
-            }
-            if s.delivery.priority_lanes.enabled {
-                let lanes: Vec<String> = s
-                    .delivery
-                    .priority_lanes
-                    .lanes
-                    .iter()
-                    .map(|l| format!("{} (weight {})", l.name, l.weight))
-                    .collect();
-                out.push_str(&format!("    lanes:       {}\n", lanes.join(", ")));
-            }
-            if let Some(r) = &s.results {
-                out.push_str(&format!(
-                    "    results:     {}.<job id>, stored before each ACK{}\n",
-                    r.subject_prefix,
-                    r.create_stream
-                        .as_ref()
-                        .map(|c| format!(" (stream {}, kept {} ms)", c.name, c.max_age_ms))
-                        .unwrap_or_default()
-                ));
-            }
-            if let Some(enc) = &s.encryption {
-                out.push_str(&format!("    encryption:  {}\n", enc.describe()));
-            }
-            if let Some(dl) = s.dead_letter.as_ref().filter(|d| d.enabled) {
-                out.push_str(&format!(
-                    "    dead letter: {}\n",
-                    dl.subject.replace("{sink}", &s.name)
-                ));
-            }
+            s.summary(rates, &mut out);
         }
         out
     }
 }
 
 impl SinkSpec {
+    /// This sink's lines of [`Config::summary`].
+    fn summary(&self, rates: &[f64], out: &mut String) {
+        let s = self;
+        let filter = if s.source.subjects.is_empty() {
+            "(every subject)".to_string()
+        } else {
+            s.source.subjects.join(", ")
+        };
+        let create = match &s.source.create_stream {
+            Some(c) => {
+                format!(" (created if missing: {:?}, {:?})", c.retention, c.storage).to_lowercase()
+            }
+            None => " (must exist)".to_string(),
+        };
+        out.push_str(&format!(
+            "  {name}:\n    stream:      {stream}{create}\n    consumer:    {consumer} (filter {filter}, ack_wait {aw} ms, max_deliver {md}, max_ack_pending {map})\n    delivery:    batch {bs}, {bytes} bytes max, wait {bt} ms\n    destination: {dest}\n",
+            name = s.name,
+            stream = s.source.stream,
+            consumer = s.source.consumer,
+            aw = s.source.ack_wait_ms,
+            md = s.source.max_deliver,
+            map = s.source.max_ack_pending,
+            bs = s.delivery.batch_size,
+            bytes = s.delivery.max_batch_bytes,
+            bt = s.delivery.batch_timeout_ms,
+            dest = s.destination.describe(),
+        ));
+        let bindings = s.consumer_bindings();
+        if bindings.len() > 1 {
+            let names: Vec<String> = bindings
+                .iter()
+                .map(|(b, _)| format!("{} ({})", b.consumer, b.subjects.join(",")))
+                .collect();
+            out.push_str(&format!("    consumers:   {}\n", names.join(", ")));
+        }
+        if let Some(p) = &s.source.pinned {
+            out.push_str(&format!(
+                "    pinned:      group {}, priority timeout {} ms (active/standby; nats-server 2.11+)\n",
+                p.group, p.timeout_ms
+            ));
+        }
+        s.randomizer_summary(rates, out);
+        if let Some(sh) = &s.delivery.shuffle {
+            out.push_str(&format!(
+                "    shuffle:     buffer {}, flushed when full or after {} ms (held unacknowledged against max_ack_pending)\n",
+                sh.buffer, sh.flush_ms
+            ));
+        }
+        if s.delivery.priority_lanes.enabled {
+            let lanes: Vec<String> = s
+                .delivery
+                .priority_lanes
+                .lanes
+                .iter()
+                .map(|l| format!("{} (weight {})", l.name, l.weight))
+                .collect();
+            out.push_str(&format!("    lanes:       {}\n", lanes.join(", ")));
+        }
+        if let Some(r) = &s.results {
+            out.push_str(&format!(
+                "    results:     {}.<job id>, stored before each ACK{}\n",
+                r.subject_prefix,
+                r.create_stream
+                    .as_ref()
+                    .map(|c| format!(" (stream {}, kept {} ms)", c.name, c.max_age_ms))
+                    .unwrap_or_default()
+            ));
+        }
+        if let Some(enc) = &s.encryption {
+            out.push_str(&format!("    encryption:  {}\n", enc.describe()));
+        }
+        if let Some(dl) = s.dead_letter.as_ref().filter(|d| d.enabled) {
+            out.push_str(&format!(
+                "    dead letter: {}\n",
+                dl.subject.replace("{sink}", &s.name)
+            ));
+        }
+    }
+
+    /// The randomizer's line, and what its window grows toward at each of `rates`.
+    fn randomizer_summary(&self, rates: &[f64], out: &mut String) {
+        let s = self;
+        let r = &s.delivery.randomizer;
+        if r.enabled {
+            out.push_str(&format!(
+                "    randomizer:  P(process at once) {}, delays {}-{} ms, max_window {}, {}\n",
+                r.process_immediately_probability,
+                r.min_delay_ms,
+                r.max_delay_ms,
+                r.max_window,
+                if r.adaptive {
+                    "adaptive (delay probability (1-P) x (1 - window/max_window))"
+                } else {
+                    "fixed (delay probability 1-P while the window has room)"
+                }
+            ));
+            for rate in rates {
+                out.push_str(&format!(
+                    "                 at {rate} msg/s the delayed window grows toward R x D x (1-P) = {:.0} messages (settles near {:.0} with max_window {}{})\n",
+                    randomizer::expected_window(*rate, r),
+                    randomizer::settled_window(*rate, r),
+                    r.max_window,
+                    if r.adaptive { ", adaptive" } else { "" }
+                ));
+            }
+        }
+    }
     /// A fingerprint of the sink's section (source, delivery, metadata, dead letter,
     /// destination): the first 16 hex digits of the SHA-256 of its canonical JSON (keys
     /// sorted). It goes into the consumer's metadata, so an operator looking at a consumer

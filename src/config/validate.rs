@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::api::ApiConfig;
 use super::dead_letter::DeadLetterConfig;
 use super::metadata::MessageMetadataConfig;
 use super::model::{Config, SinkSpec};
-use super::raw::SourceConfig;
 use super::raw::{DeliveryConfig, RawConfig, RawNats, RawSink};
+use super::raw::{HttpConfig, LoggingConfig, SourceConfig};
 use super::sink_checks::{self, SinkPaths};
 use super::source::{default_ack_wait_ms, default_max_ack_pending, minus_one};
 use crate::crypto::Encryption;
@@ -43,41 +44,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
 
     let nats_cfg = check_nats(&nats, &mut issues);
 
-    if http.enabled && http.listen.parse::<SocketAddr>().is_err() {
-        issues.push(
-            "http.listen",
-            format!(
-                "must be an address:port such as 127.0.0.1:9464, got {:?}",
-                http.listen
-            ),
-        );
-    }
-    if http.enabled {
-        issues
-            .0
-            .extend(super::http::check_limits("http", &http.limits()));
-    }
-    if let Some(a) = &api {
-        issues.0.extend(super::api::validate(a));
-        if http.enabled && a.listen == http.listen {
-            issues.push(
-                "api.listen",
-                format!(
-                    "{} is also http.listen: the API needs its own port (its token must not guard /metrics)",
-                    a.listen
-                ),
-            );
-        }
-    }
-    if !["trace", "debug", "info", "warn", "error"].contains(&logging.level.as_str()) {
-        issues.push(
-            "logging.level",
-            format!(
-                "must be one of trace, debug, info, warn, error, got {:?}",
-                logging.level
-            ),
-        );
-    }
+    check_listeners(&http, api.as_ref(), &logging, &mut issues);
 
     let default_encryption = encryption
         .as_ref()
@@ -94,35 +61,12 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
             "no sink configured: add `sinks` (multi-sink shape) or `sink` with `nats.stream`, `nats.consumer` (single-sink shape)",
         ),
         (Some(map), None) => {
-            for (key, path) in [
+            let present = [
                 ("delivery", delivery.is_some()),
                 ("message_metadata", message_metadata.is_some()),
                 ("dead_letter", dead_letter.is_some()),
-            ] {
-                if path {
-                    issues.push(
-                        key,
-                        "top-level section belongs to the single-sink shape; with `sinks`, put it inside each sink",
-                    );
-                }
-            }
-            check_single_sink_keys_absent(&nats, &mut issues);
-            if map.is_empty() {
-                issues.push("sinks", "must name at least one sink");
-            }
-            if map.len() > MAX_SINKS {
-                issues.push(
-                    "sinks",
-                    format!("at most {MAX_SINKS} sinks per process, got {}", map.len()),
-                );
-            }
-            for (name, raw_sink) in map {
-                let path = format!("sinks.{name}");
-                check_sink_name(&name, &path, &mut issues);
-                if let Some(spec) = check_sink(name, &path, raw_sink, default, &mut issues) {
-                    specs.push(spec);
-                }
-            }
+            ];
+            specs = multi_sink(&nats, map, present, default, &mut issues);
         }
         (None, Some(dest)) => {
             if let Some(spec) = single_sink(
@@ -151,6 +95,88 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
         })
     } else {
         Err(issues.0)
+    }
+}
+
+/// The multi-sink shape: no single-sink section at the top, 1 to [`MAX_SINKS`] sinks, each
+/// checked under `sinks.<name>`. `present`: which top-level single-sink sections are set.
+fn multi_sink(
+    nats: &RawNats,
+    map: BTreeMap<String, RawSink>,
+    present: [(&str, bool); 3],
+    default: Option<(&Arc<Encryption>, &str)>,
+    issues: &mut Issues,
+) -> Vec<SinkSpec> {
+    let mut specs = Vec::new();
+    for (key, path) in present {
+        if path {
+            issues.push(
+                key,
+                "top-level section belongs to the single-sink shape; with `sinks`, put it inside each sink",
+            );
+        }
+    }
+    check_single_sink_keys_absent(nats, issues);
+    if map.is_empty() {
+        issues.push("sinks", "must name at least one sink");
+    }
+    if map.len() > MAX_SINKS {
+        issues.push(
+            "sinks",
+            format!("at most {MAX_SINKS} sinks per process, got {}", map.len()),
+        );
+    }
+    for (name, raw_sink) in map {
+        let path = format!("sinks.{name}");
+        check_sink_name(&name, &path, issues);
+        if let Some(spec) = check_sink(name, &path, raw_sink, default, issues) {
+            specs.push(spec);
+        }
+    }
+    specs
+}
+
+/// The `http` and `api` listeners and the log level.
+fn check_listeners(
+    http: &HttpConfig,
+    api: Option<&ApiConfig>,
+    logging: &LoggingConfig,
+    issues: &mut Issues,
+) {
+    if http.enabled && http.listen.parse::<SocketAddr>().is_err() {
+        issues.push(
+            "http.listen",
+            format!(
+                "must be an address:port such as 127.0.0.1:9464, got {:?}",
+                http.listen
+            ),
+        );
+    }
+    if http.enabled {
+        issues
+            .0
+            .extend(super::http::check_limits("http", &http.limits()));
+    }
+    if let Some(a) = api {
+        issues.0.extend(super::api::validate(a));
+        if http.enabled && a.listen == http.listen {
+            issues.push(
+                "api.listen",
+                format!(
+                    "{} is also http.listen: the API needs its own port (its token must not guard /metrics)",
+                    a.listen
+                ),
+            );
+        }
+    }
+    if !["trace", "debug", "info", "warn", "error"].contains(&logging.level.as_str()) {
+        issues.push(
+            "logging.level",
+            format!(
+                "must be one of trace, debug, info, warn, error, got {:?}",
+                logging.level
+            ),
+        );
     }
 }
 

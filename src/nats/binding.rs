@@ -146,147 +146,158 @@ pub async fn bind(
     } else {
         BTreeMap::new()
     };
-    let stream = match js.get_stream(&source.stream).await {
-        Ok(s) => s,
-        Err(e) => {
-            let missing = matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND);
-            match (&source.create_stream, missing) {
-                (Some(cs), true) => {
-                    let subjects = if cs.subjects.is_empty() {
-                        source.subjects.clone()
-                    } else {
-                        cs.subjects.clone()
-                    };
-                    let cfg = stream::Config {
-                        name: source.stream.clone(),
-                        subjects,
-                        retention: match cs.retention {
-                            Retention::Limits => stream::RetentionPolicy::Limits,
-                            Retention::Workqueue => stream::RetentionPolicy::WorkQueue,
-                            Retention::Interest => stream::RetentionPolicy::Interest,
-                        },
-                        storage: match cs.storage {
-                            StorageKind::File => stream::StorageType::File,
-                            StorageKind::Memory => stream::StorageType::Memory,
-                        },
-                        num_replicas: cs.replicas,
-                        max_age: Duration::from_millis(cs.max_age_ms),
-                        duplicate_window: Duration::from_millis(cs.duplicate_window_ms),
-                        ..Default::default()
-                    };
-                    tracing::info!(sink, stream = %source.stream, "creating stream");
-                    match js.get_or_create_stream(cfg).await {
-                        Ok(s) => s,
-                        Err(e) => {
-                            let server = stream_error(&e);
-                            // Another process or sink created it (with its own settings)
-                            // between the lookup and the create: use that stream, as if it
-                            // had been there first, instead of failing a concurrent start.
-                            let taken = server
-                                .as_ref()
-                                .is_some_and(|j| j.error_code().0 == STREAM_NAME_IN_USE);
-                            match (taken, js.get_stream(&source.stream).await) {
-                                (true, Ok(s)) => {
-                                    tracing::info!(sink, stream = %source.stream, "stream created meanwhile by another process; using it");
-                                    s
-                                }
-                                _ => {
-                                    return Err(failed(
-                                        sink,
-                                        format!("creating stream {}", source.stream),
-                                        e,
-                                        server,
-                                    ))
-                                }
-                            }
-                        }
-                    }
-                }
-                (None, true) => {
-                    return Err(BindError::StreamMissing {
-                        sink: sink.to_string(),
-                        stream: source.stream.clone(),
-                    })
-                }
-                (_, false) => {
-                    return Err(api(sink, format!("looking up stream {}", source.stream), e))
-                }
-            }
-        }
-    };
-
+    let stream = bind_stream(js, sink, source).await?;
     check_read_back(
         sink,
         source,
         &stream.cached_info().config.subjects,
         needs.dead_letter.as_deref(),
     )?;
-    let wanted = wanted_consumer(source, &owner);
-    let consumer = match stream.consumer_info(&source.consumer).await {
+    let consumer = bind_consumer(&stream, sink, source, needs, &owner, modern).await?;
+    Ok(Bound { stream, consumer })
+}
+
+/// The source's stream: looked up, or created when `create_stream` asks for it (and used
+/// as found when another process created it meanwhile).
+async fn bind_stream(
+    js: &jetstream::Context,
+    sink: &str,
+    source: &SourceConfig,
+) -> Result<Stream, BindError> {
+    let e = match js.get_stream(&source.stream).await {
+        Ok(s) => return Ok(s),
+        Err(e) => e,
+    };
+    let missing = matches!(e.kind(), GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND);
+    let cs = match (&source.create_stream, missing) {
+        (Some(cs), true) => cs,
+        (None, true) => {
+            return Err(BindError::StreamMissing {
+                sink: sink.to_string(),
+                stream: source.stream.clone(),
+            })
+        }
+        (_, false) => return Err(api(sink, format!("looking up stream {}", source.stream), e)),
+    };
+    let subjects = if cs.subjects.is_empty() {
+        source.subjects.clone()
+    } else {
+        cs.subjects.clone()
+    };
+    let cfg = stream::Config {
+        name: source.stream.clone(),
+        subjects,
+        retention: match cs.retention {
+            Retention::Limits => stream::RetentionPolicy::Limits,
+            Retention::Workqueue => stream::RetentionPolicy::WorkQueue,
+            Retention::Interest => stream::RetentionPolicy::Interest,
+        },
+        storage: match cs.storage {
+            StorageKind::File => stream::StorageType::File,
+            StorageKind::Memory => stream::StorageType::Memory,
+        },
+        num_replicas: cs.replicas,
+        max_age: Duration::from_millis(cs.max_age_ms),
+        duplicate_window: Duration::from_millis(cs.duplicate_window_ms),
+        ..Default::default()
+    };
+    tracing::info!(sink, stream = %source.stream, "creating stream");
+    let e = match js.get_or_create_stream(cfg).await {
+        Ok(s) => return Ok(s),
+        Err(e) => e,
+    };
+    let server = stream_error(&e);
+    // Another process or sink created it (with its own settings) between the lookup and
+    // the create: use that stream, as if it had been there first, instead of failing a
+    // concurrent start.
+    let taken = server
+        .as_ref()
+        .is_some_and(|j| j.error_code().0 == STREAM_NAME_IN_USE);
+    match (taken, js.get_stream(&source.stream).await) {
+        (true, Ok(s)) => {
+            tracing::info!(sink, stream = %source.stream, "stream created meanwhile by another process; using it");
+            Ok(s)
+        }
+        _ => Err(failed(
+            sink,
+            format!("creating stream {}", source.stream),
+            e,
+            server,
+        )),
+    }
+}
+
+/// The durable consumer: created when missing; when present, refused on unsafe drift and
+/// updated to the configured tunables (and owner metadata, on servers that keep it).
+async fn bind_consumer(
+    stream: &Stream,
+    sink: &str,
+    source: &SourceConfig,
+    needs: &Needs,
+    owner: &BTreeMap<String, String>,
+    modern: bool,
+) -> Result<PullConsumer, BindError> {
+    let wanted = wanted_consumer(source, owner);
+    let e = match stream.consumer_info(&source.consumer).await {
         Ok(info) => {
             check_drift(sink, source, &info.config)?;
             check_limits(sink, source, &info.config, needs)?;
             let c = &info.config;
             let owner_differs = owner.iter().any(|(k, v)| c.metadata.get(k) != Some(v));
-            if !tunable_differences(c, &wanted).is_empty() || owner_differs {
-                tracing::info!(sink, consumer = %source.consumer, "updating consumer settings to the configured ones");
-                // Keep the settings that only matter at creation as the server has them,
-                // and the metadata others wrote (the server manages its own `_nats.` keys).
-                let mut update = wanted.clone();
-                update.deliver_policy = c.deliver_policy;
-                if modern {
-                    update.metadata = c
-                        .metadata
-                        .iter()
-                        .filter(|(k, _)| !k.starts_with("_nats."))
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .chain(wanted.metadata.clone())
-                        .collect();
-                }
-                stream.update_consumer(update).await.map_err(|e| {
-                    let server = update_error(&e);
-                    failed(
-                        sink,
-                        format!("updating consumer {}", source.consumer),
-                        e,
-                        server,
-                    )
-                })?
-            } else {
-                stream
+            if tunable_differences(c, &wanted).is_empty() && !owner_differs {
+                return stream
                     .get_consumer(&source.consumer)
                     .await
-                    .map_err(|e| api(sink, format!("binding consumer {}", source.consumer), e))?
+                    .map_err(|e| api(sink, format!("binding consumer {}", source.consumer), e));
             }
-        }
-        Err(e) => {
-            let missing = match e.kind() {
-                ConsumerInfoErrorKind::NotFound => true,
-                ConsumerInfoErrorKind::JetStream(j) => {
-                    j.error_code() == ErrorCode::CONSUMER_NOT_FOUND
-                }
-                _ => false,
-            };
-            if !missing {
-                return Err(api(
-                    sink,
-                    format!("looking up consumer {}", source.consumer),
-                    e,
-                ));
+            tracing::info!(sink, consumer = %source.consumer, "updating consumer settings to the configured ones");
+            // Keep the settings that only matter at creation as the server has them, and
+            // the metadata others wrote (the server manages its own `_nats.` keys).
+            let mut update = wanted.clone();
+            update.deliver_policy = c.deliver_policy;
+            if modern {
+                update.metadata = c
+                    .metadata
+                    .iter()
+                    .filter(|(k, _)| !k.starts_with("_nats."))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .chain(wanted.metadata.clone())
+                    .collect();
             }
-            tracing::info!(sink, consumer = %source.consumer, "creating durable consumer");
-            stream.create_consumer(wanted).await.map_err(|e| {
-                let server = consumer_error(&e);
+            return stream.update_consumer(update).await.map_err(|e| {
+                let server = update_error(&e);
                 failed(
                     sink,
-                    format!("creating consumer {}", source.consumer),
+                    format!("updating consumer {}", source.consumer),
                     e,
                     server,
                 )
-            })?
+            });
         }
+        Err(e) => e,
     };
-    Ok(Bound { stream, consumer })
+    let missing = match e.kind() {
+        ConsumerInfoErrorKind::NotFound => true,
+        ConsumerInfoErrorKind::JetStream(j) => j.error_code() == ErrorCode::CONSUMER_NOT_FOUND,
+        _ => false,
+    };
+    if !missing {
+        return Err(api(
+            sink,
+            format!("looking up consumer {}", source.consumer),
+            e,
+        ));
+    }
+    tracing::info!(sink, consumer = %source.consumer, "creating durable consumer");
+    stream.create_consumer(wanted).await.map_err(|e| {
+        let server = consumer_error(&e);
+        failed(
+            sink,
+            format!("creating consumer {}", source.consumer),
+            e,
+            server,
+        )
+    })
 }
 
 #[cfg(test)]
