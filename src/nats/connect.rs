@@ -23,8 +23,8 @@ use async_nats::{Client, ConnectErrorKind, ConnectOptions, Event};
 use rand::Rng;
 
 use super::credentials;
-use crate::config::NatsConfig;
 use crate::metrics::Metrics;
+use crate::shared::nats_security::NatsConfig;
 
 /// Why the first connection failed.
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use async_nats::rustls::pki_types::pem::PemObject;
 use async_nats::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use async_nats::ConnectOptions;
 
-use crate::config::{NatsAuth, NatsTls, SecretSource};
+use crate::shared::nats_security::{NatsAuth, NatsTls, SecretSource};
 
 /// A secret or certificate named by the config that cannot be used; exit 78.
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 
-use super::{Probe, Sink, SinkError};
+use super::contract::{Probe, Sink, SinkError};
 use crate::envelope::Envelope;
 
 /// A destination whose calls block: the synchronous form of [`Sink`], with the same

@@ -107,7 +107,7 @@ macro_rules! destinations {
         }
 
         /// Builds the destination a config describes. Nothing is opened yet.
-        pub fn build(config: &DestinationConfig) -> Box<dyn $crate::sinks::Sink> {
+        pub fn build(config: &DestinationConfig) -> Box<dyn $crate::sinks::contract::Sink> {
             match config {
                 $(DestinationConfig::$variant(c) => Box::new($module::$sink::new(c.clone())),)*
             }

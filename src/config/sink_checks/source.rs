@@ -121,7 +121,7 @@ fn check_connection_group(s: &SourceConfig, p: &SinkPaths, issues: &mut Issues) 
 
 /// `pinned`, against what would give the sink more than one consumer.
 fn check_pinned(
-    pinned: &crate::config::PinnedConfig,
+    pinned: &crate::config::pinned::PinnedConfig,
     s: &SourceConfig,
     d: &DeliveryConfig,
     p: &SinkPaths,
@@ -177,7 +177,7 @@ fn check_buckets(
 /// `create_stream`: its subjects (or the source's, which it would capture), replicas and
 /// windows.
 fn check_create_stream(
-    cs: &crate::config::CreateStreamConfig,
+    cs: &crate::config::raw::CreateStreamConfig,
     s: &SourceConfig,
     d: &DeliveryConfig,
     p: &SinkPaths,

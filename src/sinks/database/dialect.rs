@@ -10,8 +10,8 @@ use std::time::Duration;
 use super::settings::DatabaseSettings;
 use super::util::Phase;
 use crate::envelope::Envelope;
+use crate::sinks::contract::{Probe, SinkError};
 use crate::sinks::database::columns::Mapping;
-use crate::sinks::{Probe, SinkError};
 
 /// What one database engine decides; everything else is [`DatabaseSink`]'s.
 ///

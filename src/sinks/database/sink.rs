@@ -18,9 +18,9 @@ use super::dialect::Dialect;
 use super::settings::{DatabaseSettings, Limits};
 use super::util::Phase;
 use crate::envelope::Envelope;
+use crate::sinks::contract::{Probe, Sink, SinkError};
 use crate::sinks::database::columns::Mapping;
 use crate::sinks::database::config::WriteMode;
-use crate::sinks::{Probe, Sink, SinkError};
 
 /// Writes envelopes as rows of one database table, a transaction per batch, idempotent on a
 /// unique key (the jetsink layout's `idempotency_key`), through the engine's dialect `D`.

@@ -12,7 +12,7 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::config::DatabaseTlsConfig;
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 fn bad(message: String) -> SinkError {
     SinkError::Misconfigured { message }

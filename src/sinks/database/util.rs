@@ -7,7 +7,7 @@
 //! error after the destination has been working is an outage someone will fix, so the batch
 //! is held and retried, never dropped.
 
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// When an error happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

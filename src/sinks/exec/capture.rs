@@ -1,7 +1,7 @@
 //! A child's standard output, kept up to a bound: the first `max` bytes are kept, the
 //! rest counted and discarded, and the kept bytes end on a UTF-8 boundary. Pure.
 
-use crate::sinks::Output;
+use crate::sinks::contract::Output;
 
 /// Collects a stream's chunks up to a bound.
 #[derive(Debug, Clone)]

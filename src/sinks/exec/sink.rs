@@ -22,7 +22,7 @@ use super::capture::Bounded;
 use super::classify::{classify, ended, Ended, Verdict};
 use super::config::ExecConfig;
 use crate::envelope::Envelope;
-use crate::sinks::{CutShort, Feed, Outcome, Probe, Sink, SinkError, Written};
+use crate::sinks::contract::{CutShort, Feed, Outcome, Probe, Sink, SinkError, Written};
 
 /// How long a killed child may take to be reaped before jetsink stops waiting for it.
 const REAP_WAIT: Duration = Duration::from_secs(5);

@@ -12,7 +12,7 @@ use super::sink::ExecSink;
 use crate::config::IdempotencyKey;
 use crate::envelope::{normalize, Delivery, Envelope};
 use crate::sinks::settings::DestinationSettings;
-use crate::sinks::{Outcome, Sink, SinkError, Written};
+use crate::sinks::contract::{Outcome, Sink, SinkError, Written};
 
 fn cfg(command: &[&str]) -> ExecConfig {
     serde_json::from_value(serde_json::json!({ "command": command })).unwrap()

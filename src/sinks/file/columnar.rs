@@ -26,7 +26,7 @@ use crate::envelope::Envelope;
 use crate::sinks::parquet::{EncodeError, Encoder, Options};
 use crate::sinks::s3::key::object_name;
 use crate::sinks::util::io_error;
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// The ending of every Parquet file.
 pub const EXTENSION: &str = ".parquet";

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// A destination's directory and what the first open found there.
 pub(crate) struct Directory {

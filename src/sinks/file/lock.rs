@@ -18,7 +18,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::sinks::util::io_error;
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// The lock file's name for `prefix`. It starts with a dot and does not end in `.jsonl`,
 /// so it is never taken for a data file.

@@ -22,7 +22,7 @@ use crate::sinks::blocking::BlockingSink;
 use crate::sinks::parquet::Format;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
-use crate::sinks::{Probe, SinkError};
+use crate::sinks::contract::{Probe, SinkError};
 
 /// Where the sink reads the time: file names, rotation by age and `written_at`.
 pub type Clock = Box<dyn Fn() -> SystemTime + Send + Sync>;
@@ -105,7 +105,7 @@ struct Current {
 }
 
 impl FileSink {
-    /// A sink for `config`, reading the system clock. Does no I/O: [`Sink::open`](crate::sinks::Sink::open)
+    /// A sink for `config`, reading the system clock. Does no I/O: [`Sink::open`](crate::sinks::contract::Sink::open)
     /// does.
     pub fn new(config: FileConfig) -> FileSink {
         FileSink::with_clock(config, Box::new(SystemTime::now))

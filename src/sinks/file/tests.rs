@@ -19,7 +19,7 @@ use super::append::{commit, BatchFile};
 use super::sink::{rotation_due, Rotation};
 use super::FileSink;
 use crate::envelope::{rfc3339, Envelope};
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::contract::{Sink, SinkError};
 
 // ---------------------------------------------------------------------------------------
 // Helpers

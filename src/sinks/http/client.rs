@@ -12,7 +12,7 @@ use reqwest::{Certificate, Client, Identity};
 
 use super::config::HttpConfig;
 use crate::files::Kind;
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// The bytes of a file a TLS setting names, bounded by its kind.
 fn read(path: &str, kind: Kind) -> Result<Vec<u8>, crate::files::FileError> {

@@ -23,7 +23,7 @@ use super::classify::{classify, retry_after, Verdict};
 use super::client::{prepare, Prepared};
 use super::config::{HttpConfig, HttpMethod, HttpMode};
 use crate::envelope::{rfc3339, Envelope};
-use crate::sinks::{Probe, Sink, SinkError};
+use crate::sinks::contract::{Probe, Sink, SinkError};
 
 /// Sends messages to one HTTP endpoint; committed on 2xx.
 pub struct HttpSink {

@@ -18,7 +18,7 @@
 //! others (`Incorrect integer value: '...'`, `Duplicate entry '...'`) quote the content.
 
 use crate::sinks::database::util::{at, Phase};
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// What an error number means for a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,7 +28,7 @@ use crate::sinks::database::columns::{
 use crate::sinks::database::config::WriteMode;
 use crate::sinks::database::util::{read_password, Phase};
 use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
-use crate::sinks::{Probe, SinkError};
+use crate::sinks::contract::{Probe, SinkError};
 
 /// Prepared statements the driver keeps per connection (one per distinct row count).
 const STATEMENT_CACHE: usize = 64;

@@ -16,7 +16,7 @@ use crate::sinks::database::columns::{
 };
 use crate::sinks::database::config::WriteMode;
 use crate::sinks::database::util::Phase;
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 #[test]
 fn error_number_classes() {

@@ -14,7 +14,7 @@ use mysql_async::{ClientIdentity, SslOpts};
 
 use crate::sinks::database::config::DatabaseTlsConfig;
 use crate::sinks::database::tls_files::{certificates, client_config};
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// The driver's TLS options: server certificate and host name always verified, against
 /// `ca_file` alone when it is given (the bundled web PKI roots otherwise), and the client

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::batch::{parse_reply, Attempt, Reply};
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// One copy ready to send: subject, headers (batch headers set), payload.
 pub(super) type Outgoing = (String, HeaderMap, Bytes);

@@ -18,7 +18,7 @@ use async_nats::HeaderMap;
 use serde::Deserialize;
 
 use super::classify::failure;
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// The header naming the batch a message belongs to.
 pub const BATCH_ID: &str = "Nats-Batch-Id";

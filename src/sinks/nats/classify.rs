@@ -10,7 +10,7 @@
 
 use async_nats::jetstream::context::PublishErrorKind;
 
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// JetStream API error codes of a copy the target refuses for its own size: the message
 /// (10054) or its headers (10097) exceed the stream's maximum.

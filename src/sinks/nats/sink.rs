@@ -21,7 +21,7 @@ use crate::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::nats::connect::{connect, ConnectError, Links};
 use crate::nats::server_version::ServerVersion;
-use crate::sinks::{Feed, Probe, Sink, SinkError};
+use crate::sinks::contract::{Feed, Probe, Sink, SinkError};
 
 /// PubAcks one connection may wait for at once: two full batches (the largest batch is
 /// 10,000), since the copies of a failed batch keep their slots until their PubAck

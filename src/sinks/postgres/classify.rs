@@ -22,7 +22,7 @@
 //! `DETAIL`; they name the SQLSTATE, constraint, column and table instead.
 
 use crate::sinks::database::util::{at, Phase};
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// What a SQLSTATE means for a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,7 +34,7 @@ use crate::sinks::database::columns::{
 use crate::sinks::database::config::WriteMode;
 use crate::sinks::database::util::{read_password, Phase};
 use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
-use crate::sinks::{Probe, SinkError};
+use crate::sinks::contract::{Probe, SinkError};
 
 /// Size of the `COPY` data messages a batch is sent in.
 const COPY_CHUNK: usize = 1 << 20;

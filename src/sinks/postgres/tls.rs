@@ -8,7 +8,7 @@
 
 use crate::sinks::database::config::DatabaseTlsConfig;
 use crate::sinks::database::tls_files::{certificates, client_config};
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// The rustls client configuration: the CA file's certificates (or the system's roots),
 /// and the client certificate when `cert_file` and `key_file` are set.

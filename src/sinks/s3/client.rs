@@ -14,7 +14,7 @@ use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
 use super::config::S3Config;
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// Environment variables taken when the config names no keys.
 const AWS_CREDENTIAL_VARS: [&str; 10] = [

@@ -27,7 +27,7 @@ use super::encode::{decode, Body, PushError, Written};
 use super::key::{plan, Planned, Template};
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::parquet::{read as parquet_read, Format, Options};
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::contract::{Sink, SinkError};
 
 /// Parts of one object uploading at once.
 pub const PARTS_IN_FLIGHT: usize = 4;

@@ -19,7 +19,7 @@
 
 use rusqlite::ErrorCode;
 
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// Classifies `err`. `index` is the position in the batch of the envelope whose insert
 /// failed, or `None` when the error did not come from one envelope (begin, commit, open).

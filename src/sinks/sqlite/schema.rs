@@ -10,7 +10,7 @@
 use rusqlite::{Connection, ErrorCode};
 
 use super::classify::classify;
-use crate::sinks::SinkError;
+use crate::sinks::contract::SinkError;
 
 /// The columns jetsink writes, in the order of the insert's parameters.
 pub(crate) const COLUMNS: [&str; 15] = [

@@ -22,7 +22,7 @@ use crate::envelope::{rfc3339, write_rfc3339, Envelope, RFC3339_LEN};
 use crate::sinks::blocking::BlockingSink;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::{io_error, probe_directory};
-use crate::sinks::{Probe, SinkError};
+use crate::sinks::contract::{Probe, SinkError};
 
 /// Writes envelopes as rows of one SQLite table, a transaction per batch, idempotent on
 /// [`Envelope::idempotency_key`].
@@ -40,7 +40,7 @@ pub struct SqliteSink {
 }
 
 impl SqliteSink {
-    /// A sink for `config`. Does no I/O; [`Sink::open`](crate::sinks::Sink::open)
+    /// A sink for `config`. Does no I/O; [`Sink::open`](crate::sinks::contract::Sink::open)
     /// connects.
     pub fn new(config: SqliteConfig) -> SqliteSink {
         SqliteSink {

@@ -14,7 +14,7 @@ use super::schema::{self, ColumnInfo};
 use super::SqliteSink;
 use crate::config::IdempotencyKey;
 use crate::envelope::{normalize, rfc3339, Delivery, Envelope};
-use crate::sinks::{Sink, SinkError};
+use crate::sinks::contract::{Sink, SinkError};
 
 const TABLE: &str = "jetsink_events";
 

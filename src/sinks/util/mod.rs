@@ -7,7 +7,7 @@ pub mod file_identity;
 use std::io;
 use std::path::Path;
 
-use super::{Probe, SinkError};
+use super::contract::{Probe, SinkError};
 
 /// Classifies a filesystem error. Everything the operating system reports for a local
 /// file (permissions, read-only filesystem, disk full, missing directory) can be fixed
