@@ -114,21 +114,10 @@ fn by_sequence(mut rows: Vec<Row>) -> Vec<Row> {
 
 /// GETs the daemon's `/metrics` text ("" while nothing answers).
 async fn scrape(listen: &str) -> String {
-    let url = format!("http://{listen}/metrics");
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        agent
-            .get(&url)
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-            .unwrap_or_default()
-    })
-    .await
-    .unwrap_or_default()
+    match http(reqwest::Method::GET, &format!("http://{listen}/metrics")).await {
+        Some((200, body)) => body,
+        _ => String::new(),
+    }
 }
 
 /// The value of the sample written exactly as `series` (name with labels), if present.

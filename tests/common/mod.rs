@@ -733,18 +733,41 @@ pub fn publish_paced(
 /// The value of the sample line starting with `series` (name and labels) on a running
 /// daemon's `/metrics`, or `None` when the endpoint or the series is not there.
 pub async fn metric_value(listen: &str, series: &str) -> Option<f64> {
-    let url = format!("http://{listen}/metrics");
-    let text = tokio::task::spawn_blocking(move || {
-        ureq::get(&url)
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-    })
-    .await
-    .ok()
-    .flatten()?;
+    let (status, text) = http(reqwest::Method::GET, &format!("http://{listen}/metrics")).await?;
+    if status != 200 {
+        return None;
+    }
     text.lines()
         .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// The status and body of one plain-HTTP request to `url` (a daemon's endpoint, moto), or
+/// `None` when nothing answered within 5 s.
+pub async fn http(method: reqwest::Method, url: &str) -> Option<(u16, String)> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .tls_built_in_root_certs(false)
+        .build()
+        .ok()?;
+    let response = client.request(method, url).send().await.ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.unwrap_or_default()))
+}
+
+/// [`http`] for code that is not async (a guard's constructor or `Drop`): on a runtime and
+/// a thread of its own, so it works inside a test's runtime too.
+pub fn http_blocking(method: reqwest::Method, url: &str) -> Option<(u16, String)> {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?
+            .block_on(http(method, &url))
+    })
+    .join()
+    .ok()
+    .flatten()
 }
