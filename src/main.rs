@@ -35,6 +35,8 @@ struct Cli {
 enum Command {
     /// Run the daemon until SIGTERM or SIGINT.
     Run(cmd::run::Args),
+    /// Run a config with test messages, starting a local nats-server if none answers.
+    Quickstart(cmd::quickstart::Args),
     /// Check a config file offline and print what it would do; with --online, against
     /// the live servers too, changing nothing.
     Validate(cmd::validate::Args),
@@ -96,6 +98,7 @@ fn main() -> ExitCode {
 async fn dispatch(command: Command) -> u8 {
     match command {
         Command::Run(args) => cmd::run::execute(args).await,
+        Command::Quickstart(args) => cmd::quickstart::execute(args).await,
         Command::Validate(args) => cmd::validate::execute(args).await,
         Command::Schema => cmd::schema::execute(),
         Command::Publish(args) => cmd::publish::execute(args).await,

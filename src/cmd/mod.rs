@@ -19,8 +19,10 @@ pub mod keygen;
 pub mod metrics_show;
 pub mod online;
 pub mod publish;
+pub mod quickstart;
 pub mod run;
 pub mod schema;
+pub mod signals;
 pub mod submit;
 pub mod validate;
 
