@@ -16,8 +16,9 @@
 //! - [`api`]: the synchronous HTTP job API (opt-in `api` section).
 //! - [`metrics`], [`health`], [`server`]: Prometheus metrics, liveness/readiness, HTTP.
 //! - [`cmd`]: one module per command of the `jetsink` binary: `run` (the daemon's
-//!   wiring), `validate`, `schema`, `publish` (the test publisher), `bench` (the benchmark
-//!   against the bare-consumer ceiling), `metrics show`, `dlq replay`.
+//!   wiring), `quickstart`, `validate`, `schema`, `publish` (the test publisher), `bench`
+//!   (the benchmark against the bare-consumer ceiling), `submit`, `metrics show`,
+//!   `decrypt`, `keygen`, `dlq replay`; and `cli`, the command tree `main.rs` calls.
 //! - [`notify`]: systemd readiness, stopping and watchdog notifications.
 //! - [`logging`], [`exit`]: log setup and process exit codes.
 #![deny(missing_docs)]
