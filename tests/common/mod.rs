@@ -460,6 +460,10 @@ pub fn bench_configured_sink(
     ];
     let (code, out, err) = jetsink(&args, dir);
     assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(" x 200 B, batch 100, "),
+        "the report names the sink's own batch size, not the flag's default:\n{out}"
+    );
     out
 }
 

@@ -195,7 +195,8 @@ async fn measure(
         server_version,
         messages: opts.messages,
         size: opts.size,
-        batch_size: opts.batch_size,
+        // The batch size the passes used: a configured sink's own, not the flag's default.
+        batch_size: delivery_of(opts).batch_size,
         destination: describe(&opts.target),
         rate: opts.rate,
         publish_rate,
