@@ -19,8 +19,9 @@
 //! - [`metrics`], [`health`], [`server`]: Prometheus metrics, liveness/readiness, HTTP.
 //! - [`listener`]: how both HTTP listeners accept and serve connections, within limits.
 //! - [`cmd`]: one module per command of the `jetsink` binary: `run` (the daemon's
-//!   wiring), `validate`, `schema`, `publish` (the test publisher), `bench` (the benchmark
-//!   against the bare-consumer ceiling), `metrics show`, `dlq replay`.
+//!   wiring), `quickstart`, `validate`, `schema`, `publish` (the test publisher), `bench`
+//!   (the benchmark against the bare-consumer ceiling), `submit`, `metrics show`,
+//!   `decrypt`, `keygen`, `dlq replay`; and `cli`, the command tree `main.rs` calls.
 //! - [`notify`]: systemd readiness, stopping and watchdog notifications.
 //! - [`logging`], [`exit`]: log setup and process exit codes.
 //! - [`files`]: the bounded reader of every file an operator names (config, keys, secrets).

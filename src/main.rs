@@ -1,16 +1,6 @@
-//! The `jetsink` binary: parses the command line, starts the async runtime and hands the
-//! command to its module under `jetsink::cmd`, which does the work, prints, and answers
-//! the exit code (0 ok, 2 usage, 78 config, 69 dependency unavailable, 1 other).
-//!
-//! Each command's flags live beside its code (`cmd::<command>::Args`); this file holds only
-//! the shape of the command tree, so `jetsink --help` reads the same as the modules.
+//! The `jetsink` binary: the allocator, and the command tree in [`jetsink::cmd::cli`].
 
 use std::process::ExitCode;
-use std::time::Duration;
-
-use clap::{Parser, Subcommand};
-
-use jetsink::{cmd, exit};
 
 /// mimalloc instead of glibc malloc: the pipeline allocates a few small objects per
 /// message (the NATS client's message, the envelope's strings), and glibc's `malloc` and
@@ -20,94 +10,6 @@ use jetsink::{cmd, exit};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[derive(Parser)]
-#[command(
-    name = "jetsink",
-    version,
-    about = "Moves messages from NATS JetStream into durable destinations, ACKing each only after it is committed."
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the daemon until SIGTERM or SIGINT.
-    Run(cmd::run::Args),
-    /// Check a config file offline and print what it would do; with --online, against
-    /// the live servers too, changing nothing.
-    Validate(cmd::validate::Args),
-    /// Print the JSON Schema of the config file.
-    Schema,
-    /// Publish test messages, awaiting every PubAck.
-    Publish(cmd::publish::Args),
-    /// Measure the pipeline against the bare-consumer ceiling on a fresh stream.
-    Bench(cmd::bench::Args),
-    /// Submit one job to a sink in job-queue mode and wait for its result.
-    Submit(cmd::submit::Args),
-    /// Read a running daemon's metrics.
-    Metrics {
-        #[command(subcommand)]
-        command: MetricsCommand,
-    },
-    /// Print stored records of an encrypted sink in clear, verifying each belongs to its row.
-    Decrypt(cmd::decrypt::Args),
-    /// Write a new random AES-256 key file (mode 0600) for `encryption.keys`.
-    Keygen(cmd::keygen::Args),
-    /// Work with a sink's dead-letter queue.
-    Dlq {
-        #[command(subcommand)]
-        command: DlqCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum DlqCommand {
-    /// Republish dead-lettered messages to their original subject, then remove them.
-    Replay(cmd::dlq_replay::Args),
-}
-
-#[derive(Subcommand)]
-enum MetricsCommand {
-    /// Print a running daemon's /metrics as `kind name value` rows.
-    Show(cmd::metrics_show::Args),
-}
-
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::FAILURE);
-        }
-    };
-    let code = runtime.block_on(dispatch(cli.command));
-    // Blocking destination calls may still be finishing after a shutdown timeout.
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    ExitCode::from(code)
-}
-
-/// Runs the command; its exit code.
-async fn dispatch(command: Command) -> u8 {
-    match command {
-        Command::Run(args) => cmd::run::execute(args).await,
-        Command::Validate(args) => cmd::validate::execute(args).await,
-        Command::Schema => cmd::schema::execute(),
-        Command::Publish(args) => cmd::publish::execute(args).await,
-        Command::Bench(args) => cmd::bench::execute(args).await,
-        Command::Submit(args) => cmd::submit::execute(args).await,
-        Command::Decrypt(args) => cmd::decrypt::execute(args),
-        Command::Keygen(args) => cmd::keygen::execute(args),
-        Command::Metrics {
-            command: MetricsCommand::Show(args),
-        } => cmd::metrics_show::execute(args).await,
-        Command::Dlq {
-            command: DlqCommand::Replay(args),
-        } => cmd::dlq_replay::execute(args).await,
-    }
+    jetsink::cmd::cli::main()
 }

@@ -85,12 +85,35 @@ async fn bucketed_messages_land_once_interleaved_across_buckets_and_fifo_within_
         }
     }
     assert_eq!(last.len(), BUCKETS as usize, "every bucket was used");
-    let out_of_order = rows.windows(2).filter(|w| w[0].1 > w[1].1).count();
+    let descents = rows.windows(2).filter(|w| w[0].1 > w[1].1).count();
     assert!(
-        out_of_order > N / 100,
-        "buckets are read at independent rates, so publish order is broken ({out_of_order} descents)"
+        descents >= MIN_DESCENTS,
+        "buckets are read at independent rates, so publish order is broken \
+         ({descents} descents, at least {MIN_DESCENTS} expected)"
     );
 }
+
+/// The fewest descents (a row whose stream sequence is below the one written before it)
+/// the test accepts. The count is set by the mechanism, never by timing: every message
+/// went to a random bucket, every pull takes one batch (up to 50 messages, 50 here since
+/// the whole backlog is stored before jetsink starts) from a bucket chosen uniformly
+/// among the non-empty ones by jetsink's rng, and each bucket is read in order. Load can
+/// only make pulls smaller, which adds switches between buckets, so more descents.
+///
+/// - The random schedule: simulating exactly this mechanism (4,000 messages, 8 buckets,
+///   batches of 50) 20,000 times gave a mean of 47.7 descents, standard deviation 3.8,
+///   minimum 33, and 2.7% of runs at or below the old threshold of 40 (`N / 100`), which
+///   is how often this test used to fail. With smaller batches the mean rises (83 with
+///   sizes drawn from 1 to 50).
+/// - Even the least disordered schedule a puller could choose with full batches, each
+///   bucket read to its end before the next, has 7 (`BUCKETS - 1`): a bucket read for
+///   the first time starts near the beginning of the stream, below the end of the batch
+///   before it.
+///
+/// So the bound is 10 standard deviations below the mean of the real schedule, which
+/// chance does not cross, and the test still fails whenever buckets are read in publish
+/// order (one consumer on `jobs.bucket.*` gives 0).
+const MIN_DESCENTS: usize = BUCKETS as usize - 1;
 
 #[test]
 fn bucket_settings_are_validated_with_their_paths() {

@@ -483,23 +483,9 @@ async fn server_kill_then_unready(d: &mut Daemon, mut server: NatsServer, listen
 
 /// GET `path` from the daemon's endpoint: (status, body); (0, "") when nothing answers.
 async fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        match agent.get(&url).call() {
-            Ok(mut r) => (
-                r.status().as_u16(),
-                r.body_mut().read_to_string().unwrap_or_default(),
-            ),
-            Err(_) => (0, String::new()),
-        }
-    })
-    .await
-    .unwrap_or((0, String::new()))
+    http(reqwest::Method::GET, &format!("http://{addr}{path}"))
+        .await
+        .unwrap_or((0, String::new()))
 }
 
 /// The `/readyz` bodies `docs/operations.md` lists for a NATS outage, in order (the block

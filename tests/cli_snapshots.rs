@@ -9,7 +9,12 @@
 //! change, `TRYCMD=overwrite cargo test --test cli_snapshots` rewrites the blocks in place.
 
 /// The files whose `console` blocks are snapshot tests.
-const DOCUMENTED: &[&str] = &["README.md", "docs/configuration.md", "docs/operations.md"];
+const DOCUMENTED: &[&str] = &[
+    "README.md",
+    "docs/configuration.md",
+    "docs/operations.md",
+    "docs/encryption.md",
+];
 
 #[test]
 fn documented_commands_print_what_the_docs_show() {

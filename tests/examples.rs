@@ -140,15 +140,9 @@ async fn every_example_runs_side_by_side_against_one_server() {
         let mut ready = false;
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while !ready && std::time::Instant::now() < deadline {
-            let u = url.clone();
-            ready = tokio::task::spawn_blocking(move || {
-                ureq::get(&u)
-                    .call()
-                    .map(|r| r.status() == 200)
-                    .unwrap_or(false)
-            })
-            .await
-            .unwrap_or(false);
+            ready = http(reqwest::Method::GET, &url)
+                .await
+                .is_some_and(|(status, _)| status == 200);
             if !ready {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

@@ -478,3 +478,28 @@ async fn a_lowercase_bearer_scheme_is_accepted_and_a_second_idempotency_key_is_r
     );
     api.daemon.stop_cleanly();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_posted_while_the_results_stream_is_gone_answers_503_unavailable() {
+    let mut api = start(100).await;
+    api.server
+        .js()
+        .await
+        .delete_stream("RESULTS")
+        .await
+        .unwrap();
+    // A two-minute budget: a 503 `timeout` would mean the API waited it out.
+    let (status, headers, v) =
+        answer(api.post("worker", Some("no-results-1"), "?timeout_ms=120000", "{}")).await;
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (503, Some("unavailable")),
+        "{v}"
+    );
+    assert_eq!(v["retry"], true, "{v}");
+    assert_eq!(
+        headers.get("retry-after").map(|h| h.to_str().unwrap_or("")),
+        Some("1")
+    );
+    api.daemon.stop_cleanly();
+}

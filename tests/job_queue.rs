@@ -315,6 +315,42 @@ async fn a_submit_that_times_out_exits_75_and_a_later_submit_with_the_same_id_fi
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_submit_while_the_results_stream_is_missing_exits_69_without_waiting_its_budget() {
+    let server = NatsServer::start();
+    let js = server.js().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_named(
+        dir.path(),
+        "w.json",
+        &worker_config(&server.url(), 2000, 3, 10),
+    );
+    js.create_stream(jetstream::stream::Config {
+        name: "JOBS".into(),
+        subjects: vec!["jobs.run".into()],
+        retention: jetstream::stream::RetentionPolicy::WorkQueue,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // No RESULTS stream. A budget of two minutes: a submit that waited it out would
+    // exit 75, not 69.
+    let (code, out, err) = submit(
+        dir.path(),
+        &path,
+        &[
+            "--data",
+            "{\"n\":1}",
+            "--id",
+            "no-results-1",
+            "--timeout-ms",
+            "120000",
+        ],
+    );
+    assert_eq!(code, 69, "{out}\n{err}");
+    assert!(err.contains("RESULTS") || err.contains("results"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_job_whose_id_is_not_one_subject_token_is_refused_as_invalid_job_id() {
     let server = NatsServer::start();
     let js = server.js().await;

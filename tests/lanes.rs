@@ -114,21 +114,10 @@ fn by_sequence(mut rows: Vec<Row>) -> Vec<Row> {
 
 /// GETs the daemon's `/metrics` text ("" while nothing answers).
 async fn scrape(listen: &str) -> String {
-    let url = format!("http://{listen}/metrics");
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        agent
-            .get(&url)
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-            .unwrap_or_default()
-    })
-    .await
-    .unwrap_or_default()
+    match http(reqwest::Method::GET, &format!("http://{listen}/metrics")).await {
+        Some((200, body)) => body,
+        _ => String::new(),
+    }
 }
 
 /// The value of the sample written exactly as `series` (name with labels), if present.
@@ -678,22 +667,25 @@ async fn control_character_in_priority() -> (f64, f64) {
     let listen = listen_of(&cfg);
     let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
     let db = dir.path().join("data/ctrl.db");
-    eventually(Duration::from_secs(30), "the 2 good messages", || async {
-        sqlite_count(&db, "events") == 2
-    })
-    .await;
+    daemon
+        .eventually(Duration::from_secs(30), "the 2 good messages", || async {
+            sqlite_count(&db, "events") == 2
+        })
+        .await;
     let rejected = "jetsink_messages_rejected_total{sink=\"main\"}";
     let lane_rejected = "jetsink_priority_lane_rejected_total{sink=\"main\"}";
-    eventually(
-        Duration::from_secs(30),
-        "the refused message redelivered and refused again",
-        || async { sample(&scrape(&listen).await, rejected).is_some_and(|n| n >= 2.0) },
-    )
-    .await;
-    eventually(Duration::from_secs(10), "held unacked", || async {
-        consumer_state(&js, "CTRL", "jetsink").await == (0, 1)
-    })
-    .await;
+    daemon
+        .eventually(
+            Duration::from_secs(30),
+            "the refused message redelivered and refused again",
+            || async { sample(&scrape(&listen).await, rejected).is_some_and(|n| n >= 2.0) },
+        )
+        .await;
+    daemon
+        .eventually(Duration::from_secs(10), "held unacked", || async {
+            consumer_state(&js, "CTRL", "jetsink").await == (0, 1)
+        })
+        .await;
     let seqs: Vec<i64> = by_sequence(sqlite_rows(&db, "events"))
         .iter()
         .map(|r| r.seq)

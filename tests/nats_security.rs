@@ -145,7 +145,28 @@ async fn mutual_tls_connects_with_the_client_certificate_and_exits_69_without_on
         69,
     );
     assert!(log.contains("cannot connect to NATS"), "{log}");
-    assert!(log.contains("nats.tls"), "{log}");
+    // The server's TLS alert (BadCertificate from 2.9, CertificateRequired from 2.14),
+    // and the hint names the client certificate settings.
+    assert!(log.contains("received fatal alert: "), "{log}");
+    assert!(log.contains("nats.tls.cert_file/key_file"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_first_client_against_a_server_without_tls_fails_naming_handshake_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::new(dir.path());
+    let server = NatsServer::start();
+    let log = refused(
+        &server,
+        dir.path(),
+        json!({"tls": {"ca_file": path(&pki.ca), "handshake_first": true}}),
+        69,
+    );
+    // Not a timeout (docs/operations.md said so): the server's clear greeting ends the
+    // handshake at once.
+    assert!(log.contains("InvalidContentType"), "{log}");
+    assert!(!log.contains("timed out"), "{log}");
+    assert!(log.contains("drop nats.tls.handshake_first"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

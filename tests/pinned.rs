@@ -97,21 +97,9 @@ fn audit(db: &Path) -> (BTreeSet<u64>, u64) {
 }
 
 async fn ready(listen: &str) -> u16 {
-    let url = format!("http://{listen}/readyz");
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(5)))
-            .build()
-            .into();
-        agent
-            .get(&url)
-            .call()
-            .map(|r| r.status().as_u16())
-            .unwrap_or(0)
-    })
-    .await
-    .unwrap_or(0)
+    http(reqwest::Method::GET, &format!("http://{listen}/readyz"))
+        .await
+        .map_or(0, |(status, _)| status)
 }
 
 /// Whether this server lacks priority groups; says so, for a test that then skips.

@@ -512,6 +512,19 @@ impl Rollover {
         self.moto.store(self.bucket)
     }
 
+    /// The consumer's (num_pending, num_ack_pending), once jetsink has created it.
+    async fn consumer_state(&self) -> Option<(u64, usize)> {
+        let info = self
+            .js
+            .get_stream(self.stream)
+            .await
+            .ok()?
+            .consumer_info("jetsink")
+            .await
+            .ok()?;
+        Some((info.num_pending, info.num_ack_pending))
+    }
+
     /// Waits until the stream is drained (within `secs`).
     async fn drained(&self, secs: u64) {
         eventually(Duration::from_secs(secs), "the stream is drained", || {
@@ -525,6 +538,11 @@ impl Rollover {
     async fn restart_and_drain(&mut self) {
         self.cfg["sinks"]["main"]["destination"]["rollover"]["max_age_ms"] = json!(1000);
         let mut daemon = self.start();
+        // Running first: with nothing left to drain, the SIGTERM below would otherwise
+        // reach a process that has not yet installed its handler.
+        daemon
+            .wait_for_log(Duration::from_secs(30), "sink running")
+            .await;
         self.drained(30).await;
         daemon.stop_cleanly();
     }
@@ -542,36 +560,72 @@ impl Rollover {
 #[tokio::test(flavor = "multi_thread")]
 async fn rollover_writes_several_batches_per_object_each_message_once_and_drains() {
     const N: usize = 3_000;
-    let r = Rollover::new(
+    // An hour's age, so every flush of the first run is a full one however slowly the
+    // pulls come (with a one-second age, a loaded machine let the timer flush a part
+    // of the buffer first). 3,000 is three buffers of 1,000; whatever a short pull leaves
+    // over stays buffered, and the restart below writes it.
+    let mut r = Rollover::new(
         "S3ROLL",
         "roll-test",
-        json!({"max_messages": 1000, "max_age_ms": 1000}),
+        json!({"max_messages": 1000, "max_age_ms": 3_600_000}),
     )
     .await;
     r.publish(N).await;
     let mut daemon = r.start();
-    r.drained(30).await;
+    let store = r.store();
+    // The first run's final state: everything delivered, every object it flushed
+    // uploaded, and what is not acknowledged is exactly what the buffer holds.
+    eventually(
+        Duration::from_secs(60),
+        "every message delivered, and either in an uploaded object or buffered",
+        || async {
+            let Some((pending, ack_pending)) = r.consumer_state().await else {
+                return false;
+            };
+            let flushes = r
+                .metric("flushes_total{reason=\"full\",sink=\"main\"}")
+                .await
+                + r.metric("flushes_total{reason=\"timer\",sink=\"main\"}")
+                    .await;
+            let uploaded = store.list(None).count().await as f64;
+            pending == 0
+                && r.metric("buffered{sink=\"main\"}").await == ack_pending as f64
+                && flushes == uploaded
+        },
+    )
+    .await;
     let full = r
         .metric("flushes_total{reason=\"full\",sink=\"main\"}")
         .await;
+    let timer = r
+        .metric("flushes_total{reason=\"timer\",sink=\"main\"}")
+        .await;
+    let buffered = r.metric("buffered{sink=\"main\"}").await as usize;
+    let sizes = r.object_sizes().await;
     daemon.stop_cleanly();
 
-    let sizes = r.object_sizes().await;
-    assert!(
-        sizes.len() <= 6,
-        "a few objects of up to 1000 messages, not one per batch: {sizes:?}"
-    );
-    let mut small = sizes.iter().filter(|&&n| n <= 100).count();
-    if sizes.last().is_some_and(|&n| n <= 100) {
-        // The last flush may be the timer's, of what was left.
-        small -= 1;
-    }
+    assert_eq!(timer, 0.0, "no flush by the timer within the hour");
     assert_eq!(
-        small, 0,
-        "every full object holds several batches: {sizes:?}"
+        full,
+        sizes.len() as f64,
+        "one object per full flush: {sizes:?}"
     );
-    assert!(full >= 2.0, "the buffer filled and flushed: {full}");
-    let (keys, records) = distinct_stored(&r.store()).await;
+    assert!(
+        sizes.iter().all(|&n| n > 900 && n <= 1000),
+        "a full flush holds more than max_messages - batch_size (900), so each object \
+         holds the messages of at least ten pulls, and never more than 1000: {sizes:?}"
+    );
+    assert_eq!(
+        sizes.iter().sum::<usize>() + buffered,
+        N,
+        "every message is in an object or in the buffer: {sizes:?} + {buffered}"
+    );
+    assert!(
+        full >= 2.0,
+        "3000 messages need at least two full buffers: {sizes:?}"
+    );
+    r.restart_and_drain().await;
+    let (keys, records) = distinct_stored(&store).await;
     assert_eq!((keys.len(), records), (N, N), "each message stored once");
 }
 

@@ -174,7 +174,7 @@ fn run_until_ready(
         if let Some(status) = daemon.wait_exit(Duration::ZERO) {
             return Err(format!("run exited {status:?}:\n{}", daemon.log_text()));
         }
-        if ureq::get(&url).call().is_ok() {
+        if http_blocking(reqwest::Method::GET, &url).is_some_and(|(s, _)| s == 200) {
             daemon.stop_cleanly();
             return Ok(());
         }

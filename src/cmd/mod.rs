@@ -5,14 +5,15 @@
 //!
 //! Every command module has the same two entry points: `Args`, its clap flags, and
 //! `execute(args) -> u8`, which does the work, prints, and answers the process exit code
-//! ([`crate::exit`]). The flags sit beside the code that reads them, not in `main.rs`, so
+//! ([`crate::exit`]). The flags sit beside the code that reads them, not in [`cli`], so
 //! adding or changing an option is one file, the flag's doc comment (its `--help` text)
-//! is next to its use, and `main.rs` is left with the command tree and the runtime. The
+//! is next to its use, and [`cli`] is left with the command tree and the runtime. The
 //! `Args` fields stay private: only clap fills them, so the library's API is the
 //! functions each command is built on (`run::run`, `bench::run`, `publish::publish`,
 //! `metrics_show::show`, `dlq_replay::run`, `submit::submit`), not the flags.
 
 pub mod bench;
+pub mod cli;
 pub mod decrypt;
 pub mod dlq_replay;
 pub mod keygen;
@@ -20,8 +21,10 @@ pub mod metrics_show;
 pub mod online;
 pub mod preflight;
 pub mod publish;
+pub mod quickstart;
 pub mod run;
 pub mod schema;
+pub mod signals;
 pub mod submit;
 pub mod validate;
 

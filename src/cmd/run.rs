@@ -527,16 +527,25 @@ pub async fn execute(args: Args) -> u8 {
     };
     crate::logging::init(&config.logging.level, config.logging.format);
     crate::logging::config_warnings(&config.warnings);
+    let (tx, _) = watch::channel(false);
+    let tx = Arc::new(tx);
+    super::signals::stop_on(tx.clone());
+    serve(config, tx).await
+}
+
+/// Runs the daemon until `stop` turns true (a signal, or the caller) and answers the exit
+/// code; once stopping, the wind-down is bounded by the largest `shutdown_timeout_ms` plus
+/// 5 s. `jetsink run` is this on the signals (`signals::stop_on`); `jetsink quickstart`
+/// feeds test messages beside it.
+pub async fn serve(config: Config, stop: Arc<watch::Sender<bool>>) -> u8 {
     let grace = config
         .sinks
         .iter()
         .map(|s| s.delivery.shutdown_timeout_ms)
         .max()
         .unwrap_or(0);
-    let (tx, mut rx) = watch::channel(false);
-    let tx = Arc::new(tx);
-    tokio::spawn(wait_for_signal(tx.clone()));
-    let daemon = run(config, tx);
+    let mut rx = stop.subscribe();
+    let daemon = run(config, stop);
     tokio::pin!(daemon);
     let result = tokio::select! {
         r = &mut daemon => r,
@@ -557,44 +566,6 @@ pub async fn execute(args: Args) -> u8 {
             e.exit_code()
         }
     }
-}
-
-/// Logs each SIGHUP and otherwise ignores it. Without a handler, SIGHUP's default action
-/// kills the process at once, dropping the batches in hand; a habitual `kill -HUP` or
-/// `systemctl reload` must never do that. There is no configuration reload (yet), so the
-/// daemon keeps running with the config it started with.
-async fn log_hangups() {
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(mut s) => {
-            while s.recv().await.is_some() {
-                tracing::warn!("SIGHUP received: jetsink has no configuration reload and keeps running with the config it started with; restart it to apply a changed config");
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "cannot listen for SIGHUP"),
-    }
-    std::future::pending::<()>().await
-}
-
-/// Turns the first SIGTERM or SIGINT into the shutdown signal; SIGHUP is logged and
-/// ignored meanwhile.
-async fn wait_for_signal(tx: Arc<watch::Sender<bool>>) {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await
-            }
-        }
-    };
-    tokio::select! {
-        _ = term => tracing::info!("SIGTERM received; stopping"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; stopping"),
-        () = log_hangups() => {}
-    }
-    tx.send_replace(true);
 }
 
 #[cfg(test)]

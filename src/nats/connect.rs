@@ -234,19 +234,26 @@ pub fn reconnect_delay<R: Rng + ?Sized>(attempts: usize, max: Duration, rng: &mu
 }
 
 /// What a failed first connect usually means, from the client's error kind and reason:
-/// the reason ("invalid peer certificate: UnknownIssuer") names the symptom, this names
-/// the setting to look at. The client reports TLS failures inside the handshake as I/O
-/// errors, so the reason's words decide between the two.
+/// the reason ("Connection refused (os error 111)", "invalid peer certificate:
+/// UnknownIssuer") names the symptom, this names the likely cause and the setting to look
+/// at. The client reports failures inside the TLS handshake as I/O errors, so the
+/// reason's words decide: a refused connection means nothing listens there; TLS words
+/// mean certificates; a connection the server closed or reset means, on a connection
+/// that got that far, a server that wanted something first — most often a client
+/// certificate.
 pub fn hint(kind: ConnectErrorKind, reason: &str) -> &'static str {
     let reason = reason.to_ascii_lowercase();
-    let tls_words = ["certificate", "tls", "alert", "handshake"];
+    let has = |words: &[&str]| words.iter().any(|w| reason.contains(w));
     match kind {
+        ConnectErrorKind::Io if has(&["invalidcontenttype"]) => " (the server answered the TLS handshake in clear: it does not expect TLS first (drop nats.tls.handshake_first, or set handshake_first in the server's tls block), or it is not a TLS server)",
         ConnectErrorKind::Tls => TLS_HINT,
-        ConnectErrorKind::Io if tls_words.iter().any(|w| reason.contains(w)) => TLS_HINT,
+        ConnectErrorKind::Io if has(&["certificate", "tls", "alert", "handshake"]) => TLS_HINT,
+        ConnectErrorKind::Io if has(&["refused"]) => " (nothing listens there: is the NATS server running, and are the host and port in nats.servers right?)",
+        ConnectErrorKind::Dns => " (the host name does not resolve: is the host in nats.servers right?)",
+        ConnectErrorKind::Io if has(&["reset", "closed", "end of file", "eof", "broken pipe"]) => " (the server closed the connection during the handshake: a server that verifies clients does so without a client certificate (nats.tls.cert_file, key_file))",
         ConnectErrorKind::AuthorizationViolation => " (the server refused the credentials: check the user and password, token, NKEY seed or creds file the config names)",
         ConnectErrorKind::Authentication => " (the credentials could not answer the server's challenge: check nats.nkey_seed_file or nats.creds_file)",
         ConnectErrorKind::TimedOut => " (no answer within nats.connect_timeout_ms: the server may be down or filtered, or expect the TLS handshake first (nats.tls.handshake_first))",
-        ConnectErrorKind::Io => " (the connection broke: a server that verifies clients closes connections without a client certificate (nats.tls.cert_file, key_file))",
         _ => "",
     }
 }
@@ -395,6 +402,32 @@ mod tests {
         );
         assert!(h.contains("refused the credentials"), "{h}");
         assert!(hint(ConnectErrorKind::Io, "connection reset").contains("client certificate"));
+    }
+
+    #[test]
+    fn a_refused_connection_points_at_the_server_and_the_url_not_at_certificates() {
+        let h = hint(
+            ConnectErrorKind::Io,
+            "IO error: Connection refused (os error 111)",
+        );
+        assert!(h.contains("is the NATS server running"), "{h}");
+        assert!(!h.contains("certificate"), "{h}");
+        let h = hint(
+            ConnectErrorKind::Dns,
+            "DNS error: failed to lookup address information: Name or service not known",
+        );
+        assert!(h.contains("does not resolve"), "{h}");
+        let h = hint(
+            ConnectErrorKind::Io,
+            "IO error: received corrupt message of type InvalidContentType",
+        );
+        assert!(h.contains("does not expect TLS first"), "{h}");
+        let h = hint(
+            ConnectErrorKind::Io,
+            "IO error: received fatal alert: BadCertificate",
+        );
+        assert!(h.contains("nats.tls.cert_file"), "{h}");
+        assert_eq!(hint(ConnectErrorKind::Io, "something else entirely"), "");
     }
 
     #[test]

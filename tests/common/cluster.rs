@@ -196,13 +196,12 @@ impl Cluster {
         loop {
             let node = &self.nodes[i];
             let port = node.monitor_port;
-            let ok = tokio::task::spawn_blocking(move || {
-                ureq::get(&format!("http://127.0.0.1:{port}/healthz"))
-                    .call()
-                    .is_ok()
-            })
+            let ok = super::http(
+                reqwest::Method::GET,
+                &format!("http://127.0.0.1:{port}/healthz"),
+            )
             .await
-            .unwrap_or(false);
+            .is_some_and(|(status, _)| status == 200);
             if ok {
                 return;
             }

@@ -21,10 +21,22 @@ pub mod mysql_tls;
 pub mod pg_tls;
 pub mod pki;
 
-/// Finds a free loopback port.
+/// Finds a free loopback port, never the same one twice in a test binary. The port is
+/// free when this returns, not reserved: the kernel picks ports for `bind(0)` at random, so
+/// without the record two tests running at once got the same port now and then (1 in about
+/// 14,000 pairs), and one test's daemon or server then failed to listen, or talked to the
+/// other test's server.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = l.local_addr().expect("local addr").port();
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// The server binary the tests run: `JETSINK_TEST_NATS_SERVER` when set (CI runs the suite
@@ -137,12 +149,30 @@ impl NatsServer {
             .spawn()
             .expect("start nats-server");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        // Ready once *this* server says it listens: something else answering on the port
+        // (another test's server, after a port clash) must not pass for it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let listening = format!(
+            "Listening for client connections on 127.0.0.1:{}",
+            self.port
+        );
+        while !self.log_text().contains(&listening) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "nats-server on port {} exited at start ({status}):\n{}",
+                    self.port,
+                    self.log_text()
+                );
+            }
             assert!(
                 Instant::now() < deadline,
-                "nats-server did not start on port {}",
-                self.port
+                "nats-server did not start on port {}:\n{}",
+                self.port,
+                self.log_text()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -301,6 +331,49 @@ impl Daemon {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Waits until this daemon's log contains `needle` (for example "sink running"),
+    /// failing with its log if it exits first or `within` passes.
+    pub async fn wait_for_log(&mut self, within: Duration, needle: &str) {
+        let log = self.log.clone();
+        self.eventually(within, &format!("{needle:?} in the log"), || {
+            let log = log.clone();
+            async move { std::fs::read_to_string(&log).is_ok_and(|t| t.contains(needle)) }
+        })
+        .await;
+    }
+
+    /// [`eventually`] for a state this daemon must reach: fails at once, with its exit
+    /// status and log, if it exits meanwhile, and with its log if `within` passes, so a
+    /// failure says what the daemon did instead of only what was awaited.
+    pub async fn eventually<F, Fut>(&mut self, within: Duration, what: &str, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + within;
+        loop {
+            if check().await {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "jetsink exited ({status}) while waiting for: {what}\n{}",
+                    self.log_text()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for: {what}\njetsink's log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 impl Drop for Daemon {
@@ -437,6 +510,10 @@ pub fn bench_configured_sink(
     ];
     let (code, out, err) = jetsink(&args, dir);
     assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(" x 200 B, batch 100, "),
+        "the report names the sink's own batch size, not the flag's default:\n{out}"
+    );
     out
 }
 
@@ -786,18 +863,41 @@ pub fn publish_paced(
 /// The value of the sample line starting with `series` (name and labels) on a running
 /// daemon's `/metrics`, or `None` when the endpoint or the series is not there.
 pub async fn metric_value(listen: &str, series: &str) -> Option<f64> {
-    let url = format!("http://{listen}/metrics");
-    let text = tokio::task::spawn_blocking(move || {
-        ureq::get(&url)
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-    })
-    .await
-    .ok()
-    .flatten()?;
+    let (status, text) = http(reqwest::Method::GET, &format!("http://{listen}/metrics")).await?;
+    if status != 200 {
+        return None;
+    }
     text.lines()
         .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// The status and body of one plain-HTTP request to `url` (a daemon's endpoint, moto), or
+/// `None` when nothing answered within 5 s.
+pub async fn http(method: reqwest::Method, url: &str) -> Option<(u16, String)> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .tls_built_in_root_certs(false)
+        .build()
+        .ok()?;
+    let response = client.request(method, url).send().await.ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.unwrap_or_default()))
+}
+
+/// [`http`] for code that is not async (a guard's constructor or `Drop`): on a runtime and
+/// a thread of its own, so it works inside a test's runtime too.
+pub fn http_blocking(method: reqwest::Method, url: &str) -> Option<(u16, String)> {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?
+            .block_on(http(method, &url))
+    })
+    .join()
+    .ok()
+    .flatten()
 }

@@ -64,12 +64,7 @@ impl Moto {
         let deadline = Instant::now() + Duration::from_secs(60);
         let url = self.url();
         loop {
-            let answered = match ureq::get(&url).call() {
-                Ok(_) => true,
-                Err(ureq::Error::StatusCode(_)) => true,
-                Err(_) => false,
-            };
-            if answered {
+            if super::http_blocking(reqwest::Method::GET, &url).is_some() {
                 return;
             }
             assert!(Instant::now() < deadline, "moto_server did not start");
@@ -97,15 +92,21 @@ impl Moto {
 
     /// moto accepts unsigned bucket requests while it checks no credentials.
     pub fn create_bucket(&self, bucket: &str) {
-        ureq::put(&format!("{}/{bucket}", self.url()))
-            .send_empty()
-            .expect("create bucket");
+        let answer =
+            super::http_blocking(reqwest::Method::PUT, &format!("{}/{bucket}", self.url()));
+        assert!(
+            answer.as_ref().is_some_and(|(s, _)| *s == 200),
+            "create bucket {bucket}: {answer:?}"
+        );
     }
 
     pub fn delete_bucket(&self, bucket: &str) {
-        ureq::delete(&format!("{}/{bucket}", self.url()))
-            .call()
-            .expect("delete bucket");
+        let answer =
+            super::http_blocking(reqwest::Method::DELETE, &format!("{}/{bucket}", self.url()));
+        assert!(
+            answer.as_ref().is_some_and(|(s, _)| (200..300).contains(s)),
+            "delete bucket {bucket}: {answer:?}"
+        );
     }
 
     pub fn store(&self, bucket: &str) -> Arc<dyn ObjectStore> {

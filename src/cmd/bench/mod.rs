@@ -53,8 +53,8 @@ pub struct Args {
     /// Destination of the pipeline pass.
     #[arg(long, value_enum, default_value_t = BenchDestination::File)]
     destination: BenchDestination,
-    /// Batch size of both passes.
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    /// Batch size of both passes (with --config, the sink's own `delivery.batch_size`).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10_000), conflicts_with = "config")]
     batch_size: u64,
     /// File destination: fdatasync each batch.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]

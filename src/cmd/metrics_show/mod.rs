@@ -75,8 +75,7 @@ impl FetchError {
 }
 
 /// GETs `url` (plain HTTP only: the daemon's endpoint has no TLS) and returns the body.
-/// Blocking; run it off the async runtime.
-pub fn fetch(url: &str, timeout: Duration) -> Result<String, FetchError> {
+pub async fn fetch(url: &str, timeout: Duration) -> Result<String, FetchError> {
     if !url.starts_with("http://") {
         return Err(FetchError::new(
             FetchErrorKind::BadUrl,
@@ -84,18 +83,20 @@ pub fn fetch(url: &str, timeout: Duration) -> Result<String, FetchError> {
             "only http:// URLs are supported (the daemon serves /metrics over plain HTTP)",
         ));
     }
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(timeout))
-        .build()
-        .into();
-    let mut response = agent.get(url).call().map_err(|e| {
+    let unreachable = |e: reqwest::Error| {
         FetchError::new(
             FetchErrorKind::Unreachable,
             url,
-            format!("cannot read metrics: {e} (is `jetsink run` running with http.enabled, and is this its http.listen address?)"),
+            format!("cannot read metrics: {} (is `jetsink run` running with http.enabled, and is this its http.listen address?)", root_cause(&e)),
         )
-    })?;
+    };
+    // Plain HTTP: no certificate store to load.
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .tls_built_in_root_certs(false)
+        .build()
+        .map_err(unreachable)?;
+    let response = client.get(url).send().await.map_err(unreachable)?;
     let status = response.status().as_u16();
     if status != 200 {
         return Err(FetchError::new(
@@ -104,13 +105,23 @@ pub fn fetch(url: &str, timeout: Duration) -> Result<String, FetchError> {
             format!("answered HTTP {status}, expected 200 with Prometheus metrics"),
         ));
     }
-    response.body_mut().read_to_string().map_err(|e| {
+    response.text().await.map_err(|e| {
         FetchError::new(
             FetchErrorKind::Unreachable,
             url,
-            format!("cannot read the response: {e}"),
+            format!("cannot read the response: {}", root_cause(&e)),
         )
     })
+}
+
+/// The innermost error of a chain ("Connection refused (os error 111)"), which says what
+/// happened; the outer ones only say which layer passed it on.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut inner = e;
+    while let Some(source) = inner.source() {
+        inner = source;
+    }
+    inner.to_string()
 }
 
 /// Output format of `metrics show`; the variants' doc comments are the `--format` help.
@@ -133,8 +144,8 @@ pub struct Shown {
 
 /// Reads `url` and renders the samples `glob` selects: the whole `metrics show` command
 /// apart from printing.
-pub fn show(url: &str, glob: Option<&str>, format: Format) -> Result<Shown, FetchError> {
-    let body = fetch(url, TIMEOUT)?;
+pub async fn show(url: &str, glob: Option<&str>, format: Format) -> Result<Shown, FetchError> {
+    let body = fetch(url, TIMEOUT).await?;
     let samples = parse(&body).map_err(|e| {
         FetchError::new(
             FetchErrorKind::NotMetrics,
@@ -177,23 +188,17 @@ pub async fn execute(args: Args) -> u8 {
         metric,
         format,
     } = args;
-    // `ureq` blocks; keep it off the async runtime's worker threads.
-    let shown = tokio::task::spawn_blocking(move || show(&url, metric.as_deref(), format)).await;
-    match shown {
-        Ok(Ok(shown)) => {
+    match show(&url, metric.as_deref(), format).await {
+        Ok(shown) => {
             super::emit(shown.text.trim_end_matches('\n'));
             if shown.rows == 0 {
                 eprintln!("no metric matches");
             }
             crate::exit::OK
         }
-        Ok(Err(e)) => {
-            eprintln!("error: {e}");
-            e.exit_code()
-        }
         Err(e) => {
             eprintln!("error: {e}");
-            crate::exit::FAILURE
+            e.exit_code()
         }
     }
 }

@@ -301,9 +301,11 @@ fn rows_of(samples: &[Sample], glob: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn only_plain_http_urls_are_fetched() {
-    let err = fetch("https://127.0.0.1:9464/metrics", Duration::from_secs(1)).unwrap_err();
+#[tokio::test]
+async fn only_plain_http_urls_are_fetched() {
+    let err = fetch("https://127.0.0.1:9464/metrics", Duration::from_secs(1))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind, FetchErrorKind::BadUrl);
     assert_eq!(err.exit_code(), crate::exit::USAGE);
     assert!(err
@@ -311,8 +313,8 @@ fn only_plain_http_urls_are_fetched() {
         .starts_with("https://127.0.0.1:9464/metrics: "));
 }
 
-#[test]
-fn an_unreachable_endpoint_is_unavailable_and_named() {
+#[tokio::test]
+async fn an_unreachable_endpoint_is_unavailable_and_named() {
     // Bind then drop a listener: the port is very likely closed right after.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -320,7 +322,7 @@ fn an_unreachable_endpoint_is_unavailable_and_named() {
         .unwrap()
         .port();
     let url = format!("http://127.0.0.1:{port}/metrics");
-    let err = fetch(&url, Duration::from_secs(2)).unwrap_err();
+    let err = fetch(&url, Duration::from_secs(2)).await.unwrap_err();
     assert_eq!(err.kind, FetchErrorKind::Unreachable);
     assert_eq!(err.exit_code(), crate::exit::UNAVAILABLE);
     assert!(err.to_string().starts_with(&url), "{err}");

@@ -83,8 +83,8 @@ pub fn convert(c: Cell<'_>, ty: ColumnType, source: &str) -> Result<Typed, Strin
             OffsetDateTime::parse(s.trim(), &Rfc3339).map_err(|_| not("an RFC 3339 timestamp"))?,
         )),
         (ColumnType::Date, Cell::Value(Value::String(s))) => {
-            let format = time::macros::format_description!("[year]-[month]-[day]");
-            let d = Date::parse(s.trim(), format).map_err(|_| not("a date (YYYY-MM-DD)"))?;
+            let format = time::format_description::well_known::Iso8601::DATE;
+            let d = Date::parse(s.trim(), &format).map_err(|_| not("a date (YYYY-MM-DD)"))?;
             Typed::I32(d.to_julian_day() - EPOCH_JULIAN_DAY)
         }
         (ColumnType::Timestamp, _) => return Err(not("an RFC 3339 timestamp")),
