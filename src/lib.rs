@@ -31,6 +31,7 @@ pub mod api;
 pub mod cmd;
 pub mod config;
 pub mod crypto;
+pub mod daemon;
 pub mod dlq;
 pub mod envelope;
 pub mod exit;

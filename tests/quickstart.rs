@@ -192,7 +192,7 @@ fn with_no_server_it_starts_one_from_path_fills_the_table_and_stops_it_on_exit()
     assert_eq!(qs.stop(), Some(0), "a clean stop:\n{}", qs.output());
     let out = qs.output();
     assert!(out.contains("stopped the nats-server it started"), "{out}");
-    assert!(out.contains("jetsink::cmd::run: stopped cleanly"), "{out}");
+    assert!(out.contains("jetsink::daemon: stopped cleanly"), "{out}");
     assert!(!answers(port), "the server stopped with jetsink");
 }
 

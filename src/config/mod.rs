@@ -35,7 +35,7 @@ pub(crate) use crate::shared::issue::deserialize_at;
 pub use crate::shared::issue::Issue;
 pub use crate::shared::nats_security::{NatsAuth, NatsConfig, NatsTls, SecretSource};
 pub use destination::DestinationConfig;
-pub use model::{Config, SinkSpec};
+pub use model::{Config, SectionPaths, SinkSpec};
 pub use pinned::PinnedConfig;
 pub use raw::{
     CreateStreamConfig, DeliverPolicy, DeliveryConfig, HttpConfig, IdempotencyKey, Jitter,

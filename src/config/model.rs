@@ -38,6 +38,34 @@ pub struct SinkSpec {
     pub subjects_path: String,
     /// JSON path of the sink's `priority_lanes` section, for messages about a lane.
     pub lanes_path: String,
+    /// JSON paths of the sink's `source` (`nats` in the single-sink shape), `delivery` and
+    /// `destination` (`sink`) objects, for messages about their settings.
+    pub paths: SectionPaths,
+}
+
+/// Where a sink's sections sit in the file, so a message about a setting names its JSON
+/// path whichever shape the file has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SectionPaths {
+    /// `sinks.x.source`, or `nats`.
+    pub source: String,
+    /// `sinks.x.delivery`, or `delivery`.
+    pub delivery: String,
+    /// `sinks.x.destination`, or `sink`.
+    pub destination: String,
+    /// `sinks.x`, or empty for the single-sink shape's top level.
+    pub section: String,
+}
+
+impl SectionPaths {
+    /// The path of the sink's section `k` (`sinks.x.k`, or `k` at the top level).
+    pub fn key(&self, k: &str) -> String {
+        if self.section.is_empty() {
+            k.to_string()
+        } else {
+            format!("{}.{k}", self.section)
+        }
+    }
 }
 
 /// A validated configuration, whichever shape the file used.

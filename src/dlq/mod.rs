@@ -10,14 +10,14 @@ pub mod metrics;
 
 use std::time::Duration;
 
+use async_nats::jetstream;
 use async_nats::jetstream::context::PublishErrorKind;
-use async_nats::jetstream::{self, stream};
 use prometheus::IntCounter;
 use time::OffsetDateTime;
 
 use crate::config::dead_letter::DeadLetterConfig;
-use crate::config::StorageKind;
 use crate::envelope::Envelope;
+use crate::nats::own_stream::{self, CreateStreamFailed, OwnStream};
 
 /// Why a message was dead-lettered; the `reason` label of `jetsink_dlq_published_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,33 +101,21 @@ impl DeadLetters {
         &self.cfg
     }
 
-    /// Creates the dead-letter stream when the config asks for it.
-    pub async fn ensure_stream(&self) -> Result<(), String> {
+    /// Creates the dead-letter stream when the config asks for it; `setting` is the JSON
+    /// path of its `create_stream` section, for the error.
+    pub async fn ensure_stream(&self, setting: String) -> Result<(), CreateStreamFailed> {
         let Some(cs) = &self.cfg.create_stream else {
             return Ok(());
         };
-        let cfg = stream::Config {
+        let own = OwnStream {
             name: cs.name.clone(),
-            subjects: vec![self.cfg.capture(&self.sink)],
-            storage: match cs.storage {
-                StorageKind::File => stream::StorageType::File,
-                StorageKind::Memory => stream::StorageType::Memory,
-            },
+            subject: self.cfg.capture(&self.sink),
+            storage: cs.storage,
             max_age: Duration::from_millis(cs.max_age_ms),
-            num_replicas: cs.replicas,
+            replicas: cs.replicas,
             duplicate_window: Duration::from_millis(cs.duplicate_window_ms),
-            ..Default::default()
         };
-        self.js
-            .get_or_create_stream(cfg)
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                format!(
-                    "sink {}: creating dead-letter stream {}: {e}",
-                    self.sink, cs.name
-                )
-            })
+        own_stream::ensure(&self.js, &own, &self.sink, "dead-letter", setting).await
     }
 
     /// Publishes the copy of `envelope` and waits for the stream to store it. A copy too

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream;
 use async_nats::HeaderMap;
 use prometheus::IntCounter;
 use time::OffsetDateTime;
@@ -17,8 +17,9 @@ use super::id::{job_id, InvalidJobId};
 use super::metrics::JobMetrics;
 use super::result::{build, result_msg_id, Finish, Status};
 use crate::config::results::ResultsConfig;
-use crate::config::{IdempotencyKey, StorageKind};
+use crate::config::IdempotencyKey;
 use crate::envelope::{Envelope, MSG_ID_HEADER};
+use crate::nats::own_stream::{self, CreateStreamFailed, OwnStream};
 use crate::sinks::Output;
 
 /// The header carrying a result's status, so a reader can tell outcomes apart without
@@ -77,33 +78,21 @@ impl ResultPublisher {
         job_id(e, &self.cfg.job_id)
     }
 
-    /// Creates the results stream when the config asks for it.
-    pub async fn ensure_stream(&self) -> Result<(), String> {
+    /// Creates the results stream when the config asks for it; `setting` is the JSON path
+    /// of its `create_stream` section, for the error.
+    pub async fn ensure_stream(&self, setting: String) -> Result<(), CreateStreamFailed> {
         let Some(cs) = &self.cfg.create_stream else {
             return Ok(());
         };
-        let cfg = stream::Config {
+        let own = OwnStream {
             name: cs.name.clone(),
-            subjects: vec![self.cfg.capture()],
-            storage: match cs.storage {
-                StorageKind::File => stream::StorageType::File,
-                StorageKind::Memory => stream::StorageType::Memory,
-            },
+            subject: self.cfg.capture(),
+            storage: cs.storage,
             max_age: Duration::from_millis(cs.max_age_ms),
-            num_replicas: cs.replicas,
+            replicas: cs.replicas,
             duplicate_window: Duration::from_millis(cs.duplicate_window()),
-            ..Default::default()
         };
-        self.js
-            .get_or_create_stream(cfg)
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                format!(
-                    "sink {}: creating results stream {} (results.create_stream): {e}",
-                    self.sink, cs.name
-                )
-            })
+        own_stream::ensure(&self.js, &own, &self.sink, "results", setting).await
     }
 
     /// Publishes one result per job and waits for the results stream to store them all;

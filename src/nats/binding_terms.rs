@@ -78,6 +78,18 @@ impl BindError {
                 | BindError::ServerTooOld { .. }
         )
     }
+
+    /// The sink that could not be bound.
+    pub fn sink(&self) -> &str {
+        match self {
+            BindError::StreamMissing { sink, .. }
+            | BindError::Drift { sink, .. }
+            | BindError::DeadLetterLoop { sink, .. }
+            | BindError::Refused { sink, .. }
+            | BindError::ServerTooOld { sink, .. }
+            | BindError::Api { sink, .. } => sink,
+        }
+    }
 }
 
 /// What a sink asks of its consumer and stream, checked against what the server has.

@@ -6,11 +6,13 @@
 pub mod backlog;
 pub mod binding;
 pub mod binding_terms;
+pub mod capacity;
 pub mod connect;
 pub mod consumer_checks;
 pub mod credentials;
 pub mod fetch;
 pub mod header_block;
+pub mod own_stream;
 pub mod pin;
 pub mod raw_read;
 pub mod reply;

@@ -74,6 +74,7 @@ pub fn spec(
         results: None,
         subjects_path: "source.subjects".into(),
         lanes_path: "delivery.priority_lanes".into(),
+        paths: Default::default(),
     }
 }
 

@@ -74,7 +74,7 @@ pub async fn execute(args: Args) -> u8 {
     let (tx, _) = watch::channel(false);
     let tx = Arc::new(tx);
     super::signals::stop_on(tx.clone());
-    let daemon = super::run::serve(config.clone(), tx.clone());
+    let daemon = crate::daemon::serve(config.clone(), tx.clone());
     tokio::pin!(daemon);
     let code = tokio::select! {
         code = &mut daemon => code,

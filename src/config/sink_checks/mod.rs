@@ -107,5 +107,11 @@ pub(crate) fn check_sink(
         encryption: encryption.map(|(e, _)| e),
         subjects_path: p.subjects.clone(),
         lanes_path: p.lanes(),
+        paths: crate::config::model::SectionPaths {
+            source: p.source.clone(),
+            delivery: p.delivery.clone(),
+            destination: p.destination.clone(),
+            section: p.section.clone(),
+        },
     })
 }

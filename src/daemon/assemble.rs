@@ -1,0 +1,264 @@
+//! The bind-and-open phase, one sink at a time: bind its consumers, check that each live
+//! consumer can carry what the sink holds unacknowledged, open its destination, create its
+//! dead-letter and results streams, and start the tasks that watch its consumers. What
+//! comes out is a [`Runner`] ready to fetch, or the first failure.
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::connect::{self, jetstream_on, Connections};
+use super::error::DaemonError;
+use crate::config::{Config, SinkSpec};
+use crate::dlq::{advisory, DeadLetters, Reason};
+use crate::health::Health;
+use crate::jobs::ResultPublisher;
+use crate::metrics::Metrics;
+use crate::nats::backlog::{self, BacklogGauges};
+use crate::nats::{bind, capacity::capacity, Bound, Connection, Needs};
+use crate::pipeline::{Binding, Observers, Runner, SinkMetrics, Stages};
+use crate::sinks::{self, Sink};
+
+/// The runners, and the tasks beside them that end on shutdown.
+#[derive(Default)]
+pub struct Assembled {
+    /// One per sink.
+    pub runners: Vec<Runner>,
+    /// Advisory listeners and backlog watchers.
+    pub background: Vec<JoinHandle<()>>,
+}
+
+/// What every sink's assembly shares.
+pub struct Shared<'a> {
+    /// The daemon's config.
+    pub config: &'a Config,
+    /// Every NATS connection.
+    pub connections: &'a Connections,
+    /// The registry.
+    pub metrics: &'a Metrics,
+    /// Health, per sink.
+    pub health: &'a Health,
+    /// Turns true on shutdown.
+    pub shutdown: &'a watch::Receiver<bool>,
+}
+
+/// Assembles every sink. Sinks that create their stream go first, so another sink may read
+/// that stream without repeating `create_stream`.
+pub async fn all(shared: &Shared<'_>) -> Result<Assembled, DaemonError> {
+    let backlog = BacklogGauges::register(shared.metrics.registry())?;
+    let mut order: Vec<&SinkSpec> = shared.config.sinks.iter().collect();
+    order.sort_by_key(|s| s.source.create_stream.is_none());
+    let mut out = Assembled::default();
+    for spec in order {
+        one(shared, spec, &backlog, &mut out).await?;
+    }
+    Ok(out)
+}
+
+async fn one(
+    shared: &Shared<'_>,
+    spec: &SinkSpec,
+    backlog: &BacklogGauges,
+    out: &mut Assembled,
+) -> Result<(), DaemonError> {
+    let conn = connect::of(shared.connections, spec)?;
+    let js = jetstream_on(&conn.client, shared.config);
+    let bound = bind_all(&js, spec).await?;
+    check_capacity(spec, &bound)?;
+    let health = shared.health.sink(&spec.name);
+    health.set_bound(true);
+    let sink = open_destination(spec).await?;
+    health.destination_ok();
+    tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
+    log_encryption(spec);
+    let metrics = SinkMetrics::new(shared.metrics, &spec.name);
+    let dead_letters = dead_letters(spec, &js, &metrics).await?;
+    let results = results(spec, &js, &metrics).await?;
+    let watch = Watch {
+        conn,
+        spec,
+        metrics: &metrics,
+        shutdown: shared.shutdown,
+    };
+    out.background
+        .extend(watch.advisories(&bound, &dead_letters, &results));
+    out.background.push(watch.backlog(&bound, backlog));
+    let runner = Runner::new(
+        spec.clone(),
+        Binding {
+            js,
+            consumers: bound.into_iter().map(|b| b.consumer).collect(),
+            drops: conn.drops.clone(),
+        },
+        sink,
+        Stages::for_sink(spec),
+        dead_letters,
+        Observers { metrics, health },
+        shared.shutdown.clone(),
+    )
+    .with_results(results);
+    out.runners.push(runner);
+    Ok(())
+}
+
+/// Binds the sink's consumer, or one consumer per random subject bucket or lane.
+async fn bind_all(
+    js: &async_nats::jetstream::Context,
+    spec: &SinkSpec,
+) -> Result<Vec<Bound>, DaemonError> {
+    let mut bound = Vec::new();
+    for (source, lane) in spec.consumer_bindings() {
+        let b = bind(js, &spec.name, &source, &Needs::of(spec, lane))
+            .await
+            .map_err(DaemonError::Bind)?;
+        bound.push(b);
+    }
+    Ok(bound)
+}
+
+/// [`crate::nats::capacity`] on every bound consumer, as the server has it: a refusal
+/// stops start-up (exit 78), what the operator let through is logged.
+fn check_capacity(spec: &SinkSpec, bound: &[Bound]) -> Result<(), DaemonError> {
+    for b in bound {
+        let info = b.consumer.cached_info();
+        let found = capacity(spec, &info.name, &info.config);
+        for w in &found.warnings {
+            tracing::warn!(sink = %spec.name, consumer = %info.name, "{w}");
+        }
+        if !found.refusals.is_empty() {
+            return Err(DaemonError::Capacity {
+                sink: spec.name.clone(),
+                refusals: found.refusals,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Builds and opens the destination.
+async fn open_destination(spec: &SinkSpec) -> Result<Box<dyn Sink>, DaemonError> {
+    let mut sink = sinks::build(&spec.destination);
+    sink.attach(&sinks::Feed {
+        sink: spec.name.clone(),
+        stream: spec.source.stream.clone(),
+    });
+    sink.open().await.map_err(|source| DaemonError::Open {
+        sink: spec.name.clone(),
+        destination: spec.destination.describe(),
+        setting: spec.paths.destination.clone(),
+        source,
+    })?;
+    Ok(sink)
+}
+
+/// Says which keys encrypt the sink's payloads: ids and fingerprints only, key material
+/// never reaches a log.
+fn log_encryption(spec: &SinkSpec) {
+    let Some(enc) = &spec.encryption else {
+        return;
+    };
+    tracing::info!(
+        sink = %spec.name,
+        algorithm = "AES-256-GCM",
+        active_key = %enc.ring().active_id(),
+        active_fingerprint = %enc.ring().active_fingerprint(),
+        keys = enc.ring().len(),
+        rules = enc.rules().len(),
+        sealed_headers = enc.sealed_headers().len(),
+        subjects = %if enc.subjects().is_empty() { "all".to_string() } else { enc.subjects().join(",") },
+        "payload encryption on"
+    );
+}
+
+async fn dead_letters(
+    spec: &SinkSpec,
+    js: &async_nats::jetstream::Context,
+    metrics: &SinkMetrics,
+) -> Result<Option<DeadLetters>, DaemonError> {
+    let Some(cfg) = spec.dead_letter.as_ref().filter(|c| c.enabled) else {
+        return Ok(None);
+    };
+    let dl = DeadLetters::new(&spec.name, cfg.clone(), js.clone())
+        .with_omitted_counter(metrics.dlq.payload_omitted.clone());
+    dl.ensure_stream(spec.paths.key("dead_letter.create_stream"))
+        .await
+        .map_err(|e| DaemonError::OwnStream(Box::new(e)))?;
+    Ok(Some(dl))
+}
+
+async fn results(
+    spec: &SinkSpec,
+    js: &async_nats::jetstream::Context,
+    metrics: &SinkMetrics,
+) -> Result<Option<ResultPublisher>, DaemonError> {
+    let Some(cfg) = &spec.results else {
+        return Ok(None);
+    };
+    let r = ResultPublisher::new(
+        &spec.name,
+        cfg.clone(),
+        js.clone(),
+        &metrics.jobs,
+        spec.delivery.idempotency_key,
+    );
+    r.ensure_stream(spec.paths.key("results.create_stream"))
+        .await
+        .map_err(|e| DaemonError::OwnStream(Box::new(e)))?;
+    Ok(Some(r))
+}
+
+/// The tasks that watch one sink's consumers until shutdown.
+struct Watch<'a> {
+    conn: &'a Connection,
+    spec: &'a SinkSpec,
+    metrics: &'a SinkMetrics,
+    shutdown: &'a watch::Receiver<bool>,
+}
+
+impl Watch<'_> {
+    /// One listener per consumer for the server's max-deliveries and terminated
+    /// advisories: the message behind each is dead-lettered (and its job answered).
+    fn advisories(
+        &self,
+        bound: &[Bound],
+        dead_letters: &Option<DeadLetters>,
+        results: &Option<ResultPublisher>,
+    ) -> Vec<JoinHandle<()>> {
+        let dlq = &self.metrics.dlq;
+        bound
+            .iter()
+            .map(|b| {
+                tokio::spawn(advisory::listen(
+                    self.conn.client.clone(),
+                    b.stream.clone(),
+                    b.consumer.cached_info().name.clone(),
+                    dead_letters.clone(),
+                    results.clone(),
+                    advisory::Counters {
+                        max_deliveries: dlq.max_deliveries.clone(),
+                        terminated: dlq.terminated_advisories.clone(),
+                        dlq_published: dlq.published(Reason::MaxDeliveries),
+                        dlq_failures: dlq.failures.clone(),
+                    },
+                    self.shutdown.clone(),
+                ))
+            })
+            .collect()
+    }
+
+    /// The backlog gauges of the sink's consumers, refreshed from consumer info.
+    fn backlog(&self, bound: &[Bound], gauges: &BacklogGauges) -> JoinHandle<()> {
+        let watched = bound
+            .iter()
+            .map(|b| {
+                let name = &b.consumer.cached_info().name;
+                (b.consumer.clone(), gauges.consumer(&self.spec.name, name))
+            })
+            .collect();
+        tokio::spawn(backlog::watch(
+            self.spec.name.clone(),
+            watched,
+            backlog::REFRESH,
+            self.shutdown.clone(),
+        ))
+    }
+}

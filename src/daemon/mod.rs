@@ -1,0 +1,123 @@
+//! The daemon `jetsink run` starts, in the order it happens: connect, bind the endpoints,
+//! assemble every sink (bind, check, open), serve, supervise, stop.
+//!
+//! Start-up is all-or-nothing: a sink that cannot bind or open stops the daemon with a
+//! [`DaemonError`] naming the sink and the setting, whose kind says whether the config
+//! (exit 78) or a dependency (exit 69) is at fault, before any message is fetched.
+
+mod assemble;
+mod connect;
+mod endpoints;
+mod error;
+mod supervise;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+pub use error::{DaemonError, Kind};
+
+use crate::config::Config;
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::nats::Links;
+
+/// Runs the daemon until `stop` turns true and every runner has settled its batch. The
+/// daemon turns `stop` true itself when a sink's loop panics or a client stops
+/// reconnecting.
+pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), DaemonError> {
+    let shutdown = stop.subscribe();
+    let metrics = Metrics::new();
+    let links = Links::new(&metrics);
+    let connections = connect::open_all(&config, &metrics, &links).await?;
+    // Declared after the connections so it drops first: a start-up refusal below (exit 78,
+    // 69) closes them as jetsink's own doing, not as a client that gave up.
+    let _quiet_close = links.closing_on_drop();
+    connect::stop_when_gone(&links, &stop);
+    let health = Health::default();
+    let endpoints = endpoints::bind(&config, &metrics).await?;
+    let assembled = assemble::all(&assemble::Shared {
+        config: &config,
+        connections: &connections,
+        metrics: &metrics,
+        health: &health,
+        shutdown: &shutdown,
+    })
+    .await?;
+    let served = endpoints::serve(
+        endpoints,
+        endpoints::Served {
+            config: &config,
+            connections: &connections,
+            metrics: &metrics,
+            health: &health,
+        },
+        &shutdown,
+    );
+    // systemd (Type=notify): READY=1 once every runner has started, the watchdog fed from
+    // the sinks' heartbeats, STOPPING=1 when shutdown starts.
+    let mut notifier = None;
+    let loops = assembled
+        .runners
+        .into_iter()
+        .map(|r| (r.name().to_string(), r.run()));
+    let mut failure = supervise::supervise(loops, &stop, || {
+        let systemd = crate::notify::Systemd::from_env();
+        notifier = Some(tokio::spawn(crate::notify::serve(
+            systemd,
+            health.clone(),
+            shutdown.clone(),
+        )));
+    })
+    .await;
+    if let Some(label) = links.gone().borrow().clone() {
+        failure.get_or_insert(DaemonError::ConnectionGone { label });
+    }
+    // From here on, closing a connection is jetsink's own doing.
+    links.closing();
+    connect::flush_all(&connections).await;
+    for task in served
+        .into_iter()
+        .chain(assembled.background)
+        .chain(notifier)
+    {
+        let _ = task.await;
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+/// Runs the daemon until `stop` turns true (a signal, or the caller) and answers the exit
+/// code; once stopping, the wind-down is bounded by the largest `shutdown_timeout_ms` plus
+/// 5 s. `jetsink run` is this on the signals; `jetsink quickstart` feeds test messages
+/// beside it.
+pub async fn serve(config: Config, stop: Arc<watch::Sender<bool>>) -> u8 {
+    let grace = config
+        .sinks
+        .iter()
+        .map(|s| s.delivery.shutdown_timeout_ms)
+        .max()
+        .unwrap_or(0);
+    let mut rx = stop.subscribe();
+    let daemon = run(config, stop);
+    tokio::pin!(daemon);
+    let result = tokio::select! {
+        r = &mut daemon => r,
+        _ = async {
+            // Once a signal arrived (or a sink panicked), bound the wait for the runners
+            // to settle.
+            let _ = rx.wait_for(|stop| *stop).await;
+            tokio::time::sleep(Duration::from_millis(grace) + Duration::from_secs(5)).await;
+        } => Err(DaemonError::ShutdownTimeout),
+    };
+    match result {
+        Ok(()) => {
+            tracing::info!("stopped cleanly");
+            crate::exit::OK
+        }
+        Err(e) => {
+            tracing::error!(error = %e, sink = e.sink(), setting = e.setting().as_deref(), "jetsink stopped with an error");
+            e.exit_code()
+        }
+    }
+}
