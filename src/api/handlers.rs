@@ -263,6 +263,11 @@ fn failure(e: ClientError, id: Option<String>, key: Option<&str>) -> Response {
         ClientError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         ClientError::NoResults(_) => (StatusCode::NOT_FOUND, "no_results"),
         ClientError::BadId(_) => (StatusCode::BAD_REQUEST, "bad_id"),
+        // The API takes no subject: a sink without one literal filter subject is refused
+        // by `accept` before any submission, with this code.
+        ClientError::BadSubject { .. }
+        | ClientError::WildcardSubject(_)
+        | ClientError::NoLiteralSubject { .. } => (StatusCode::NOT_FOUND, "no_job_subject"),
     };
     let mut extra = json!({"message": e.to_string()});
     if status == StatusCode::SERVICE_UNAVAILABLE {

@@ -14,12 +14,13 @@ use tokio::sync::{watch, Semaphore};
 use super::metrics::ApiMetrics;
 use crate::config::api::ApiConfig;
 use crate::config::SinkSpec;
+use crate::jobs::client::ClientError;
 
 /// A sink the API serves.
 pub(super) struct Served {
     pub(super) spec: SinkSpec,
     /// The subject its jobs are published on, or why it has none.
-    pub(super) subject: Result<String, String>,
+    pub(super) subject: Result<String, ClientError>,
 }
 
 /// What the handlers share.

@@ -113,13 +113,7 @@ pub fn parse_header(flag: &str) -> Result<(String, String), String> {
 /// The subject a job for `spec` is published on: `explicit`, or the sink's one filter
 /// subject when it has no wildcard. Pure.
 pub fn job_subject(spec: &SinkSpec, explicit: Option<&str>) -> Result<String, SubmitError> {
-    client::job_subject(spec, explicit).map_err(|why| {
-        SubmitError::Usage(if explicit.is_some() {
-            format!("--{why}")
-        } else {
-            format!("{why}; pass --subject")
-        })
-    })
+    Ok(client::job_subject(spec, explicit)?)
 }
 
 impl From<ClientError> for SubmitError {
@@ -129,6 +123,13 @@ impl From<ClientError> for SubmitError {
             ClientError::BadId(why) => SubmitError::Usage(format!("--id: {why}")),
             ClientError::Unavailable(m) => SubmitError::Unavailable(m),
             ClientError::TimedOut { id, ms } => SubmitError::TimedOut { id, ms },
+            // Only a `--subject` given is checked; without one the sink's filter is.
+            ClientError::BadSubject { .. } | ClientError::WildcardSubject(_) => {
+                SubmitError::Usage(format!("--{e}"))
+            }
+            ClientError::NoLiteralSubject { .. } => {
+                SubmitError::Usage(format!("{e}; pass --subject"))
+            }
             ClientError::Unconfirmed { key, ms, why } => SubmitError::Unconfirmed(match key {
                 Some(k) => format!(
                     "the jobs stream did not confirm job {k} within {ms} ms ({why}); it may still \
@@ -260,6 +261,40 @@ mod tests {
         assert!(parse_header("=v").is_err());
         assert!(parse_header("a b=v").is_err());
         assert!(parse_header("k=a\r\nX: y").is_err());
+    }
+
+    fn sink(subjects: &str) -> SinkSpec {
+        let text = format!(
+            r#"{{"nats": {{"servers": ["nats://127.0.0.1:4222"]}},
+                "sinks": {{"jobs": {{
+                    "source": {{"stream": "S", "consumer": "c", "subjects": {subjects}}},
+                    "destination": {{"type": "file", "directory": "d"}}}}}}}}"#
+        );
+        let mut cfg = crate::config::Config::from_json_str(&text).unwrap();
+        cfg.sinks.remove(0)
+    }
+
+    #[test]
+    fn the_job_subject_is_the_flag_or_the_one_literal_filter_and_refusals_name_it() {
+        let literal = sink(r#"["jobs.run"]"#);
+        assert_eq!(job_subject(&literal, None).unwrap(), "jobs.run");
+        assert_eq!(job_subject(&literal, Some("jobs.x")).unwrap(), "jobs.x");
+        let usage = |r: Result<String, SubmitError>| match r {
+            Err(SubmitError::Usage(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            usage(job_subject(&literal, Some("jobs.*"))),
+            r#"--subject "jobs.*": a job is published on a subject without wildcards"#
+        );
+        assert_eq!(
+            usage(job_subject(&literal, Some("a..b"))),
+            r#"--subject "a..b": subject has an empty token"#
+        );
+        assert_eq!(
+            usage(job_subject(&sink(r#"["jobs.*", "x"]"#), None)),
+            "sink jobs: its filter subject (jobs.*, x) is not one literal subject; pass --subject"
+        );
     }
 
     proptest! {

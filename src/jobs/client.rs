@@ -59,6 +59,25 @@ pub enum ClientError {
         /// What failed: the publish, or the wait for the PubAck.
         why: String,
     },
+    /// The subject given for the job is not a NATS subject.
+    #[error("subject {subject:?}: {why}")]
+    BadSubject {
+        /// The subject given.
+        subject: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The subject given for the job has a wildcard: a job goes to one subject.
+    #[error("subject {0:?}: a job is published on a subject without wildcards")]
+    WildcardSubject(String),
+    /// No subject was given and the sink's filter subjects are not one literal subject.
+    #[error("sink {sink}: its filter subject ({}) is not one literal subject", .subjects.join(", "))]
+    NoLiteralSubject {
+        /// The sink.
+        sink: String,
+        /// Its filter subjects.
+        subjects: Vec<String>,
+    },
     /// No result within the timeout; the job stays queued.
     #[error("no result for job {id} within {ms} ms; the job stays queued")]
     TimedOut {
@@ -103,24 +122,25 @@ pub struct Published {
 }
 
 /// The subject a job for `spec` is published on: `explicit`, or the sink's one filter
-/// subject when it has no wildcard; the reason otherwise. Pure.
-pub fn job_subject(spec: &SinkSpec, explicit: Option<&str>) -> Result<String, String> {
+/// subject when it has no wildcard; the reason otherwise ([`ClientError::BadSubject`],
+/// [`ClientError::WildcardSubject`] or [`ClientError::NoLiteralSubject`]). Pure.
+pub fn job_subject(spec: &SinkSpec, explicit: Option<&str>) -> Result<String, ClientError> {
     if let Some(s) = explicit {
-        crate::shared::names::check_subject(s).map_err(|why| format!("subject {s:?}: {why}"))?;
+        crate::shared::names::check_subject(s).map_err(|why| ClientError::BadSubject {
+            subject: s.to_string(),
+            why,
+        })?;
         if s.split('.').any(|t| t == "*" || t == ">") {
-            return Err(format!(
-                "subject {s:?}: a job is published on a subject without wildcards"
-            ));
+            return Err(ClientError::WildcardSubject(s.to_string()));
         }
         return Ok(s.to_string());
     }
     match spec.source.subjects.as_slice() {
         [one] if !one.split('.').any(|t| t == "*" || t == ">") => Ok(one.clone()),
-        _ => Err(format!(
-            "sink {}: its filter subject ({}) is not one literal subject",
-            spec.name,
-            spec.source.subjects.join(", ")
-        )),
+        _ => Err(ClientError::NoLiteralSubject {
+            sink: spec.name.clone(),
+            subjects: spec.source.subjects.clone(),
+        }),
     }
 }
 

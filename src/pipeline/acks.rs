@@ -17,6 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::client::FlushError;
 use async_nats::jetstream::AckKind;
 use async_nats::Subject;
 use bytes::Bytes;
@@ -40,6 +41,17 @@ pub(super) trait Acknowledger: Clone + Send + Sync + 'static {
 
     /// NAKs each message with its own delay (the randomizer's delays differ).
     fn nak_each(&self, items: Vec<(Subject, Duration)>) -> impl Future<Output = ()> + Send;
+}
+
+/// Why queued acknowledgements were not pushed to the socket; logged with the sink's name.
+#[derive(Debug, thiserror::Error)]
+enum AckFlushError {
+    /// The client refused the flush (the connection is closed).
+    #[error("{0}")]
+    Failed(FlushError),
+    /// No flush within the bound, as while NATS is disconnected.
+    #[error("no flush within {0:?}")]
+    TimedOut(Duration),
 }
 
 /// Acknowledgement sender of one sink over NATS; cheap to clone into a background task.
@@ -88,11 +100,11 @@ impl Acks {
 
     /// Pushes queued acknowledgements to the socket. Bounded: while NATS is disconnected
     /// a flush would wait for the reconnect, and the loop must stay responsive to shutdown.
-    async fn flush(&self) -> Result<(), String> {
+    async fn flush(&self) -> Result<(), AckFlushError> {
         match tokio::time::timeout(self.flush_timeout, self.client.flush()).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no flush within {:?}", self.flush_timeout)),
+            Ok(Err(e)) => Err(AckFlushError::Failed(e)),
+            Err(_) => Err(AckFlushError::TimedOut(self.flush_timeout)),
         }
     }
 }

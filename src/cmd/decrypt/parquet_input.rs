@@ -6,11 +6,16 @@
 
 use std::path::Path;
 
-use crate::sinks::parquet::read::{is_parquet, rows, Rows};
+use serde_json::{Map, Value};
+
+use crate::sinks::parquet::read::{is_parquet, rows};
+
+/// The records of a file, each a JSON object or why it could not be read.
+pub type Records = Vec<Result<Map<String, Value>, String>>;
 
 /// The records of the Parquet file at `path`; `None` when the input is stdin or a file
 /// that is not Parquet (the JSON inputs take it then).
-pub fn records(path: Option<&Path>) -> Option<Result<Rows, String>> {
+pub fn records(path: Option<&Path>) -> Option<Result<Records, String>> {
     let path = path.filter(|p| p.as_os_str() != "-")?;
     let mut head = [0u8; 4];
     let mut file = std::fs::File::open(path).ok()?;
@@ -25,7 +30,11 @@ pub fn records(path: Option<&Path>) -> Option<Result<Rows, String>> {
                 if !is_parquet(&data) {
                     return Err(format!("{} is not a whole Parquet file", path.display()));
                 }
-                rows(data.into()).map_err(|e| format!("{}: {e}", path.display()))
+                let rows = rows(data.into()).map_err(|e| format!("{}: {e}", path.display()))?;
+                Ok(rows
+                    .into_iter()
+                    .map(|row| row.map_err(|e| e.to_string()))
+                    .collect())
             }),
     )
 }

@@ -7,7 +7,7 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::tail;
 
@@ -26,7 +26,40 @@ pub(crate) trait BatchFile {
     fn len(&self) -> io::Result<u64>;
     /// Fails unless `path` still names this open file: an unlinked or replaced file would
     /// hold a batch no one can read.
-    fn still_at(&self, path: &Path) -> Result<(), String>;
+    fn still_at(&self, path: &Path) -> Result<(), StillAtError>;
+}
+
+/// Why an open file is no longer the one at its path, so a batch written to it is lost.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StillAtError {
+    /// The open file itself cannot be stat'ed.
+    #[error("cannot stat the open file {}: {source}", .path.display())]
+    Stat {
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The open file has no name left: it was unlinked.
+    #[error("{} was deleted during the write", .path.display())]
+    Deleted {
+        /// The path it had.
+        path: PathBuf,
+    },
+    /// The path names another file now.
+    #[error("{} was replaced by another file during the write", .path.display())]
+    Replaced {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Nothing can be stat'ed at the path.
+    #[error("{} was moved or deleted during the write: {source}", .path.display())]
+    Gone {
+        /// The path.
+        path: PathBuf,
+        /// Why it cannot be stat'ed.
+        source: io::Error,
+    },
 }
 
 impl BatchFile for File {
@@ -42,23 +75,22 @@ impl BatchFile for File {
     fn len(&self) -> io::Result<u64> {
         self.metadata().map(|m| m.len())
     }
-    fn still_at(&self, path: &Path) -> Result<(), String> {
-        let open = self
-            .metadata()
-            .map_err(|e| format!("cannot stat the open file {}: {e}", path.display()))?;
+    fn still_at(&self, path: &Path) -> Result<(), StillAtError> {
+        let path_buf = || path.to_path_buf();
+        let open = self.metadata().map_err(|source| StillAtError::Stat {
+            path: path_buf(),
+            source,
+        })?;
         if open.nlink() == 0 {
-            return Err(format!("{} was deleted during the write", path.display()));
+            return Err(StillAtError::Deleted { path: path_buf() });
         }
         match fs::metadata(path) {
             Ok(now) if now.dev() == open.dev() && now.ino() == open.ino() => Ok(()),
-            Ok(_) => Err(format!(
-                "{} was replaced by another file during the write",
-                path.display()
-            )),
-            Err(e) => Err(format!(
-                "{} was moved or deleted during the write: {e}",
-                path.display()
-            )),
+            Ok(_) => Err(StillAtError::Replaced { path: path_buf() }),
+            Err(source) => Err(StillAtError::Gone {
+                path: path_buf(),
+                source,
+            }),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! peak memory of the next one.
 
 use std::io::BufRead;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The stream and sequence of one line; the rest is skipped.
 #[derive(serde::Deserialize)]
@@ -15,10 +15,23 @@ struct Line<'a> {
     stream_sequence: u64,
 }
 
+/// Why the files of a directory could not be counted.
+#[derive(Debug, thiserror::Error)]
+#[error("reading {}: {source}", .dir.display())]
+pub struct CountError {
+    /// The directory whose listing or files could not be read.
+    pub dir: PathBuf,
+    /// What failed.
+    pub source: std::io::Error,
+}
+
 /// Distinct stream sequences of `stream` in the `.jsonl` files of `dir` whose names start
 /// with `prefix`.
-pub fn distinct_sequences(dir: &Path, prefix: &str, stream: &str) -> Result<u64, String> {
-    let fail = |e: std::io::Error| format!("reading {}: {e}", dir.display());
+pub fn distinct_sequences(dir: &Path, prefix: &str, stream: &str) -> Result<u64, CountError> {
+    let fail = |source: std::io::Error| CountError {
+        dir: dir.to_path_buf(),
+        source,
+    };
     let mut seen: Vec<u64> = Vec::new();
     let mut count = 0u64;
     let mut line = String::new();
@@ -70,7 +83,9 @@ mod tests {
         std::fs::write(dir.path().join("events-1.jsonl"), a).unwrap();
         std::fs::write(dir.path().join("events-2.jsonl"), line("S", 2) + "torn {").unwrap();
         std::fs::write(dir.path().join("other-1.jsonl"), line("S", 9)).unwrap();
-        assert_eq!(distinct_sequences(dir.path(), "events", "S"), Ok(2));
-        assert_eq!(distinct_sequences(dir.path(), "events", "T"), Ok(1));
+        assert_eq!(distinct_sequences(dir.path(), "events", "S").unwrap(), 2);
+        assert_eq!(distinct_sequences(dir.path(), "events", "T").unwrap(), 1);
+        let gone = distinct_sequences(&dir.path().join("gone"), "events", "S").unwrap_err();
+        assert!(gone.to_string().starts_with("reading "), "{gone}");
     }
 }

@@ -212,7 +212,10 @@ impl FileSink {
             current = self.create_file(now, Some(current.stamp))?;
             size = file_len(&current)?;
         }
-        current.identity.check().map_err(SinkError::transient)?;
+        current
+            .identity
+            .check()
+            .map_err(|e| SinkError::transient(e.to_string()))?;
         let bytes = self.buffer.len() as u64;
         let mut hook = self.after_sync.take();
         let result = commit(
@@ -345,10 +348,13 @@ impl BlockingSink for FileSink {
     fn stored_keys_blocking(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
         let (dir, prefix) = (self.dir.path(), self.config.prefix.as_str());
         match self.parquet {
-            Some(_) => super::columnar::stored_keys(dir, prefix, stream),
-            None => super::count::distinct_sequences(dir, prefix, stream).map(Some),
+            Some(_) => {
+                super::columnar::stored_keys(dir, prefix, stream).map_err(SinkError::transient)
+            }
+            None => super::count::distinct_sequences(dir, prefix, stream)
+                .map(Some)
+                .map_err(|e| SinkError::transient(e.to_string())),
         }
-        .map_err(SinkError::transient)
     }
 
     /// Appends the batch with one write and, when `fsync` is on, one fdatasync.
@@ -385,7 +391,7 @@ impl BlockingSink for FileSink {
         if let Err(m) = current.identity.check() {
             // Dropped, so the next call tries to open again and notices a recovery.
             self.current = None;
-            return Err(SinkError::transient(m));
+            return Err(SinkError::transient(m.to_string()));
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use time::OffsetDateTime;
 use super::config::FileConfig;
 use super::naming::{utc, FileStamp, MAX_COUNTER};
 use super::record::{self, PayloadEncoding, FIELDS};
-use super::append::{commit, BatchFile};
+use super::append::{commit, BatchFile, StillAtError};
 use super::sink::{rotation_due, Rotation};
 use super::FileSink;
 use crate::envelope::{rfc3339, Envelope};
@@ -517,7 +517,7 @@ impl BatchFile for Faulty {
     fn len(&self) -> std::io::Result<u64> {
         BatchFile::len(&self.file)
     }
-    fn still_at(&self, path: &Path) -> Result<(), String> {
+    fn still_at(&self, path: &Path) -> Result<(), StillAtError> {
         self.file.still_at(path)
     }
 }
@@ -1021,7 +1021,7 @@ fn a_failed_batch_is_not_cut_when_someone_else_appended_meanwhile() {
         fn len(&self) -> std::io::Result<u64> {
             BatchFile::len(&self.file)
         }
-        fn still_at(&self, path: &Path) -> Result<(), String> {
+        fn still_at(&self, path: &Path) -> Result<(), StillAtError> {
             self.file.still_at(path)
         }
     }

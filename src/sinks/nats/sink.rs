@@ -15,7 +15,7 @@ use super::batch::{mark, verdict, Verdict};
 use super::classify::{classify, Outcome};
 use super::config::NatsRepublishConfig;
 use super::copy::headers;
-use super::template::Template;
+use super::template::{Template, TemplateError};
 use crate::shared::subject_match::overlap;
 use crate::envelope::Envelope;
 use crate::metrics::Metrics;
@@ -35,7 +35,7 @@ const STREAM_NOT_FOUND: u64 = 10059;
 /// has its PubAck.
 pub struct NatsRepublishSink {
     config: NatsRepublishConfig,
-    template: Result<Template, String>,
+    template: Result<Template, TemplateError>,
     feed: Feed,
     js: Option<Context>,
     /// The state of `js`'s connection: a client that gave up reconnecting is replaced at
@@ -60,7 +60,7 @@ impl Drop for NatsRepublishSink {
 impl NatsRepublishSink {
     /// A sink for `config`; nothing is connected before `open`.
     pub fn new(config: NatsRepublishConfig) -> Self {
-        let template = Template::parse(&config.subject).map_err(|e| e.to_string());
+        let template = Template::parse(&config.subject);
         NatsRepublishSink {
             config,
             template,

@@ -10,6 +10,7 @@ use std::collections::HashSet;
 
 use base64::Engine as _;
 use bytes::Bytes;
+use parquet::errors::ParquetError;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::{Field, Row};
 use parquet::schema::types::Type;
@@ -25,32 +26,48 @@ pub fn is_parquet(bytes: &[u8]) -> bool {
     bytes.len() >= 12 && bytes.starts_with(MAGIC) && bytes.ends_with(MAGIC)
 }
 
-fn reader(data: Bytes) -> Result<SerializedFileReader<Bytes>, String> {
-    SerializedFileReader::new(data).map_err(|e| format!("not a readable Parquet file: {e}"))
+/// Why a Parquet file, or a row of it, could not be read. The caller names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The footer or the metadata cannot be read: not a Parquet file, or a damaged one.
+    #[error("not a readable Parquet file: {0}")]
+    NotParquet(ParquetError),
+    /// The row reader cannot be started.
+    #[error("cannot read the rows: {0}")]
+    Rows(ParquetError),
+    /// One row cannot be read.
+    #[error("cannot read the row: {0}")]
+    Row(ParquetError),
+    /// The key and stream columns cannot be projected out of the file's schema.
+    #[error("cannot select the key columns: {0}")]
+    KeyColumns(ParquetError),
+}
+
+fn reader(data: Bytes) -> Result<SerializedFileReader<Bytes>, ReadError> {
+    SerializedFileReader::new(data).map_err(ReadError::NotParquet)
 }
 
 /// The rows of a file, each a JSON object or why it could not be read.
-pub type Rows = Vec<Result<Map<String, Value>, String>>;
+pub type Rows = Vec<Result<Map<String, Value>, ReadError>>;
 
 /// Every row of the file as a JSON object: binary values as standard padded base64,
 /// timestamps as RFC 3339 UTC, maps as objects, lists as arrays. A row that cannot be
 /// read is an `Err` in its place.
-pub fn rows(data: Bytes) -> Result<Rows, String> {
+pub fn rows(data: Bytes) -> Result<Rows, ReadError> {
     let reader = reader(data)?;
-    let iter = reader
-        .get_row_iter(None)
-        .map_err(|e| format!("cannot read the rows: {e}"))?;
+    let iter = reader.get_row_iter(None).map_err(ReadError::Rows)?;
     Ok(iter
-        .map(|row| {
-            row.map(|r| object(&r))
-                .map_err(|e| format!("cannot read the row: {e}"))
-        })
+        .map(|row| row.map(|r| object(&r)).map_err(ReadError::Row))
         .collect())
 }
 
 /// Adds the idempotency keys of `stream`'s rows to `keys`. `Ok(false)` when the file's
 /// layout has no idempotency key or no stream column, so keys cannot be counted.
-pub fn stream_keys(data: Bytes, stream: &str, keys: &mut HashSet<String>) -> Result<bool, String> {
+pub fn stream_keys(
+    data: Bytes,
+    stream: &str,
+    keys: &mut HashSet<String>,
+) -> Result<bool, ReadError> {
     let reader = reader(data)?;
     let meta = reader.metadata().file_metadata();
     let columns: Map<String, Value> = meta
@@ -79,12 +96,12 @@ pub fn stream_keys(data: Bytes, stream: &str, keys: &mut HashSet<String>) -> Res
     let projection = Type::group_type_builder(schema.name())
         .with_fields(fields)
         .build()
-        .map_err(|e| format!("cannot select the key columns: {e}"))?;
+        .map_err(ReadError::KeyColumns)?;
     let iter = reader
         .get_row_iter(Some(projection))
-        .map_err(|e| format!("cannot read the rows: {e}"))?;
+        .map_err(ReadError::Rows)?;
     for row in iter {
-        let row = row.map_err(|e| format!("cannot read the row: {e}"))?;
+        let row = row.map_err(ReadError::Row)?;
         let (mut k, mut s) = (None, None);
         for (name, field) in row.get_column_iter() {
             if let Field::Str(text) = field {

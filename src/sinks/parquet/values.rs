@@ -38,65 +38,135 @@ pub fn micros(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos().div_euclid(1_000)).unwrap_or(i64::MAX)
 }
 
+/// Why a value does not fit its column: names the source (its config spelling), never
+/// the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// The value read from `from` is not of the kind the column holds.
+    #[error("the value of {from} is not {expected}")]
+    NotA {
+        /// The column's source (`/order/id`, `$subject`).
+        from: String,
+        /// What the column needs.
+        expected: Expected,
+    },
+    /// A JSON integer past `i64::MAX`.
+    #[error("the value of {from} exceeds the int64 range")]
+    ValueOutOfRange {
+        /// The column's source.
+        from: String,
+    },
+    /// An envelope number (a sequence) past `i64::MAX`.
+    #[error("{from} exceeds the int64 range")]
+    FieldOutOfRange {
+        /// The column's source.
+        from: String,
+    },
+    /// Bytes for a string column that are not UTF-8.
+    #[error("{from} is not valid UTF-8 text")]
+    NotUtf8 {
+        /// The column's source.
+        from: String,
+    },
+    /// Bytes for a json column that are not JSON.
+    #[error("{from} is not JSON")]
+    NotJson {
+        /// The column's source.
+        from: String,
+    },
+    /// A source validation does not allow in a column of this type.
+    #[error("{from} cannot be stored in a {} column", .ty.name())]
+    Incompatible {
+        /// The column's source.
+        from: String,
+        /// The column's type.
+        ty: ColumnType,
+    },
+}
+
+/// What a column needs, in [`ValueError::NotA`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// An int64 column.
+    Integer,
+    /// A double column.
+    Number,
+    /// A boolean column.
+    Boolean,
+    /// A timestamp column.
+    Timestamp,
+    /// A date column.
+    Date,
+}
+
+impl std::fmt::Display for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Expected::Integer => "an integer",
+            Expected::Number => "a number",
+            Expected::Boolean => "a boolean",
+            Expected::Timestamp => "an RFC 3339 timestamp",
+            Expected::Date => "a date (YYYY-MM-DD)",
+        })
+    }
+}
+
 /// `c`, the value of a column of type `ty` reading `source` (its config spelling, for
 /// the reason), converted; `Err` says why it does not fit.
-pub fn convert(c: Cell<'_>, ty: ColumnType, source: &str) -> Result<Typed, String> {
-    let not = |what: &str| format!("the value of {source} is not {what}");
+pub fn convert(c: Cell<'_>, ty: ColumnType, source: &str) -> Result<Typed, ValueError> {
+    let from = || source.to_string();
+    let not = |expected: Expected| ValueError::NotA {
+        from: from(),
+        expected,
+    };
     Ok(match (ty, c) {
         (_, Cell::Null) => Typed::Null,
         (ColumnType::String, c) => Typed::Bytes(ByteArray::from(text(c, source)?.into_bytes())),
         (ColumnType::Json, c) => Typed::Bytes(ByteArray::from(json(c, source)?.into_bytes())),
         (ColumnType::Binary, Cell::Bytes(b)) => Typed::Bytes(ByteArray::from(b.to_vec())),
         (ColumnType::Int64, Cell::UInt(n)) => {
-            Typed::I64(i64::try_from(n).map_err(|_| format!("{source} exceeds the int64 range"))?)
+            Typed::I64(i64::try_from(n).map_err(|_| ValueError::FieldOutOfRange { from: from() })?)
         }
         (ColumnType::Int64, Cell::Value(v)) => Typed::I64(match v {
             Value::Number(n) => match (n.as_i64(), n.as_u64()) {
                 (Some(i), _) => i,
-                (None, Some(_)) => {
-                    return Err(format!("the value of {source} exceeds the int64 range"))
-                }
-                _ => return Err(not("an integer")),
+                (None, Some(_)) => return Err(ValueError::ValueOutOfRange { from: from() }),
+                _ => return Err(not(Expected::Integer)),
             },
-            Value::String(s) => s.trim().parse().map_err(|_| not("an integer"))?,
-            _ => return Err(not("an integer")),
+            Value::String(s) => s.trim().parse().map_err(|_| not(Expected::Integer))?,
+            _ => return Err(not(Expected::Integer)),
         }),
         (ColumnType::Double, Cell::UInt(n)) => Typed::F64(n as f64),
         (ColumnType::Double, Cell::Value(v)) => Typed::F64(match v {
-            Value::Number(n) => n.as_f64().ok_or_else(|| not("a number"))?,
+            Value::Number(n) => n.as_f64().ok_or_else(|| not(Expected::Number))?,
             Value::String(s) => s
                 .trim()
                 .parse::<f64>()
                 .ok()
                 .filter(|f| f.is_finite())
-                .ok_or_else(|| not("a number"))?,
-            _ => return Err(not("a number")),
+                .ok_or_else(|| not(Expected::Number))?,
+            _ => return Err(not(Expected::Number)),
         }),
         (ColumnType::Boolean, Cell::Value(v)) => Typed::Bool(match v {
             Value::Bool(b) => *b,
             Value::String(s) if s == "true" => true,
             Value::String(s) if s == "false" => false,
-            _ => return Err(not("a boolean")),
+            _ => return Err(not(Expected::Boolean)),
         }),
         (ColumnType::Timestamp, Cell::Timestamp(t)) => Typed::I64(micros(t)),
         (ColumnType::Timestamp, Cell::Value(Value::String(s))) => Typed::I64(micros(
-            OffsetDateTime::parse(s.trim(), &Rfc3339).map_err(|_| not("an RFC 3339 timestamp"))?,
+            OffsetDateTime::parse(s.trim(), &Rfc3339).map_err(|_| not(Expected::Timestamp))?,
         )),
         (ColumnType::Date, Cell::Value(Value::String(s))) => {
             let format = time::format_description::well_known::Iso8601::DATE;
-            let d = Date::parse(s.trim(), &format).map_err(|_| not("a date (YYYY-MM-DD)"))?;
+            let d = Date::parse(s.trim(), &format).map_err(|_| not(Expected::Date))?;
             Typed::I32(d.to_julian_day() - EPOCH_JULIAN_DAY)
         }
-        (ColumnType::Timestamp, _) => return Err(not("an RFC 3339 timestamp")),
-        (ColumnType::Date, _) => return Err(not("a date (YYYY-MM-DD)")),
+        (ColumnType::Timestamp, _) => return Err(not(Expected::Timestamp)),
+        (ColumnType::Date, _) => return Err(not(Expected::Date)),
         // Validation refuses the remaining pairs (compatible()); a value reaching one is
         // refused rather than written wrong.
-        (ty, _) => {
-            return Err(format!(
-                "{source} cannot be stored in a {} column",
-                ty.name()
-            ))
-        }
+        (ty, _) => return Err(ValueError::Incompatible { from: from(), ty }),
     })
 }
 
@@ -104,7 +174,7 @@ pub fn convert(c: Cell<'_>, ty: ColumnType, source: &str) -> Result<Typed, Strin
 const EPOCH_JULIAN_DAY: i32 = 2_440_588;
 
 /// The text form of a value for a string column.
-fn text(c: Cell<'_>, source: &str) -> Result<String, String> {
+fn text(c: Cell<'_>, source: &str) -> Result<String, ValueError> {
     Ok(match c {
         Cell::Null => String::new(),
         Cell::Text(s) => s.into_owned(),
@@ -112,21 +182,25 @@ fn text(c: Cell<'_>, source: &str) -> Result<String, String> {
         Cell::Timestamp(t) => rfc3339(t),
         Cell::Json(s) => s,
         Cell::Bytes(b) => std::str::from_utf8(b)
-            .map_err(|_| format!("{source} is not valid UTF-8 text"))?
+            .map_err(|_| ValueError::NotUtf8 {
+                from: source.to_string(),
+            })?
             .to_string(),
         Cell::Value(v) => value_text(v).into_owned(),
     })
 }
 
 /// The JSON text of a value for a json column.
-fn json(c: Cell<'_>, source: &str) -> Result<String, String> {
+fn json(c: Cell<'_>, source: &str) -> Result<String, ValueError> {
     Ok(match c {
         Cell::Null => "null".into(),
         Cell::Json(s) => s,
         Cell::Value(v) => v.to_string(),
         Cell::Bytes(b) => {
             if !is_json(b) {
-                return Err(format!("{source} is not JSON"));
+                return Err(ValueError::NotJson {
+                    from: source.to_string(),
+                });
             }
             String::from_utf8_lossy(b).into_owned()
         }
@@ -142,7 +216,7 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    fn conv(v: &Value, ty: ColumnType) -> Result<Typed, String> {
+    fn conv(v: &Value, ty: ColumnType) -> Result<Typed, ValueError> {
         convert(Cell::Value(v), ty, "/x")
     }
 
@@ -189,7 +263,11 @@ mod tests {
                 "the value of /x is not a date (YYYY-MM-DD)",
             ),
         ] {
-            assert_eq!(conv(&v, ty), Err(why.to_string()), "{v} into {ty:?}");
+            assert_eq!(
+                conv(&v, ty).map_err(|e| e.to_string()),
+                Err(why.to_string()),
+                "{v} into {ty:?}"
+            );
         }
         assert_eq!(convert(Cell::Null, T::Int64, "/x"), Ok(Typed::Null));
     }
@@ -199,14 +277,16 @@ mod tests {
         use ColumnType as T;
         assert_eq!(
             convert(Cell::UInt(u64::MAX), T::Int64, "$stream_sequence"),
-            Err("$stream_sequence exceeds the int64 range".into())
+            Err(ValueError::FieldOutOfRange {
+                from: "$stream_sequence".into()
+            })
         );
         assert_eq!(
-            convert(Cell::Bytes(b"\xff"), T::String, "$payload"),
+            convert(Cell::Bytes(b"\xff"), T::String, "$payload").map_err(|e| e.to_string()),
             Err("$payload is not valid UTF-8 text".into())
         );
         assert_eq!(
-            convert(Cell::Bytes(b"not json"), T::Json, "$payload"),
+            convert(Cell::Bytes(b"not json"), T::Json, "$payload").map_err(|e| e.to_string()),
             Err("$payload is not JSON".into())
         );
         let t = OffsetDateTime::from_unix_timestamp_nanos(-1_500).unwrap();
@@ -238,7 +318,7 @@ mod tests {
             use ColumnType as T;
             for v in [json!(text), json!(n), json!(f), json!([text.clone()]), json!({"k": n})] {
                 for ty in [T::String, T::Int64, T::Double, T::Boolean, T::Timestamp, T::Date, T::Json] {
-                    if let Err(why) = conv(&v, ty) {
+                    if let Err(why) = conv(&v, ty).map_err(|e| e.to_string()) {
                         // A fixed reason about the source: never the value.
                         let reason = why.strip_prefix("the value of /x ").unwrap_or("");
                         prop_assert!(REASONS.contains(&reason), "{}", why);

@@ -312,7 +312,7 @@ impl DestinationSettings for S3Config {
             ));
         }
         if let Err(e) = Template::parse(&self.partition) {
-            out.push(("partition".into(), e));
+            out.push(("partition".into(), e.to_string()));
         }
         if self.region.as_deref().is_some_and(|r| r.trim().is_empty()) {
             out.push(("region".into(), "must not be empty".into()));

@@ -41,6 +41,45 @@ enum Piece {
     Token(usize),
 }
 
+/// Why a `partition` template was refused; each names the template as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartitionError {
+    /// `//`, or a `/` at either end.
+    #[error("{template:?} has an empty folder (a leading, trailing or double `/`)")]
+    EmptyFolder {
+        /// The template.
+        template: String,
+    },
+    /// A `{` without its `}`.
+    #[error("{template:?}: `{{` without `}}`")]
+    Unclosed {
+        /// The template.
+        template: String,
+    },
+    /// A `}` without its `{`.
+    #[error("{template:?}: `}}` without `{{`")]
+    Unopened {
+        /// The template.
+        template: String,
+    },
+    /// A placeholder the language does not have.
+    #[error(
+        "{template:?}: unknown placeholder {{{name}}}; use {{stream}}, {{yyyy}}, {{mm}}, {{dd}}, {{hh}} or {{subject.N}} (N from 1 to 32)"
+    )]
+    UnknownPlaceholder {
+        /// The template.
+        template: String,
+        /// What was inside the braces.
+        name: String,
+    },
+    /// A folder that is `.` or `..`, which object stores and file systems read as a path.
+    #[error("{template:?}: `.` and `..` are not folder names")]
+    DotFolder {
+        /// The template.
+        template: String,
+    },
+}
+
 /// A parsed `partition` template: its folders, each a list of pieces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
@@ -49,23 +88,26 @@ pub struct Template {
 
 impl Template {
     /// Parses `text`; the error says what is wrong.
-    pub fn parse(text: &str) -> Result<Template, String> {
+    pub fn parse(text: &str) -> Result<Template, PartitionError> {
+        let template = || text.to_string();
         if text.is_empty() {
             return Ok(Template { folders: vec![] });
         }
         let mut folders = Vec::new();
         for folder in text.split('/') {
             if folder.is_empty() {
-                return Err(format!(
-                    "{text:?} has an empty folder (a leading, trailing or double `/`)"
-                ));
+                return Err(PartitionError::EmptyFolder {
+                    template: template(),
+                });
             }
             let mut pieces = Vec::new();
             let mut rest = folder;
             while !rest.is_empty() {
                 if let Some(after) = rest.strip_prefix('{') {
                     let Some(end) = after.find('}') else {
-                        return Err(format!("{text:?}: `{{` without `}}`"));
+                        return Err(PartitionError::Unclosed {
+                            template: template(),
+                        });
                     };
                     let name = &after[..end];
                     pieces.push(match name {
@@ -77,9 +119,10 @@ impl Template {
                         _ => match name.strip_prefix("subject.").map(str::parse::<usize>) {
                             Some(Ok(n)) if (1..=32).contains(&n) => Piece::Token(n),
                             _ => {
-                                return Err(format!(
-                                    "{text:?}: unknown placeholder {{{name}}}; use {{stream}}, {{yyyy}}, {{mm}}, {{dd}}, {{hh}} or {{subject.N}} (N from 1 to 32)"
-                                ))
+                                return Err(PartitionError::UnknownPlaceholder {
+                                    template: template(),
+                                    name: name.to_string(),
+                                })
                             }
                         },
                     });
@@ -88,14 +131,18 @@ impl Template {
                     let end = rest.find('{').unwrap_or(rest.len());
                     let literal = &rest[..end];
                     if literal.contains('}') {
-                        return Err(format!("{text:?}: `}}` without `{{`"));
+                        return Err(PartitionError::Unopened {
+                            template: template(),
+                        });
                     }
                     pieces.push(Piece::Text(literal.to_string()));
                     rest = &rest[end..];
                 }
             }
             if pieces == [Piece::Text(".".into())] || pieces == [Piece::Text("..".into())] {
-                return Err(format!("{text:?}: `.` and `..` are not folder names"));
+                return Err(PartitionError::DotFolder {
+                    template: template(),
+                });
             }
             folders.push(pieces);
         }

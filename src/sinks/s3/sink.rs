@@ -24,7 +24,7 @@ use super::client::build;
 use super::config::{Compression, S3Config};
 use super::format::PARQUET_EXTENSION;
 use super::encode::{decode, Body, PushError, Written};
-use super::key::{plan, Planned, Template};
+use super::key::{plan, PartitionError, Planned, Template};
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::parquet::{read as parquet_read, Format, Options};
 use crate::sinks::contract::{Sink, SinkError};
@@ -36,7 +36,7 @@ pub const PARTS_IN_FLIGHT: usize = 4;
 /// upload completed.
 pub struct S3Sink {
     config: S3Config,
-    template: Result<Template, String>,
+    template: Result<Template, PartitionError>,
     /// With `format: "parquet"`, the resolved settings (a problem validation reports).
     parquet: Result<Option<Arc<Options>>, String>,
     store: Option<Arc<dyn ObjectStore>>,

@@ -158,6 +158,22 @@ fn the_default_partition_is_stream_and_publication_date() {
 }
 
 #[test]
+fn a_refused_partition_names_the_template_and_what_is_wrong() {
+    let why = |t: &str| Template::parse(t).unwrap_err().to_string();
+    assert_eq!(
+        why("a//b"),
+        r#""a//b" has an empty folder (a leading, trailing or double `/`)"#
+    );
+    assert_eq!(why("{stream"), r#""{stream": `{` without `}`"#);
+    assert_eq!(why("a}"), r#""a}": `}` without `{`"#);
+    assert_eq!(why("a/.."), r#""a/..": `.` and `..` are not folder names"#);
+    assert_eq!(
+        why("{x}"),
+        r#""{x}": unknown placeholder {x}; use {stream}, {yyyy}, {mm}, {dd}, {hh} or {subject.N} (N from 1 to 32)"#
+    );
+}
+
+#[test]
 fn a_gapless_object_is_named_by_its_range_in_stream_order() {
     let t = Template::parse("{stream}").unwrap();
     let batch = [envelope(12), envelope(10), envelope(11)];

@@ -29,19 +29,37 @@ impl FileIdentity {
     }
 
     /// Fails unless `path` still names the same file.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), IdentityError> {
         match std::fs::metadata(&self.path) {
             Ok(meta) if meta.dev() == self.dev && meta.ino() == self.ino => Ok(()),
-            Ok(_) => Err(format!(
-                "{} was replaced by another file while open",
-                self.path.display()
-            )),
-            Err(e) => Err(format!(
-                "{} is no longer reachable: {e}",
-                self.path.display()
-            )),
+            Ok(_) => Err(IdentityError::Replaced {
+                path: self.path.clone(),
+            }),
+            Err(source) => Err(IdentityError::Unreachable {
+                path: self.path.clone(),
+                source,
+            }),
         }
     }
+}
+
+/// Why the path no longer names the file that was opened.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// Another file (another device or inode) is at the path now.
+    #[error("{} was replaced by another file while open", .path.display())]
+    Replaced {
+        /// The path opened.
+        path: PathBuf,
+    },
+    /// Nothing can be found at the path (deleted, moved, an unmounted volume).
+    #[error("{} is no longer reachable: {source}", .path.display())]
+    Unreachable {
+        /// The path opened.
+        path: PathBuf,
+        /// Why it cannot be stat'ed.
+        source: std::io::Error,
+    },
 }
 
 #[cfg(test)]
@@ -57,9 +75,15 @@ mod tests {
         assert!(id.check().is_ok());
         let away = dir.path().join("away");
         std::fs::rename(&path, &away).unwrap();
-        assert!(id.check().unwrap_err().contains("no longer reachable"));
+        assert!(matches!(id.check(), Err(IdentityError::Unreachable { .. })));
+        assert!(id
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("no longer reachable"));
         std::fs::write(&path, b"y").unwrap();
-        assert!(id.check().unwrap_err().contains("replaced"));
+        assert!(matches!(id.check(), Err(IdentityError::Replaced { .. })));
+        assert!(id.check().unwrap_err().to_string().contains("replaced"));
         std::fs::remove_file(&path).unwrap();
         std::fs::rename(&away, &path).unwrap();
         assert!(id.check().is_ok());
