@@ -91,33 +91,47 @@ pub fn is_json(bytes: &[u8]) -> bool {
     serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
 }
 
-/// Parses the payload for JSON pointers. `Err` is a message naming the batch index,
-/// never the content.
-pub fn parse_document(envelope: &Envelope, index: usize) -> Result<Value, String> {
-    serde_json::from_slice(&envelope.payload).map_err(|e| {
-        format!(
-            "the payload of the message at batch index {index} is not JSON ({}, line {} \
-             column {}), but the column mapping reads it with JSON pointers",
-            classify_json_error(&e),
-            e.line(),
-            e.column()
-        )
+/// A payload the column mapping reads with JSON pointers that is not JSON: where it is in
+/// the batch and where its JSON breaks, never the content.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the payload of the message at batch index {index} is not JSON ({category}, line {line} \
+     column {column}), but the column mapping reads it with JSON pointers"
+)]
+pub struct PayloadNotJson {
+    /// Batch position of the message.
+    pub index: usize,
+    /// What kind of JSON error (`syntax error`, `truncated`, ...).
+    pub category: &'static str,
+    /// Line of the payload where parsing stopped.
+    pub line: usize,
+    /// Column of that line.
+    pub column: usize,
+}
+
+/// Parses the payload for JSON pointers; `index` is its batch position, for the error.
+pub fn parse_document(envelope: &Envelope, index: usize) -> Result<Value, PayloadNotJson> {
+    serde_json::from_slice(&envelope.payload).map_err(|e| PayloadNotJson {
+        index,
+        category: classify_json_error(&e),
+        line: e.line(),
+        column: e.column(),
     })
 }
 
 /// Parses every payload as JSON when `plan` reads pointers; otherwise a vector of `None`.
-/// `Err((index, message))` names the first message whose payload is not JSON.
+/// The error names the first message whose payload is not JSON.
 pub fn parse_documents(
     batch: &[Envelope],
     plan: &TablePlan,
-) -> Result<Vec<Option<Value>>, (usize, String)> {
+) -> Result<Vec<Option<Value>>, PayloadNotJson> {
     if !plan.needs_document() {
         return Ok(vec![None; batch.len()]);
     }
     batch
         .iter()
         .enumerate()
-        .map(|(i, e)| parse_document(e, i).map(Some).map_err(|m| (i, m)))
+        .map(|(i, e)| parse_document(e, i).map(Some))
         .collect()
 }
 

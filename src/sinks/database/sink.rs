@@ -22,6 +22,24 @@ use crate::sinks::contract::{Probe, Sink, SinkError};
 use crate::sinks::database::columns::Mapping;
 use crate::sinks::database::config::WriteMode;
 
+/// A `columns` mapping that does not parse: each problem with the column it is about, as
+/// `columns.<column>: <problem>`, joined by `; `. Kept until open reports it, since
+/// building a sink cannot fail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", describe(.problems))]
+struct ColumnsRefused {
+    /// `(column, problem)` pairs, as [`Mapping::parse`] gives them.
+    problems: Vec<(String, String)>,
+}
+
+fn describe(problems: &[(String, String)]) -> String {
+    let texts: Vec<String> = problems
+        .iter()
+        .map(|(c, e)| format!("columns.{c}: {e}"))
+        .collect();
+    texts.join("; ")
+}
+
 /// Writes envelopes as rows of one database table, a transaction per batch, idempotent on a
 /// unique key (the jetsink layout's `idempotency_key`), through the engine's dialect `D`.
 pub struct DatabaseSink<D: Dialect> {
@@ -31,7 +49,7 @@ pub struct DatabaseSink<D: Dialect> {
     mode: WriteMode,
     limits: Limits,
     /// The parsed mapping, or why it does not parse (reported at open).
-    mapping: Result<Mapping, String>,
+    mapping: Result<Mapping, ColumnsRefused>,
     conn: Option<D::Conn>,
     /// Whether an open has ever succeeded: from then on nothing is created and schema
     /// errors are outages, not configuration errors.
@@ -43,13 +61,9 @@ impl<D: Dialect> DatabaseSink<D> {
     pub fn new(config: D::Config) -> DatabaseSink<D> {
         let mapping = match config.columns() {
             None => Ok(Mapping::default_layout()),
-            Some(columns) => Mapping::parse(columns).map_err(|errors| {
-                errors
-                    .into_iter()
-                    .map(|(c, e)| format!("columns.{c}: {e}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            }),
+            Some(columns) => {
+                Mapping::parse(columns).map_err(|problems| ColumnsRefused { problems })
+            }
         };
         DatabaseSink {
             target: config.target(),
@@ -80,10 +94,9 @@ impl<D: Dialect> DatabaseSink<D> {
             D::retire(old);
         }
         let phase = self.phase();
-        let mapping = self
-            .mapping
-            .clone()
-            .map_err(|message| SinkError::Misconfigured { message })?;
+        let mapping = self.mapping.clone().map_err(|e| SinkError::Misconfigured {
+            message: e.to_string(),
+        })?;
         let limit = self.limits.connect;
         let conn = bounded(limit, self.dialect.connect(&mapping, phase), || {
             format!(
@@ -173,10 +186,9 @@ impl<D: Dialect> Sink for DatabaseSink<D> {
     }
 
     async fn probe(&mut self) -> Result<Probe, SinkError> {
-        let mapping = self
-            .mapping
-            .clone()
-            .map_err(|message| SinkError::Misconfigured { message })?;
+        let mapping = self.mapping.clone().map_err(|e| SinkError::Misconfigured {
+            message: e.to_string(),
+        })?;
         let limit = self.limits.connect;
         bounded(limit, self.dialect.probe(&mapping), || {
             format!(

@@ -12,9 +12,32 @@ use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::database::cells::{cell, is_json, value_text, Cell};
 use crate::sinks::database::columns::{Family, PlannedColumn};
 
-/// The parameter for one cell going into a column of `family`. `Err` says what is wrong,
-/// never what the value is.
-pub(crate) fn value(c: Cell<'_>, family: Family) -> Result<Value, String> {
+/// Why a value cannot be sent to MySQL: what is wrong, never what the value is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ValueError {
+    /// A payload for a JSON column that is not one JSON document.
+    #[error("the payload is not JSON")]
+    PayloadNotJson,
+    /// A payload for a text or JSON column that is not UTF-8.
+    #[error("the payload is not valid UTF-8 text")]
+    PayloadNotUtf8,
+    /// A timestamp a `DATETIME` cannot hold.
+    #[error("a timestamp is outside the years 1000-9999 MySQL stores")]
+    YearOutOfRange,
+}
+
+/// A row that cannot be sent: the column whose value is refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("column {column}: {problem}")]
+pub(crate) struct ColumnError {
+    /// The column as stored in the table.
+    pub column: String,
+    /// What is wrong with its value.
+    pub problem: ValueError,
+}
+
+/// The parameter for one cell going into a column of `family`.
+pub(crate) fn value(c: Cell<'_>, family: Family) -> Result<Value, ValueError> {
     Ok(match c {
         Cell::Null => Value::NULL,
         Cell::Text(s) => Value::Bytes(s.as_bytes().to_vec()),
@@ -29,9 +52,9 @@ pub(crate) fn value(c: Cell<'_>, family: Family) -> Result<Value, String> {
         Cell::Json(s) => Value::Bytes(s.into_bytes()),
         Cell::Bytes(b) => {
             match family {
-                Family::Json if !is_json(b) => return Err("the payload is not JSON".into()),
+                Family::Json if !is_json(b) => return Err(ValueError::PayloadNotJson),
                 Family::Text | Family::Json if std::str::from_utf8(b).is_err() => {
-                    return Err("the payload is not valid UTF-8 text".into())
+                    return Err(ValueError::PayloadNotUtf8)
                 }
                 _ => {}
             }
@@ -57,12 +80,12 @@ pub(crate) fn value(c: Cell<'_>, family: Family) -> Result<Value, String> {
 }
 
 /// A UTC `DATETIME(6)` value (microseconds; nanoseconds are truncated).
-fn datetime(t: OffsetDateTime) -> Result<Value, String> {
+fn datetime(t: OffsetDateTime) -> Result<Value, ValueError> {
     let t = t.to_offset(time::UtcOffset::UTC);
     let year = u16::try_from(t.year())
         .ok()
         .filter(|y| (1000..=9999).contains(y))
-        .ok_or_else(|| "a timestamp is outside the years 1000-9999 MySQL stores".to_string())?;
+        .ok_or(ValueError::YearOutOfRange)?;
     Ok(Value::Date(
         year,
         u8::from(t.month()),
@@ -82,18 +105,21 @@ pub(crate) fn size(v: &Value) -> usize {
     }
 }
 
-/// One row's parameters for `columns`. `Err` is `(column, why)`.
+/// One row's parameters for `columns`; the error names the first column refused.
 pub(crate) fn row(
     columns: &[PlannedColumn],
     envelope: &Envelope,
     document: Option<&Json>,
     written_at: OffsetDateTime,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, ColumnError> {
     columns
         .iter()
         .map(|c| {
             value(cell(&c.source, envelope, document, written_at), c.family)
-                .map_err(|why| format!("column {}: {why}", c.name))
+                .map_err(|problem| ColumnError {
+                    column: c.name.clone(),
+                    problem,
+                })
         })
         .collect()
 }

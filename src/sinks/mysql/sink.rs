@@ -163,11 +163,13 @@ async fn write_batch(
         index: Some(index),
         message: format!("mysql cannot store the message at batch index {index}: {why}"),
     };
-    let docs = parse_documents(batch, &live.plan).map_err(|(i, m)| refused(i, m))?;
+    let docs =
+        parse_documents(batch, &live.plan).map_err(|e| refused(e.index, e.to_string()))?;
     let mut rows = Vec::with_capacity(batch.len());
     for (i, e) in batch.iter().enumerate() {
         let doc = docs.get(i).and_then(Option::as_ref);
-        rows.push(encode::row(&live.plan.columns, e, doc, written_at).map_err(|m| refused(i, m))?);
+        rows.push(encode::row(&live.plan.columns, e, doc, written_at)
+                .map_err(|err| refused(i, err.to_string()))?);
     }
     let sizes: Vec<usize> = rows
         .iter()

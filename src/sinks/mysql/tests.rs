@@ -302,9 +302,11 @@ fn values_are_typed_for_their_column_and_bad_content_is_named() {
     );
     assert!(value(Cell::Bytes(b"{x"), Family::Json)
         .unwrap_err()
+        .to_string()
         .contains("not JSON"));
     assert!(value(Cell::Bytes(b"\xff"), Family::Text)
         .unwrap_err()
+        .to_string()
         .contains("UTF-8"));
     assert_eq!(
         value(Cell::Bytes(b"\xff"), Family::Bytes),

@@ -333,7 +333,10 @@ fn mapped_leaves(
             }
             parse_document(&batch[i], i)
                 .map(Some)
-                .map_err(|message| EncodeError::Refused { index: i, message })
+                .map_err(|e| EncodeError::Refused {
+                    index: i,
+                    message: e.to_string(),
+                })
         })
         .collect::<Result<_, _>>()?;
     let mut leaves = Vec::with_capacity(columns.len());

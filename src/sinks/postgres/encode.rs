@@ -45,6 +45,24 @@ impl ToSql for JsonText<'_> {
     to_sql_checked!();
 }
 
+/// Why a value cannot be sent to PostgreSQL: what is wrong, never what the value is (the
+/// caller names the column and the message's batch index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ValueError {
+    /// A payload for a text or JSON column that is not UTF-8.
+    #[error("the payload is not valid UTF-8 text")]
+    PayloadNotUtf8,
+    /// A payload for a JSON column that is not one JSON document.
+    #[error("the payload is not JSON")]
+    PayloadNotJson,
+    /// Text with a NUL character, which `text` cannot hold.
+    #[error("text contains a NUL character, which PostgreSQL cannot store")]
+    NulInText,
+    /// An integer above `bigint`'s maximum.
+    #[error("an integer exceeds the bigint range")]
+    BeyondBigint,
+}
+
 /// One column's values for the rows of a batch.
 #[derive(Debug)]
 pub(crate) enum ColumnData<'a> {
@@ -98,9 +116,8 @@ impl<'a> ColumnData<'a> {
         }
     }
 
-    /// Appends `cell` for a column of `family`. `Err` says what is wrong with the value,
-    /// never what the value is.
-    fn push(&mut self, c: Cell<'a>, family: Family) -> Result<(), String> {
+    /// Appends `cell` for a column of `family`.
+    fn push(&mut self, c: Cell<'a>, family: Family) -> Result<(), ValueError> {
         match self {
             ColumnData::Text(v) => {
                 let text: Option<Cow<'a, str>> = match c {
@@ -110,10 +127,9 @@ impl<'a> ColumnData<'a> {
                     Cell::Timestamp(t) => Some(Cow::Owned(rfc3339(t))),
                     Cell::Json(s) => Some(Cow::Owned(s)),
                     Cell::Bytes(b) => {
-                        let s = std::str::from_utf8(b)
-                            .map_err(|_| "the payload is not valid UTF-8 text".to_string())?;
+                        let s = std::str::from_utf8(b).map_err(|_| ValueError::PayloadNotUtf8)?;
                         if family == Family::Json && !is_json(b) {
-                            return Err("the payload is not JSON".into());
+                            return Err(ValueError::PayloadNotJson);
                         }
                         Some(Cow::Borrowed(s))
                     }
@@ -122,18 +138,13 @@ impl<'a> ColumnData<'a> {
                 };
                 if let Some(s) = &text {
                     if s.contains('\0') {
-                        return Err(
-                            "text contains a NUL character, which PostgreSQL cannot store".into(),
-                        );
+                        return Err(ValueError::NulInText);
                     }
                 }
                 v.push(text);
             }
             ColumnData::Int8(v) => v.push(match c {
-                Cell::UInt(n) => Some(
-                    i64::try_from(n)
-                        .map_err(|_| "an integer exceeds the bigint range".to_string())?,
-                ),
+                Cell::UInt(n) => Some(i64::try_from(n).map_err(|_| ValueError::BeyondBigint)?),
                 _ => None,
             }),
             ColumnData::Timestamptz(v) => v.push(match c {
@@ -146,7 +157,7 @@ impl<'a> ColumnData<'a> {
                 Cell::Value(j) => Some(JsonText(Cow::Owned(j.to_string().into_bytes()))),
                 Cell::Bytes(b) => {
                     if !is_json(b) {
-                        return Err("the payload is not JSON".into());
+                        return Err(ValueError::PayloadNotJson);
                     }
                     Some(JsonText(Cow::Borrowed(b)))
                 }
@@ -235,7 +246,10 @@ pub(crate) fn documents(
     batch: &[Envelope],
     plan: &TablePlan,
 ) -> Result<Vec<Option<Value>>, Refused> {
-    parse_documents(batch, plan).map_err(|(index, message)| Refused { index, message })
+    parse_documents(batch, plan).map_err(|e| Refused {
+        index: e.index,
+        message: e.to_string(),
+    })
 }
 
 /// The whole encoded batch in PostgreSQL's binary `COPY` format, built in one buffer so it

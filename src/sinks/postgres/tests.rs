@@ -471,7 +471,7 @@ fn copy_data_is_postgres_binary_copy_format() {
 
 #[test]
 fn only_a_server_warning_is_logged_above_debug_level() {
-    use super::sink::notice_is_warning;
+    use super::connection::notice_is_warning;
     use tokio_postgres::error::Severity;
     assert!(notice_is_warning(Some(Severity::Warning)));
     // "table \"jetsink_stage\" does not exist, skipping" is a NOTICE: debug level only.

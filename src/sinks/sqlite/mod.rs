@@ -4,11 +4,13 @@
 //! It is split so that the parts that decide correctness can be read and tested alone:
 //! `classify` is the pure mapping from SQLite errors to retry-or-reject (a wrong answer
 //! loses or blocks messages), `schema` owns the table's shape and the check of a table that
-//! already exists, and `sink` holds the connection lifecycle and the guards against writing
-//! into a database file that was moved or deleted while open.
+//! already exists, `insert` writes a batch in one transaction (and finds the row a refused
+//! statement fails on), and `sink` holds the connection lifecycle and the guards against
+//! writing into a database file that was moved or deleted while open.
 
 mod classify;
 pub mod config;
+mod insert;
 mod schema;
 mod sink;
 #[cfg(test)]

@@ -459,7 +459,7 @@ async fn a_refused_message_is_permanent_with_its_index_and_nothing_commits() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_row_past_the_first_statement_is_named_by_its_batch_index() {
-    use super::sink::ROWS_PER_STATEMENT;
+    use super::insert::ROWS_PER_STATEMENT;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("jetsink.db");
     create_table_refusing_long_payloads(&path);
