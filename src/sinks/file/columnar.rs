@@ -23,10 +23,11 @@ use super::directory::{sync_dir, Directory};
 use super::lock::DirectoryLock;
 use super::naming;
 use crate::envelope::Envelope;
-use crate::sinks::parquet::{EncodeError, Encoder, Options};
+use crate::sinks::contract::SinkError;
+use crate::sinks::parquet::read::ReadError;
+use crate::sinks::parquet::{EncodeError, Encoder, Options, SettingsRefused};
 use crate::sinks::s3::key::object_name;
 use crate::sinks::util::io_error;
-use crate::sinks::contract::SinkError;
 
 /// The ending of every Parquet file.
 pub const EXTENSION: &str = ".parquet";
@@ -38,7 +39,7 @@ pub(crate) struct ParquetFiles {
     dir: Directory,
     prefix: String,
     fsync: bool,
-    options: Result<Arc<Options>, String>,
+    options: Result<Arc<Options>, SettingsRefused>,
     lock: Option<DirectoryLock>,
     open: bool,
 }
@@ -58,10 +59,11 @@ fn is_temporary(prefix: &str, name: &str) -> bool {
 impl ParquetFiles {
     /// The Parquet files `config` describes; nothing is touched yet.
     pub(crate) fn new(config: &FileConfig) -> ParquetFiles {
-        let options = config.parquet_keys().resolve().map(Arc::new).map_err(|p| {
-            let all: Vec<String> = p.iter().map(|(k, m)| format!("{k}: {m}")).collect();
-            all.join("; ")
-        });
+        let options = config
+            .parquet_keys()
+            .resolve()
+            .map(Arc::new)
+            .map_err(SettingsRefused);
         ParquetFiles {
             dir: Directory::new(PathBuf::from(&config.directory), config.fsync),
             prefix: config.prefix.clone(),
@@ -81,14 +83,17 @@ impl ParquetFiles {
     pub(crate) fn open(&mut self) -> Result<(), SinkError> {
         self.open = false;
         if let Err(e) = &self.options {
-            return Err(SinkError::Misconfigured { message: e.clone() });
+            return Err(SinkError::Misconfigured {
+                message: e.to_string(),
+            });
         }
         self.dir.prepare()?;
         if self.lock.is_none() {
             self.lock = Some(DirectoryLock::acquire(self.dir.path(), &self.prefix)?);
         }
         let dir = self.dir.path();
-        let list_error = |e: std::io::Error| io_error(&format!("cannot list {}", dir.display()), &e);
+        let list_error =
+            |e: std::io::Error| io_error(&format!("cannot list {}", dir.display()), &e);
         let mut removed = 0usize;
         for entry in fs::read_dir(dir).map_err(list_error)? {
             let entry = entry.map_err(list_error)?;
@@ -112,10 +117,9 @@ impl ParquetFiles {
 
     /// Writes `batch` as one file, durable under its final name before it returns `Ok`.
     pub(crate) fn write(&mut self, batch: &[Envelope], now: SystemTime) -> Result<(), SinkError> {
-        let options = self
-            .options
-            .clone()
-            .map_err(|message| SinkError::Misconfigured { message })?;
+        let options = self.options.clone().map_err(|e| SinkError::Misconfigured {
+            message: e.to_string(),
+        })?;
         self.dir.check()?;
         let mut members: Vec<usize> = (0..batch.len()).collect();
         members.sort_by_key(|&i| batch[i].stream_sequence);
@@ -175,12 +179,8 @@ impl ParquetFiles {
                 .map_err(|e| io_error(&format!("cannot sync {shown}"), &e))?;
         }
         drop(file);
-        fs::rename(temporary, path).map_err(|e| {
-            io_error(
-                &format!("cannot rename {shown} to {}", path.display()),
-                &e,
-            )
-        })?;
+        fs::rename(temporary, path)
+            .map_err(|e| io_error(&format!("cannot rename {shown} to {}", path.display()), &e))?;
         if self.fsync {
             sync_dir(self.dir.path())?;
         }
@@ -199,15 +199,49 @@ impl ParquetFiles {
     }
 }
 
+/// Why the Parquet files of a directory could not be counted.
+#[derive(Debug, thiserror::Error)]
+pub enum CountError {
+    /// The directory could not be listed.
+    #[error("cannot list {}: {source}", dir.display())]
+    List {
+        /// The directory.
+        dir: PathBuf,
+        /// What the filesystem said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the filesystem said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not a Parquet file jetsink can read.
+    #[error("{}: {source}", path.display())]
+    Parquet {
+        /// The file.
+        path: PathBuf,
+        /// What the reader said.
+        #[source]
+        source: ReadError,
+    },
+}
+
+/// (what `jetsink bench` checks); `None` when a file's layout has no key or stream column.
 /// The distinct idempotency keys of `stream` in the Parquet files of `prefix` in `dir`
 /// (what `jetsink bench` checks); `None` when a file's layout has no key or stream column.
-pub fn stored_keys(dir: &Path, prefix: &str, stream: &str) -> Result<Option<u64>, String> {
+pub fn stored_keys(dir: &Path, prefix: &str, stream: &str) -> Result<Option<u64>, CountError> {
     let mut keys = std::collections::HashSet::new();
-    let entries = fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-    for entry in entries {
-        let path = entry
-            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
-            .path();
+    let list = |source| CountError::List {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    for entry in fs::read_dir(dir).map_err(list)? {
+        let path = entry.map_err(list)?.path();
         let ours = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
             n.strip_prefix(prefix)
                 .is_some_and(|r| r.starts_with('-') && r.ends_with(EXTENSION))
@@ -215,9 +249,15 @@ pub fn stored_keys(dir: &Path, prefix: &str, stream: &str) -> Result<Option<u64>
         if !ours {
             continue;
         }
-        let data = fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let counted = crate::sinks::parquet::read::stream_keys(data.into(), stream, &mut keys)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let data = match fs::read(&path) {
+            Ok(data) => data,
+            Err(source) => return Err(CountError::Read { path, source }),
+        };
+        let counted = match crate::sinks::parquet::read::stream_keys(data.into(), stream, &mut keys)
+        {
+            Ok(counted) => counted,
+            Err(source) => return Err(CountError::Parquet { path, source }),
+        };
         if !counted {
             return Ok(None);
         }
@@ -235,7 +275,8 @@ mod tests {
             file_name("events", &[5, 6, 7]),
             "events-00000000000000000005-00000000000000000007.parquet"
         );
-        assert!(file_name("events", &[5, 7]).starts_with("events-00000000000000000005-00000000000000000007-"));
+        assert!(file_name("events", &[5, 7])
+            .starts_with("events-00000000000000000005-00000000000000000007-"));
         let temporary = format!(".{}{TEMPORARY}", file_name("events", &[1]));
         assert!(is_temporary("events", &temporary));
         assert!(!is_temporary("events", &file_name("events", &[1])));

@@ -9,20 +9,20 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use super::append::{commit, cut_torn_tail};
 use super::columnar::ParquetFiles;
 use super::config::FileConfig;
 use super::directory::{sync_dir, Directory};
 use super::lock::DirectoryLock;
 use super::naming::{self, FileStamp};
 use super::record;
-use super::append::{commit, cut_torn_tail};
 use super::tail::{self, Expected, Found, Reopen};
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::blocking::BlockingSink;
+use crate::sinks::contract::{Probe, SinkError};
 use crate::sinks::parquet::Format;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
-use crate::sinks::contract::{Probe, SinkError};
 
 /// Where the sink reads the time: file names, rotation by age and `written_at`.
 pub type Clock = Box<dyn Fn() -> SystemTime + Send + Sync>;
@@ -33,7 +33,6 @@ pub(crate) type AfterSync = Box<dyn FnMut(&Path) + Send + Sync>;
 
 /// Above this capacity the encode buffer is released after a batch instead of kept.
 const RETAINED_BUFFER_BYTES: usize = 8 << 20;
-
 
 /// Why the current file is closed before the next batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +134,10 @@ impl FileSink {
     /// Takes the directory lock unless this sink already holds it.
     fn take_lock(&mut self) -> Result<(), SinkError> {
         if self.lock.is_none() {
-            self.lock = Some(DirectoryLock::acquire(self.dir.path(), &self.config.prefix)?);
+            self.lock = Some(DirectoryLock::acquire(
+                self.dir.path(),
+                &self.config.prefix,
+            )?);
         }
         Ok(())
     }
@@ -304,7 +306,9 @@ impl BlockingSink for FileSink {
             let len = match tail::reopen(on_disk, self.expected) {
                 Reopen::Continue => Some(on_disk.len),
                 Reopen::CutTo(len) => {
-                    file.set_len(len).and_then(|()| file.sync_all()).map_err(repair)?;
+                    file.set_len(len)
+                        .and_then(|()| file.sync_all())
+                        .map_err(repair)?;
                     tracing::warn!(
                         path = %path.display(),
                         cut_bytes = on_disk.len - len,
@@ -326,8 +330,7 @@ impl BlockingSink for FileSink {
                         // was dropped).
                         sync_dir(self.dir.path())?;
                     }
-                    let current =
-                        Current::new(file, path, stamp, SystemTime::from(stamp.created))?;
+                    let current = Current::new(file, path, stamp, SystemTime::from(stamp.created))?;
                     self.expected = Some(Expected::at(Found { len, ..on_disk }));
                     self.current = Some(current);
                     return Ok(());
@@ -348,9 +351,8 @@ impl BlockingSink for FileSink {
     fn stored_keys_blocking(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
         let (dir, prefix) = (self.dir.path(), self.config.prefix.as_str());
         match self.parquet {
-            Some(_) => {
-                super::columnar::stored_keys(dir, prefix, stream).map_err(SinkError::transient)
-            }
+            Some(_) => super::columnar::stored_keys(dir, prefix, stream)
+                .map_err(|e| SinkError::transient(e.to_string())),
             None => super::count::distinct_sequences(dir, prefix, stream)
                 .map(Some)
                 .map_err(|e| SinkError::transient(e.to_string())),
@@ -417,4 +419,3 @@ fn file_len(current: &Current) -> Result<u64, SinkError> {
         .map(|m| m.len())
         .map_err(|e| io_error(&format!("cannot stat {}", current.path.display()), &e))
 }
-

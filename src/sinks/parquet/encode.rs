@@ -58,7 +58,7 @@ pub struct Encoder<W: Write + Send> {
 impl<W: Write + Send> Encoder<W> {
     /// Starts a file with `options`' schema, codec and metadata on `out`.
     pub fn new(out: W, options: Arc<Options>) -> Result<Encoder<W>, EncodeError> {
-        let schema = schema(&options.layout).map_err(EncodeError::Failed)?;
+        let schema = schema(&options.layout).map_err(|e| EncodeError::Failed(e.to_string()))?;
         let writer = SerializedFileWriter::new(out, schema, Arc::new(properties(&options)))
             .map_err(failed)?;
         Ok(Encoder { writer, options })

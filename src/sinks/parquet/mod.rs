@@ -24,7 +24,7 @@ pub mod settings;
 pub mod values;
 
 pub use encode::{EncodeError, Encoder};
-pub use settings::{Codec, ColumnType, Format, Keys, Layout, Options};
+pub use settings::{Codec, ColumnType, Format, Keys, Layout, Options, SettingsRefused};
 
 #[cfg(test)]
 mod tests;

@@ -11,6 +11,12 @@ use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::Type;
 
 use super::settings::Layout;
+
+/// The schema text jetsink generates did not parse: a bug in jetsink, never in the data,
+/// so the write that needed it is held rather than its messages refused.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the Parquet schema: {0}")]
+pub struct SchemaError(#[source] parquet::errors::ParquetError);
 use crate::sinks::database::columns::{Field, Source};
 
 /// The jetsink layout: the file destination's record fields, typed. Sequences and counts
@@ -92,10 +98,10 @@ pub fn message_text(layout: &Layout) -> String {
 
 /// The parsed schema of `layout`. Column names are checked to be plain identifiers at
 /// validation, so the text always parses; the error is kept for a caller that skipped it.
-pub fn schema(layout: &Layout) -> Result<Arc<Type>, String> {
+pub fn schema(layout: &Layout) -> Result<Arc<Type>, SchemaError> {
     parse_message_type(&message_text(layout))
         .map(Arc::new)
-        .map_err(|e| format!("cannot build the Parquet schema: {e}"))
+        .map_err(SchemaError)
 }
 
 /// The value of [`COLUMNS_KEY`] for `layout`.

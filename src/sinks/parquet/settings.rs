@@ -10,6 +10,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::sinks::database::columns::{compatible, Family, Mapping, Source, ValueKind};
 
+/// The Parquet settings a sink was built with, refused: validation reports each problem
+/// by its key before start-up, and a sink built anyway holds them to refuse its open with
+/// every one named.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.iter().map(|(k, m)| format!("{k}: {m}")).collect::<Vec<_>>().join("; "))]
+pub struct SettingsRefused(pub Vec<(String, String)>);
+
 /// How a destination lays out what it writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -22,12 +22,12 @@ use time::OffsetDateTime;
 use super::classify::{classify, describe, observe, Class};
 use super::client::build;
 use super::config::{Compression, S3Config};
-use super::format::PARQUET_EXTENSION;
 use super::encode::{decode, Body, PushError, Written};
+use super::format::PARQUET_EXTENSION;
 use super::key::{plan, PartitionError, Planned, Template};
 use crate::envelope::{rfc3339, Envelope};
-use crate::sinks::parquet::{read as parquet_read, Format, Options};
 use crate::sinks::contract::{Sink, SinkError};
+use crate::sinks::parquet::{read as parquet_read, Format, Options, SettingsRefused};
 
 /// Parts of one object uploading at once.
 pub const PARTS_IN_FLIGHT: usize = 4;
@@ -38,7 +38,7 @@ pub struct S3Sink {
     config: S3Config,
     template: Result<Template, PartitionError>,
     /// With `format: "parquet"`, the resolved settings (a problem validation reports).
-    parquet: Result<Option<Arc<Options>>, String>,
+    parquet: Result<Option<Arc<Options>>, SettingsRefused>,
     store: Option<Arc<dyn ObjectStore>>,
     /// Reused buffer of one uncompressed record.
     scratch: Vec<u8>,
@@ -54,11 +54,7 @@ impl S3Sink {
                 .parquet_keys()
                 .resolve()
                 .map(|o| Some(Arc::new(o)))
-                .map_err(|problems| {
-                    let all: Vec<String> =
-                        problems.iter().map(|(k, m)| format!("{k}: {m}")).collect();
-                    all.join("; ")
-                }),
+                .map_err(SettingsRefused),
         };
         S3Sink {
             config,
@@ -130,8 +126,8 @@ impl S3Sink {
         let parquet = self.parquet.clone().map_err(|e| SinkError::Misconfigured {
             message: format!("{location}: {e}"),
         })?;
-        let mut body = Body::new(self.config.jsonl_compression(), parquet.as_ref())
-            .map_err(encode_error)?;
+        let mut body =
+            Body::new(self.config.jsonl_compression(), parquet.as_ref()).map_err(encode_error)?;
         let mut multipart: Option<WriteMultipart> = None;
         for members in object.members.chunks(body.rows_per_push()) {
             let mut step = body
