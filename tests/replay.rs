@@ -261,3 +261,68 @@ fn wrong_flags_are_usage_errors_naming_the_flag() {
     );
     assert_eq!(code, 2, "a start is required: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_the_destination_refuses_is_dead_lettered_by_the_sinks_own_rules() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "POISON", "poison.>").await;
+    let db = dir.path().join("data/out.db");
+    std::fs::create_dir_all(db.parent().unwrap()).unwrap();
+    // The sink's table, with a trigger that refuses payloads holding POISON (a permanent
+    // error of that message alone).
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE events (idempotency_key TEXT PRIMARY KEY NOT NULL, stream TEXT NOT NULL,
+               stream_sequence INTEGER NOT NULL, consumer_sequence INTEGER NOT NULL,
+               subject TEXT NOT NULL, delivered INTEGER NOT NULL, published_at TEXT NOT NULL,
+               written_at TEXT NOT NULL, message_id TEXT, headers TEXT NOT NULL, priority TEXT,
+               lane TEXT, classification TEXT, labels TEXT NOT NULL DEFAULT '[]',
+               payload BLOB NOT NULL);
+             CREATE TRIGGER refuse_poison BEFORE INSERT ON events
+               WHEN instr(CAST(NEW.payload AS TEXT), 'POISON') > 0
+               BEGIN SELECT RAISE(ABORT, 'poison payload refused'); END;",
+        )
+        .unwrap();
+    for i in 0..200 {
+        let body = if i == 50 {
+            r#"{"note":"POISON"}"#.to_string()
+        } else {
+            format!("{{\"i\":{i}}}")
+        };
+        js.publish("poison.x", body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let mut cfg = config(
+        &server,
+        "POISON",
+        "poison.>",
+        json!({"type": "sqlite", "path": "data/out.db", "table": "events"}),
+        json!({"batch_size": 100}),
+    );
+    cfg["sinks"]["main"]["dead_letter"] =
+        json!({"subject": "dlq.{sink}.{subject}", "create_stream": {"name": "DLQ"}});
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(30), "drained", || async {
+        drained(&js, "POISON").await && sqlite_count(&db, "events") == 199
+    })
+    .await;
+    let status = daemon.terminate(Duration::from_secs(15)).expect("exits");
+    assert!(status.success(), "{}", daemon.log_text());
+    truncate(&db);
+
+    let (code, out, err) = replay(dir.path(), &path, &["--from-seq", "1"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("read 200, written 199, already present 0, dead-lettered 1"),
+        "{out}"
+    );
+    assert_eq!(rows(&db), (199, 1, 200));
+    assert_eq!(consumers(&js, "POISON").await, vec!["jetsink".to_string()]);
+}
