@@ -1,4 +1,4 @@
-//! `jetsink replay` against a real nats-server and SQLite: a truncated table restored
+//! `jetsink replay` against a real nats-server, SQLite and PostgreSQL: a truncated table restored
 //! exactly, a replay over existing rows changing nothing, a `--to-seq` bound written
 //! exactly, a dry run writing nothing, a file directory a running instance holds refused;
 //! the sink's durable consumer never moves and no replay consumer is left behind.
@@ -325,4 +325,114 @@ async fn a_message_the_destination_refuses_is_dead_lettered_by_the_sinks_own_rul
     );
     assert_eq!(rows(&db), (199, 1, 200));
     assert_eq!(consumers(&js, "POISON").await, vec!["jetsink".to_string()]);
+}
+
+/// A PostgreSQL database of its own on 127.0.0.1:5432 (user `postgres`), dropped at the end.
+struct Pg(String);
+
+impl Pg {
+    async fn client(database: &str) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::Config::new()
+            .host("127.0.0.1")
+            .port(5432)
+            .user("postgres")
+            .dbname(database)
+            .connect_timeout(Duration::from_secs(5))
+            .connect(tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("PostgreSQL is not reachable on 127.0.0.1:5432 as user postgres ({e})")
+            });
+        tokio::spawn(conn);
+        client
+    }
+
+    async fn create() -> Pg {
+        let name = common::conformance::unique_name("replay");
+        Pg::client("postgres")
+            .await
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+        Pg(name)
+    }
+
+    async fn exec(&self, sql: &str) {
+        Pg::client(&self.0)
+            .await
+            .batch_execute(sql)
+            .await
+            .expect(sql);
+    }
+
+    async fn rows(&self) -> (i64, i64, i64) {
+        let r = Pg::client(&self.0)
+            .await
+            .query_one(
+                "SELECT COUNT(*), COALESCE(MIN(stream_sequence), 0), COALESCE(MAX(stream_sequence), 0) FROM events",
+                &[],
+            )
+            .await
+            .expect("count");
+        (r.get(0), r.get(1), r.get(2))
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        let name = self.0.clone();
+        common::conformance::on_own_runtime(async move {
+            let _ = Pg::client("postgres")
+                .await
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await;
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_truncated_postgres_table_is_restored_exactly_and_a_second_replay_changes_nothing() {
+    let pg = Pg::create().await;
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "PGREPLAY", "pgreplay.>").await;
+    publish_n(&js, "pgreplay.x", N).await;
+    let cfg = config(
+        &server,
+        "PGREPLAY",
+        "pgreplay.>",
+        json!({"type": "postgres", "host": "127.0.0.1", "port": 5432, "user": "postgres",
+               "database": pg.0, "table": "events"}),
+        json!({"batch_size": 500}),
+    );
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start(&path, dir.path());
+    eventually(Duration::from_secs(60), "drained", || async {
+        drained(&js, "PGREPLAY").await
+    })
+    .await;
+    let status = daemon.terminate(Duration::from_secs(15)).expect("exits");
+    assert!(status.success(), "{}", daemon.log_text());
+    assert_eq!(pg.rows().await, (N as i64, 1, N as i64));
+    pg.exec("TRUNCATE events").await;
+
+    let (code, out, err) = replay(dir.path(), &path, &["--from-seq", "1"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(pg.rows().await, (N as i64, 1, N as i64), "{out}");
+    assert!(
+        out.contains("written 10000, already present 0, dead-lettered 0"),
+        "{out}"
+    );
+    let (code, out, err) = replay(dir.path(), &path, &["--from-seq", "1"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(pg.rows().await, (N as i64, 1, N as i64), "{out}");
+    assert!(
+        out.contains("written 10000, already present 10000, dead-lettered 0"),
+        "{out}"
+    );
+    assert_eq!(
+        consumers(&js, "PGREPLAY").await,
+        vec!["jetsink".to_string()]
+    );
 }
