@@ -42,7 +42,8 @@ pub struct Args {
     /// Replay from the first message stored at or after this RFC 3339 time.
     #[arg(long, value_name = "TIME")]
     since: Option<String>,
-    /// Last stream sequence to replay (default: the stream's last when the replay starts).
+    /// Last stream sequence to replay (at most, and by default, the stream's last when the
+    /// replay starts).
     #[arg(long, value_name = "M")]
     to_seq: Option<u64>,
     /// Replay only messages stored before this RFC 3339 time.

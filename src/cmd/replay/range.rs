@@ -15,7 +15,8 @@ use crate::nats::replay_consumer::ReplayStart;
 pub enum End {
     /// The stream's last sequence when the replay starts (no `--to-seq` or `--until`).
     StreamEnd,
-    /// `--to-seq`: this stream sequence, included.
+    /// `--to-seq`: this stream sequence, included (at most the stream's last sequence
+    /// when the replay starts: what is published later is `jetsink run`'s to write).
     Sequence(u64),
     /// `--until`: the last message stored before this time.
     Before(OffsetDateTime),
@@ -86,7 +87,7 @@ pub fn parse_range(
 pub fn stop_bound(end: End, last: u64, before_until: Option<u64>) -> u64 {
     match end {
         End::StreamEnd => last,
-        End::Sequence(m) => m,
+        End::Sequence(m) => m.min(last),
         End::Before(_) => before_until.unwrap_or(last).min(last),
     }
 }
@@ -209,6 +210,7 @@ mod tests {
         let t = OffsetDateTime::UNIX_EPOCH;
         assert_eq!(stop_bound(End::StreamEnd, 100, None), 100);
         assert_eq!(stop_bound(End::Sequence(40), 100, None), 40);
+        assert_eq!(stop_bound(End::Sequence(400), 100, None), 100);
         assert_eq!(stop_bound(End::Before(t), 100, Some(60)), 60);
         assert_eq!(stop_bound(End::Before(t), 100, Some(140)), 100);
         assert_eq!(stop_bound(End::Before(t), 100, None), 100);

@@ -81,7 +81,7 @@ impl Session {
             .map_err(|e| ReplayError::Nats(e.to_string()))?;
         let state = replay_consumer::state(&self.stream, &name).await;
         if let Err(e) = replay_consumer::delete(&self.stream, &name).await {
-            tracing::warn!(error = %e, "the server removes it after its inactive threshold");
+            tracing::warn!(error = %e, "could not delete a short-lived replay consumer; the server removes it after its inactive threshold");
         }
         state.map_err(|e| ReplayError::Nats(e.to_string()))
     }

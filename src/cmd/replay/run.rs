@@ -194,7 +194,7 @@ pub async fn replay(
     let driven = drive(runner, tx, &session, &name, bound, progress).await;
     let _ = session.conn.client.flush().await;
     if let Err(e) = replay_consumer::delete(&session.stream, &name).await {
-        tracing::warn!(error = %e, "the server removes it after its inactive threshold");
+        tracing::warn!(error = %e, "could not delete the replay consumer; the server removes it after its inactive threshold");
     }
     driven?;
     bar.finish_and_clear();
