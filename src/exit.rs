@@ -9,5 +9,8 @@ pub const FAILURE: u8 = 1;
 pub const USAGE: u8 = 2;
 /// A dependency (NATS, a destination) is unavailable at start-up (`EX_UNAVAILABLE`).
 pub const UNAVAILABLE: u8 = 69;
+/// Refused for now, worth trying again later: another process holds what is needed
+/// (`EX_TEMPFAIL`).
+pub const TEMPFAIL: u8 = 75;
 /// The configuration is invalid (`EX_CONFIG`).
 pub const CONFIG: u8 = 78;

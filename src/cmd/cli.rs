@@ -51,6 +51,9 @@ enum Command {
     Decrypt(cmd::decrypt::Args),
     /// Write a new random AES-256 key file (mode 0600) for `encryption.keys`.
     Keygen(cmd::keygen::Args),
+    /// Write a range of a sink's stream into its destination again, idempotently,
+    /// without moving the sink's consumer.
+    Replay(cmd::replay::Args),
     /// Work with a sink's dead-letter queue.
     Dlq {
         #[command(subcommand)]
@@ -105,6 +108,7 @@ async fn dispatch(command: Command) -> u8 {
         Command::Metrics {
             command: MetricsCommand::Show(args),
         } => cmd::metrics_show::execute(args).await,
+        Command::Replay(args) => cmd::replay::execute(args).await,
         Command::Dlq {
             command: DlqCommand::Replay(args),
         } => cmd::dlq_replay::execute(args).await,

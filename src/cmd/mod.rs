@@ -22,6 +22,7 @@ pub mod online;
 pub mod preflight;
 pub mod publish;
 pub mod quickstart;
+pub mod replay;
 pub mod run;
 pub mod schema;
 pub mod signals;

@@ -15,6 +15,7 @@ pub mod header_block;
 pub mod own_stream;
 pub mod pin;
 pub mod raw_read;
+pub mod replay_consumer;
 pub mod reply;
 pub mod server_version;
 

@@ -61,6 +61,9 @@ pub struct Prepared {
     pub refused: Vec<Refused>,
     /// Lane scheduling counts, when lanes are enabled.
     pub lanes: Option<LaneStats>,
+    /// With a stop bound (`jetsink replay`): the reply subjects of messages past it, not
+    /// prepared and not counted in `pulled`; the runner acknowledges them unwritten.
+    pub beyond: Vec<Subject>,
 }
 
 impl Prepared {
@@ -99,11 +102,15 @@ pub(super) struct Prepare {
     pub(super) consumer_lane: std::collections::HashMap<String, usize>,
     /// Payload encryption; `None` stores payloads in clear.
     pub(super) encryption: Option<Arc<Encryption>>,
+    /// The last stream sequence to write (`jetsink replay`); messages past it are set
+    /// aside in [`Prepared::beyond`]. `None` for `jetsink run`.
+    pub(super) stop_after: Option<u64>,
 }
 
 impl Prepare {
     /// Prepares pulled messages for writing.
     pub(super) fn prepare(&self, messages: Vec<async_nats::Message>) -> Prepared {
+        let (messages, beyond) = self.split_at_bound(messages);
         let pulled = messages.len();
         let mut items: Vec<(Envelope, Subject)> = Vec::with_capacity(pulled);
         let mut refused = Vec::new();
@@ -128,7 +135,39 @@ impl Prepare {
             batch: Batch { envelopes, replies },
             refused,
             lanes: lane_stats,
+            beyond,
         }
+    }
+
+    /// With a stop bound: the messages up to it, and the reply subjects of those past it.
+    /// A message whose stream sequence cannot be read stays in, for `normalize` to skip
+    /// with its warning.
+    fn split_at_bound(
+        &self,
+        messages: Vec<async_nats::Message>,
+    ) -> (Vec<async_nats::Message>, Vec<Subject>) {
+        let Some(bound) = self.stop_after else {
+            return (messages, Vec::new());
+        };
+        let mut beyond = Vec::new();
+        let within = messages
+            .into_iter()
+            .filter_map(|m| {
+                let past = m
+                    .reply
+                    .as_ref()
+                    .and_then(|r| reply::parse(r.as_str()).ok())
+                    .is_some_and(|d| d.stream_sequence > bound);
+                match (past, &m.reply) {
+                    (true, Some(r)) => {
+                        beyond.push(r.clone());
+                        None
+                    }
+                    _ => Some(m),
+                }
+            })
+            .collect();
+        (within, beyond)
     }
 
     /// The metadata and lane stages over normalized messages: what they keep, in lane
@@ -308,9 +347,19 @@ impl Stages {
                 lanes,
                 consumer_lane,
                 encryption: spec.encryption.clone(),
+                stop_after: None,
             },
             randomizer,
         }
+    }
+
+    /// These stages for `jetsink replay`: nothing past stream sequence `bound` is
+    /// written (it is set aside for the runner to acknowledge unwritten), and no
+    /// randomizer, whose delays only spread a live load.
+    pub fn replaying_up_to(mut self, bound: u64) -> Stages {
+        self.prepare.stop_after = Some(bound);
+        self.randomizer = None;
+        self
     }
 
     /// Prepares messages exactly as a pull's would be (normalize, metadata, lanes,
@@ -354,6 +403,52 @@ mod tests {
             too_many_headers(&with_headers(envelope::MAX_HEADER_VALUES + 1)).expect("refused");
         assert!(why.contains("1025 header values"), "{why}");
         assert!(why.contains("at most 1024"), "{why}");
+    }
+
+    fn delivered(seq: u64) -> async_nats::Message {
+        async_nats::Message {
+            subject: Subject::from("a.b"),
+            reply: Some(Subject::from(format!("$JS.ACK.S.c.1.{seq}.{seq}.0.0"))),
+            payload: bytes::Bytes::new(),
+            headers: None,
+            status: None,
+            description: None,
+            length: 0,
+        }
+    }
+
+    #[test]
+    fn a_replay_bound_sets_aside_what_lies_past_it_and_turns_the_randomizer_off() {
+        let spec = crate::config::Config::from_json_str(
+            r#"{"nats": {"servers": ["nats://127.0.0.1:4222"]},
+                "sinks": {"s": {
+                    "source": {"stream": "S", "consumer": "c"},
+                    "delivery": {"randomizer": {"enabled": true}},
+                    "destination": {"type": "file", "directory": "d"}}}}"#,
+        )
+        .unwrap()
+        .sinks
+        .remove(0);
+        let run = Stages::for_sink(&spec);
+        assert!(run.randomizer.is_some());
+        let all = run.prepare.prepare((1..=5).map(delivered).collect());
+        assert_eq!((all.pulled, all.beyond.len()), (5, 0), "no bound for run");
+        let replay = Stages::for_sink(&spec).replaying_up_to(3);
+        assert!(replay.randomizer.is_none());
+        let p = replay.prepare.prepare((1..=5).map(delivered).collect());
+        assert_eq!(p.pulled, 3);
+        let kept: Vec<u64> = p
+            .batch
+            .envelopes
+            .iter()
+            .map(|e| e.stream_sequence)
+            .collect();
+        assert_eq!(kept, vec![1, 2, 3]);
+        let beyond: Vec<&str> = p.beyond.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            beyond,
+            vec!["$JS.ACK.S.c.1.4.4.0.0", "$JS.ACK.S.c.1.5.5.0.0"]
+        );
     }
 
     fn prioritized(seq: u64, priority: &str) -> (Envelope, Subject) {

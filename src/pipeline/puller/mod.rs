@@ -88,6 +88,8 @@ pub(super) struct Puller {
     /// With `source.pinned`: the pin this instance holds or waits for, whether it held it
     /// at the last pull, and the `jetsink_pinned` gauge.
     pinned: Option<Pinned>,
+    /// Whether repeated failed pulls bind the consumers again (not for a replay's).
+    rebinds: bool,
 }
 
 /// This sink's side of an active/standby priority group.
@@ -179,7 +181,13 @@ impl Puller {
             metrics,
             health,
             pinned,
+            rebinds: true,
         }
+    }
+
+    /// Failed pulls are retried on the same consumers, never followed by a new binding.
+    pub(super) fn never_rebind(&mut self) {
+        self.rebinds = false;
     }
 
     /// At shutdown, after the last pull: hands the pin over at once with the JetStream
@@ -360,7 +368,7 @@ impl Puller {
                     _ = tokio::time::sleep(delay) => {}
                     _ = shutdown.wait_for(|s| *s) => {}
                 }
-                if self.failed >= REBIND_AFTER {
+                if self.rebinds && self.failed >= REBIND_AFTER {
                     self.rebind().await;
                 }
                 Pulled::Failed

@@ -275,6 +275,13 @@ impl Runner {
         self
     }
 
+    /// For `jetsink replay`: a consumer that failed pulls is never bound again, since
+    /// binding would recreate it from the sink's source settings, not the replay's start.
+    pub fn without_rebinding(mut self) -> Runner {
+        self.puller.never_rebind();
+        self
+    }
+
     /// The sink's name, for the supervisor's log when the loop fails.
     pub fn name(&self) -> &str {
         &self.puller.spec().name
@@ -295,11 +302,20 @@ impl Runner {
             // A pull cut short by a connection drop may hide a message the client cannot
             // read; it is found and settled at once, before the server redelivers it.
             self.isolator.after_pull(self.puller.consumers()).await;
-            let prepared = match pulled {
+            let mut prepared = match pulled {
                 Pulled::Batch(p) => p,
                 Pulled::Failed => continue,
                 Pulled::Stopped => break,
             };
+            if !prepared.beyond.is_empty() {
+                // Past a replay's stop bound: outside the replay, so acknowledged on the
+                // replay's own consumer unwritten (the sink's consumer never sees it).
+                let beyond = std::mem::take(&mut prepared.beyond);
+                self.settler
+                    .acknowledger()
+                    .send(beyond, async_nats::jetstream::AckKind::Ack)
+                    .await;
+            }
             if prepared.pulled == 0 {
                 // The shuffle buffer's timer may have ended the wait.
                 self.shuffle_in(Batch::default()).await;

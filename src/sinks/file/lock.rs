@@ -43,13 +43,22 @@ pub(crate) fn parse_holder(content: &[u8]) -> Option<u32> {
 }
 
 /// The message a second writer fails with: where, who holds it, and what to do.
+/// The words of [`busy_message`] that say the lock is held, for [`is_lock_busy`].
+const IN_USE: &str = "is in use: ";
+
+/// Whether `e` is the refusal of a directory and prefix another process holds locked
+/// (`jetsink replay` reports it as a refusal to race that process, not as an outage).
+pub fn is_lock_busy(e: &SinkError) -> bool {
+    matches!(e, SinkError::Transient { message } if message.contains(IN_USE) && message.contains("holds the lock"))
+}
+
 pub(crate) fn busy_message(directory: &Path, prefix: &str, lock: &Path, holder: Option<u32>) -> String {
     let who = match holder {
         Some(pid) => format!("another process (pid {pid})"),
         None => "another process".to_string(),
     };
     format!(
-        "directory {} with prefix {prefix:?} is in use: {who} holds the lock {}; only one \
+        "directory {} with prefix {prefix:?} {IN_USE}{who} holds the lock {}; only one \
          jetsink may write a directory and prefix, so this one starts once that process has \
          stopped (or give this sink its own directory or prefix)",
         directory.display(),

@@ -75,6 +75,7 @@ mod sink;
 mod tail;
 
 pub use config::FileConfig;
+pub use lock::is_lock_busy;
 pub use sink::{Clock, FileSink};
 
 #[cfg(test)]
