@@ -231,7 +231,6 @@ pub enum CountError {
     },
 }
 
-/// (what `jetsink bench` checks); `None` when a file's layout has no key or stream column.
 /// The distinct idempotency keys of `stream` in the Parquet files of `prefix` in `dir`
 /// (what `jetsink bench` checks); `None` when a file's layout has no key or stream column.
 pub fn stored_keys(dir: &Path, prefix: &str, stream: &str) -> Result<Option<u64>, CountError> {
