@@ -49,10 +49,16 @@ async fn a_job_queue_sink_that_sets_nothing_gets_ack_wait_60_s_and_max_deliver_4
     let cfg = job_config(&server, json!({}));
     let path = write_config(dir.path(), &cfg);
 
-    let (code, out, err) = jetsink(&["validate", "--config", path.to_str().unwrap()], dir.path());
+    let (code, out, err) = jetsink(
+        &["validate", "--config", path.to_str().unwrap()],
+        dir.path(),
+    );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("ack_wait 60000 ms, max_deliver 4"), "{out}");
-    assert!(out.contains("job queue:   ack_wait and max_deliver from"), "{out}");
+    assert!(
+        out.contains("job queue:   ack_wait and max_deliver from"),
+        "{out}"
+    );
 
     let mut d = Daemon::start(&path, dir.path());
     eventually(Duration::from_secs(20), "the consumer exists", || async {
@@ -149,8 +155,21 @@ async fn a_job_that_crashes_every_worker_is_dead_lettered_by_the_advisory_and_su
     let out_file = dir.path().join("submit.out");
     let err_file = dir.path().join("submit.err");
     let mut submit = Command::new(jetsink_bin())
-        .args(["submit", "--config", path.to_str().unwrap(), "--sink", "worker"])
-        .args(["--data", "{\"crash\":true}", "--id", "crash-1", "--timeout-ms", "120000"])
+        .args([
+            "submit",
+            "--config",
+            path.to_str().unwrap(),
+            "--sink",
+            "worker",
+        ])
+        .args([
+            "--data",
+            "{\"crash\":true}",
+            "--id",
+            "crash-1",
+            "--timeout-ms",
+            "120000",
+        ])
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_file).unwrap())

@@ -113,7 +113,11 @@ impl SourceConfig {
     /// replaces AckWait by the first step, and reports that back; `ack_wait_ms` then only
     /// counts when no backoff is set.
     pub fn effective_ack_wait(&self) -> std::time::Duration {
-        let ms = self.backoff_ms.first().copied().unwrap_or(self.ack_wait_ms());
+        let ms = self
+            .backoff_ms
+            .first()
+            .copied()
+            .unwrap_or(self.ack_wait_ms());
         std::time::Duration::from_millis(ms)
     }
 

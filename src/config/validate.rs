@@ -432,7 +432,9 @@ mod tests {
         let cfg = Config::from_json_str(&jobs).unwrap();
         let s = &cfg.sinks[0].source;
         assert_eq!((s.ack_wait_ms(), s.max_deliver()), (60_000, 4));
-        assert!(cfg.summary(&[]).contains("job queue:   ack_wait and max_deliver from"));
+        assert!(cfg
+            .summary(&[])
+            .contains("job queue:   ack_wait and max_deliver from"));
 
         // What the config sets is kept, each key on its own.
         let set = jobs.replace(
@@ -465,7 +467,8 @@ mod tests {
         );
         let errs = errors(&null);
         assert!(
-            errs.iter().any(|e| e.contains("sinks.orders.source.max_deliver")),
+            errs.iter()
+                .any(|e| e.contains("sinks.orders.source.max_deliver")),
             "{errs:?}"
         );
     }
