@@ -230,5 +230,7 @@ async fn a_job_that_crashes_every_worker_is_dead_lettered_by_the_advisory_and_su
     let reason = dl[0].headers.get("Jetsink-Reason").map(|v| v.to_string());
     assert_eq!(reason.as_deref(), Some("max_deliveries"));
     assert_eq!(sqlite_count(&dir.path().join("data/jobs.db"), "jobs"), 0);
+    // The server leaves a job it gave up on in the work queue, unacknowledged.
+    assert_eq!(stored(&js, "JOBS").await, 1);
     d.stop_cleanly();
 }
