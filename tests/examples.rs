@@ -1,7 +1,8 @@
 //! The shipped example configs run side by side: every one against the same server, all at
 //! once, in one working directory — streams, consumers, listen ports and files do not
 //! collide — and each stops with exit 0. (The PostgreSQL, MySQL and NATS-republish
-//! examples need more than a NATS server and are checked by `validate` instead.)
+//! examples need more than a NATS server and are checked by `validate` instead; the
+//! results-to-PostgreSQL one also runs in tests/results_postgres.rs.)
 
 mod common;
 
@@ -16,8 +17,9 @@ use serde_json::Value;
 /// HTTPS endpoint and its token (HTTP), certificates and a TLS server (NATS TLS), an
 /// S3-compatible store and its keys (S3), a target stream (the shuffler's republish). `validate`, the schema and the port check below
 /// still cover them.
-const NEED_MORE_THAN_A_SERVER: [&str; 9] = [
+const NEED_MORE_THAN_A_SERVER: [&str; 10] = [
     "postgres.json",
+    "job-results-postgres.json",
     "mysql.json",
     "nats-republish.json",
     "http.json",

@@ -84,9 +84,10 @@ pub struct LaneConfig {
     #[schemars(range(min = 1, max = 100))]
     pub weight: u32,
     /// Per-lane consumer mode (opt-in): subject filters whose messages belong to this lane.
-    /// When any lane lists subjects, every lane must, and each subject gets its own
-    /// filtered durable consumer; pulls alternate between lanes by weight, so an urgent
-    /// message does not wait behind a routine backlog. Default none (in-batch lanes only).
+    /// When any lane lists subjects, every lane must, and each lane gets one filtered
+    /// durable consumer (`<consumer>-lane-<name>-0`) filtering all of its subjects; pulls
+    /// alternate between lanes by weight, so an urgent message does not wait behind a
+    /// routine backlog. Default none (in-batch lanes only).
     #[serde(default)]
     pub subjects: Vec<String>,
 }

@@ -31,6 +31,9 @@ pub struct SinkSpec {
     pub destination: DestinationConfig,
     /// Job-queue results, published before each ACK; `None` when the section is absent.
     pub results: Option<ResultsConfig>,
+    /// Which of `source.ack_wait_ms` / `source.max_deliver` were left unset in a job-queue
+    /// sink and so took the job-queue document's value (the summary says so).
+    pub job_defaults: crate::config::source::JobDefaults,
     /// Payload encryption, keys loaded; `None` stores payloads in clear.
     pub encryption: Option<Arc<Encryption>>,
     /// JSON path of the source's filter subjects (`sinks.x.source.subjects`, or
@@ -145,14 +148,26 @@ impl SinkSpec {
             name = s.name,
             stream = s.source.stream,
             consumer = s.source.consumer,
-            aw = s.source.ack_wait_ms,
-            md = s.source.max_deliver,
+            aw = s.source.ack_wait_ms(),
+            md = s.source.max_deliver(),
             map = s.source.max_ack_pending,
             bs = s.delivery.batch_size,
             bytes = s.delivery.max_batch_bytes,
             bt = s.delivery.batch_timeout_ms,
             dest = s.destination.describe(),
         ));
+        let jd = s.job_defaults;
+        if jd.ack_wait || jd.max_deliver {
+            let which: Vec<&str> = [(jd.ack_wait, "ack_wait"), (jd.max_deliver, "max_deliver")]
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, name)| *name)
+                .collect();
+            out.push_str(&format!(
+                "    job queue:   {} from the job-queue defaults (60000 ms AckWait, MaxDeliver 4), as `results` is set\n",
+                which.join(" and ")
+            ));
+        }
         let bindings = s.consumer_bindings();
         if bindings.len() > 1 {
             let names: Vec<String> = bindings

@@ -79,7 +79,9 @@ pub struct RandomizerConfig {
     pub max_delay_ms: u64,
     /// Most messages delayed and not yet redelivered, 1 to 100000; no message is delayed
     /// while this many are out. `max_window` + `delivery.batch_size` must stay at or below
-    /// 100000, and the consumer's `max_ack_pending` must exceed it. Default 1000.
+    /// 100000, and the consumer's `max_ack_pending` must be -1 or at least `max_window` +
+    /// 2 × `delivery.batch_size` (the window, the batch being written and the one pulled
+    /// ahead are unacknowledged at once). Default 1000.
     #[serde(default = "default_max_window")]
     pub max_window: usize,
     /// Lower the delay probability smoothly toward 0 as the window fills, so the window

@@ -24,13 +24,18 @@ pub struct SourceConfig {
     /// Durable consumer name; created when missing, checked for unsafe drift when present.
     pub consumer: String,
     /// Consumer AckWait in milliseconds: how long a delivered, unacknowledged message waits
-    /// before redelivery. Default 30000.
-    #[serde(default = "default_ack_wait_ms")]
-    pub ack_wait_ms: u64,
+    /// before redelivery. Default 30000; in job-queue mode (the sink has `results`) 60000,
+    /// the job-queue document's value, since a job may run code and AckWait is how long a
+    /// crashed worker's job waits for another.
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "u64", extend("default" = 30000))]
+    pub ack_wait_ms: Option<u64>,
     /// Consumer MaxDeliver: deliveries before the server gives up on a message; -1 unlimited.
-    /// Default -1.
-    #[serde(default = "minus_one")]
-    pub max_deliver: i64,
+    /// Default -1; in job-queue mode (the sink has `results`) 4, the job-queue document's
+    /// bound on a poison job, which then gets a `dead_lettered` result instead of looping.
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "i64", extend("default" = -1))]
+    pub max_deliver: Option<i64>,
     /// Consumer MaxAckPending: delivered but unacknowledged messages allowed; -1 unlimited.
     /// Default 10000; must be at least `delivery.batch_size`.
     #[serde(default = "default_max_ack_pending")]
@@ -66,12 +71,53 @@ pub struct SourceConfig {
     pub pinned: Option<super::pinned::PinnedConfig>,
 }
 
+/// AckWait of a job-queue sink (one with `results`) that does not set `ack_wait_ms`: the
+/// job-queue document's 60 s.
+pub const JOB_ACK_WAIT_MS: u64 = 60_000;
+/// MaxDeliver of a job-queue sink that does not set `max_deliver`: the document's 4.
+pub const JOB_MAX_DELIVER: i64 = 4;
+
 impl SourceConfig {
+    /// AckWait in milliseconds: the configured value, else the default
+    /// [`Self::settle_defaults`] chose (30000 before it ran).
+    pub fn ack_wait_ms(&self) -> u64 {
+        self.ack_wait_ms.unwrap_or_else(default_ack_wait_ms)
+    }
+
+    /// MaxDeliver: the configured value, else the default [`Self::settle_defaults`] chose
+    /// (-1 before it ran).
+    pub fn max_deliver(&self) -> i64 {
+        self.max_deliver.unwrap_or_else(minus_one)
+    }
+
+    /// Fills the consumer settings the config left unset: the job-queue document's AckWait
+    /// and MaxDeliver when the sink publishes results (`job_queue`), else jetsink's general
+    /// defaults. A value the config sets is kept. Returns which of the two were filled
+    /// with job-queue defaults, for the `validate` summary.
+    pub(crate) fn settle_defaults(&mut self, job_queue: bool) -> JobDefaults {
+        let filled = JobDefaults {
+            ack_wait: job_queue && self.ack_wait_ms.is_none(),
+            max_deliver: job_queue && self.max_deliver.is_none(),
+        };
+        let (ack_wait, max_deliver) = if job_queue {
+            (JOB_ACK_WAIT_MS, JOB_MAX_DELIVER)
+        } else {
+            (default_ack_wait_ms(), minus_one())
+        };
+        self.ack_wait_ms.get_or_insert(ack_wait);
+        self.max_deliver.get_or_insert(max_deliver);
+        filled
+    }
+
     /// The AckWait the server applies: with `backoff_ms`, nats-server (2.9 to 2.14)
     /// replaces AckWait by the first step, and reports that back; `ack_wait_ms` then only
     /// counts when no backoff is set.
     pub fn effective_ack_wait(&self) -> std::time::Duration {
-        let ms = self.backoff_ms.first().copied().unwrap_or(self.ack_wait_ms);
+        let ms = self
+            .backoff_ms
+            .first()
+            .copied()
+            .unwrap_or(self.ack_wait_ms());
         std::time::Duration::from_millis(ms)
     }
 
@@ -86,7 +132,7 @@ impl SourceConfig {
             .iter()
             .copied()
             .min()
-            .unwrap_or(self.ack_wait_ms);
+            .unwrap_or(self.ack_wait_ms());
         std::time::Duration::from_millis(ms.max(1))
     }
 
@@ -111,6 +157,26 @@ impl SourceConfig {
             })
             .collect()
     }
+}
+
+/// Which consumer settings of a job-queue sink took the job-queue document's default
+/// because the config left them unset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobDefaults {
+    /// `ack_wait_ms` is [`JOB_ACK_WAIT_MS`] by default.
+    pub ack_wait: bool,
+    /// `max_deliver` is [`JOB_MAX_DELIVER`] by default.
+    pub max_deliver: bool,
+}
+
+/// A key that, when present, holds a value: `null` is refused like any other wrong type
+/// instead of meaning "unset", so the schema's `integer` stays the whole truth.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
 }
 
 /// Where a newly created consumer starts reading.

@@ -16,7 +16,7 @@ use super::model::{Config, SinkSpec};
 use super::raw::{DeliveryConfig, RawConfig, RawNats, RawSink};
 use super::raw::{HttpConfig, LoggingConfig, SourceConfig};
 use super::sink_checks::{self, SinkPaths};
-use super::source::{default_ack_wait_ms, default_max_ack_pending, minus_one};
+use super::source::default_max_ack_pending;
 use crate::crypto::Encryption;
 use crate::shared::issue::{Issue, Issues};
 use crate::shared::nats_security::NatsConfig;
@@ -308,8 +308,8 @@ fn single_sink(
         stream: stream.unwrap_or_default(),
         subjects: nats.subject.clone().into_iter().collect(),
         consumer: consumer.unwrap_or_default(),
-        ack_wait_ms: nats.ack_wait_ms.unwrap_or_else(default_ack_wait_ms),
-        max_deliver: nats.max_deliver.unwrap_or_else(minus_one),
+        ack_wait_ms: nats.ack_wait_ms,
+        max_deliver: nats.max_deliver,
         max_ack_pending: nats.max_ack_pending.unwrap_or_else(default_max_ack_pending),
         backoff_ms: Vec::new(),
         deliver_policy: Default::default(),
@@ -421,6 +421,56 @@ mod tests {
         assert_eq!(s.delivery.batch_size, 500);
         assert_eq!(s.source.subjects, vec!["orders.>"]);
         assert_eq!(cfg.http.listen, "127.0.0.1:9464");
+    }
+
+    #[test]
+    fn a_job_queue_sink_that_sets_nothing_gets_the_documents_ack_wait_and_max_deliver() {
+        let jobs = MINIMAL.replace(
+            r#""destination""#,
+            r#""results": {"subject_prefix": "orders_results"}, "destination""#,
+        );
+        let cfg = Config::from_json_str(&jobs).unwrap();
+        let s = &cfg.sinks[0].source;
+        assert_eq!((s.ack_wait_ms(), s.max_deliver()), (60_000, 4));
+        assert!(cfg
+            .summary(&[])
+            .contains("job queue:   ack_wait and max_deliver from"));
+
+        // What the config sets is kept, each key on its own.
+        let set = jobs.replace(
+            r#""consumer": "jetsink""#,
+            r#""consumer": "jetsink", "ack_wait_ms": 5000"#,
+        );
+        let cfg = Config::from_json_str(&set).unwrap();
+        let s = &cfg.sinks[0].source;
+        assert_eq!((s.ack_wait_ms(), s.max_deliver()), (5_000, 4));
+        assert!(cfg.summary(&[]).contains("job queue:   max_deliver from"));
+        let set = jobs.replace(
+            r#""consumer": "jetsink""#,
+            r#""consumer": "jetsink", "max_deliver": -1"#,
+        );
+        let s = &Config::from_json_str(&set).unwrap().sinks[0].source;
+        assert_eq!((s.ack_wait_ms(), s.max_deliver()), (60_000, -1));
+
+        // Without `results`, the general defaults, and no job-queue line.
+        let cfg = Config::from_json_str(MINIMAL).unwrap();
+        let s = &cfg.sinks[0].source;
+        assert_eq!((s.ack_wait_ms(), s.max_deliver()), (30_000, -1));
+        assert!(!cfg.summary(&[]).contains("job queue:"));
+    }
+
+    #[test]
+    fn a_null_consumer_setting_is_a_type_error_not_unset() {
+        let null = MINIMAL.replace(
+            r#""consumer": "jetsink""#,
+            r#""consumer": "jetsink", "max_deliver": null"#,
+        );
+        let errs = errors(&null);
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("sinks.orders.source.max_deliver")),
+            "{errs:?}"
+        );
     }
 
     #[test]

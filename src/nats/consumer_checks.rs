@@ -124,7 +124,7 @@ pub fn wanted_consumer(source: &SourceConfig, owner: &BTreeMap<String, String>) 
         ack_policy: AckPolicy::Explicit,
         // What the server stores and reports: with a backoff, its first step.
         ack_wait: source.effective_ack_wait(),
-        max_deliver: source.max_deliver,
+        max_deliver: source.max_deliver(),
         max_ack_pending: source.max_ack_pending,
         backoff: source
             .backoff_ms

@@ -101,7 +101,7 @@ impl Policy {
     pub(super) fn for_sink(spec: &SinkSpec, dead_letters: Option<&DeadLetters>) -> Policy {
         let (attempts, term) = match dead_letters {
             Some(dl) => (
-                dead_letter_from(dl.config().max_attempts, spec.source.max_deliver),
+                dead_letter_from(dl.config().max_attempts, spec.source.max_deliver()),
                 dl.config().ack_term_after_publish,
             ),
             None => (u64::MAX, false),
@@ -115,13 +115,13 @@ impl Policy {
                     .iter()
                     .map(|ms| Duration::from_millis(*ms))
                     .collect(),
-                ack_wait: Duration::from_millis(spec.source.ack_wait_ms),
+                ack_wait: Duration::from_millis(spec.source.ack_wait_ms()),
             },
         };
         Policy {
             redelivery,
             attempts,
-            max_deliver: spec.source.max_deliver,
+            max_deliver: spec.source.max_deliver(),
             term,
         }
     }

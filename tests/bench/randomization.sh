@@ -49,7 +49,8 @@ Reported per scenario (one table row each):
 Scenarios (--scenarios, space-separated; default: all of the following):
   off                      randomizer off, one consumer (the baseline)
   rand:P:MIN:MAX:WINDOW    randomizer on: process_immediately_probability P, delays
-                           MIN-MAX ms, max_window WINDOW, adaptive (the default)
+                           MIN-MAX ms, max_window WINDOW, adaptive: true (not the
+                           default, which is false)
   buckets:K                K random subject buckets (publish --bucket-prefix/--buckets,
                            source.buckets, stream subjects <prefix>.*), randomizer off
   shuffle:BUFFER           the shuffler (delivery.shuffle, buffer BUFFER, flush_ms 2000),

@@ -28,8 +28,8 @@ pub(crate) fn check_randomizer(
             &d.randomizer,
             d.batch_size,
             source.max_ack_pending,
-            source.max_deliver,
-            source.ack_wait_ms,
+            source.max_deliver(),
+            source.ack_wait_ms(),
             d.batch_timeout_ms,
         ) {
             issues.push(format!("{}.randomizer", p.delivery), problem);

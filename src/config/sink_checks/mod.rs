@@ -61,10 +61,13 @@ fn consumer_filters(raw: &RawSink) -> Vec<String> {
 pub(crate) fn check_sink(
     name: String,
     p: SinkPaths,
-    raw: RawSink,
+    mut raw: RawSink,
     default: Option<(&Arc<Encryption>, &str)>,
     issues: &mut Issues,
 ) -> Option<SinkSpec> {
+    // Before any check reads them: a job-queue sink's unset AckWait and MaxDeliver are the
+    // job-queue document's, not the general defaults.
+    let job_defaults = raw.source.settle_defaults(raw.results.is_some());
     dead_letter::check(
         raw.dead_letter.as_ref(),
         &name,
@@ -93,7 +96,7 @@ pub(crate) fn check_sink(
     delivery::check_randomizer(&raw.delivery, &raw.source, &p, issues);
     delivery::check_shuffle(&raw.delivery, &raw.source, &p, issues);
     source::check(&raw.source, &raw.delivery, &p, issues);
-    delivery::check(&raw.delivery, raw.source.ack_wait_ms, &p, issues);
+    delivery::check(&raw.delivery, raw.source.ack_wait_ms(), &p, issues);
     let destination = destination::check(raw.destination, raw.delivery.batch_size, &p, issues)?;
     delivery::check_rollover(&destination, &raw.delivery, &raw.source, &p, issues);
     Some(SinkSpec {
@@ -104,6 +107,7 @@ pub(crate) fn check_sink(
         dead_letter: raw.dead_letter,
         destination,
         results: raw.results,
+        job_defaults,
         encryption: encryption.map(|(e, _)| e),
         subjects_path: p.subjects.clone(),
         lanes_path: p.lanes(),

@@ -64,16 +64,16 @@ fn check_consumer_settings(
 ) {
     issues.range(
         format!("{}.ack_wait_ms", p.source),
-        s.ack_wait_ms,
+        s.ack_wait_ms(),
         1_000,
         43_200_000,
     );
-    if s.max_deliver == 0 || s.max_deliver < -1 {
+    if s.max_deliver() == 0 || s.max_deliver() < -1 {
         issues.push(
             format!("{}.max_deliver", p.source),
             format!(
                 "must be -1 (unlimited) or at least 1, got {}",
-                s.max_deliver
+                s.max_deliver()
             ),
         );
     }
@@ -87,13 +87,13 @@ fn check_consumer_settings(
         );
     }
     if !s.backoff_ms.is_empty() {
-        if s.max_deliver != -1 && s.backoff_ms.len() as i64 >= s.max_deliver {
+        if s.max_deliver() != -1 && s.backoff_ms.len() as i64 >= s.max_deliver() {
             issues.push(
                 format!("{}.backoff_ms", p.source),
                 format!(
                     "needs fewer steps ({}) than max_deliver ({})",
                     s.backoff_ms.len(),
-                    s.max_deliver
+                    s.max_deliver()
                 ),
             );
         }
