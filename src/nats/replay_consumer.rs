@@ -73,7 +73,7 @@ pub fn replay_consumer_config(
         filter_subjects,
         ack_policy: AckPolicy::Explicit,
         ack_wait: source.effective_ack_wait(),
-        max_deliver: source.max_deliver,
+        max_deliver: source.max_deliver(),
         max_ack_pending: source.max_ack_pending,
         backoff: source
             .backoff_ms
