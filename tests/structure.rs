@@ -3,7 +3,8 @@
 //! imports it back, directly or through others (an import circle ties modules together so
 //! none can change or be read alone), and while files stay small enough to read whole.
 //!
-//! Both tests are std-only scanners over the source text (no parser, no dependency).
+//! The scanners are std-only over the source text (no parser, no dependency); the format
+//! test runs rustfmt over every file, which `cargo fmt` misses behind the macro.
 //! Reading a failure: the cycle test prints each circle as its files and the `a -> b`
 //! edges inside it (a `crate::`/`super::`/`self::` path or child-module path in `a` that
 //! lands in file `b`); break one edge, usually by moving the shared item down to a module
@@ -615,5 +616,36 @@ fn no_source_file_exceeds_450_lines_of_non_test_code() {
     assert!(
         report.is_empty(),
         "files over {MAX_LINES} lines outside #[cfg(test)] mod blocks; split them:\n{report}"
+    );
+}
+
+/// `cargo fmt` follows `mod` declarations, and the destination modules are declared by the
+/// `destinations!` macro, so it never reaches them; rustfmt itself, given every file,
+/// does.
+#[test]
+fn every_source_file_is_formatted_as_rustfmt_leaves_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files: Vec<String> = source_files()
+        .keys()
+        .map(|rel| root.join("src").join(rel).to_string_lossy().into_owned())
+        .collect();
+    let rustfmt = std::env::var("RUSTFMT").unwrap_or_else(|_| "rustfmt".into());
+    let out = std::process::Command::new(&rustfmt)
+        .args(["--edition", "2021", "--check"])
+        .args(&files)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {rustfmt} (rustup component add rustfmt): {e}"));
+    let diff = String::from_utf8_lossy(&out.stdout);
+    let unformatted: BTreeSet<&str> = diff
+        .lines()
+        .filter_map(|l| l.strip_prefix("Diff in "))
+        .map(|l| l.trim_end_matches(':'))
+        .map(|l| l.rsplit_once(':').map_or(l, |(path, _)| path))
+        .collect();
+    assert!(
+        out.status.success(),
+        "files rustfmt would change (run rustfmt --edition 2021 on them):\n  {}\n{}",
+        unformatted.into_iter().collect::<Vec<_>>().join("\n  "),
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -87,20 +87,38 @@ impl DestinationSettings for ExecConfig {
             }
         }
         if !(1..=86_400_000).contains(&self.timeout_ms) {
-            p.push(("timeout_ms".into(), format!("{} is out of range 1 – 86400000", self.timeout_ms)));
+            p.push((
+                "timeout_ms".into(),
+                format!("{} is out of range 1 – 86400000", self.timeout_ms),
+            ));
         }
         if !(1..=1024).contains(&self.concurrency) {
-            p.push(("concurrency".into(), format!("{} is out of range 1 – 1024", self.concurrency)));
+            p.push((
+                "concurrency".into(),
+                format!("{} is out of range 1 – 1024", self.concurrency),
+            ));
         }
         if self.max_output_bytes > 16 * 1024 * 1024 {
-            p.push(("max_output_bytes".into(), format!("{} is over 16777216", self.max_output_bytes)));
+            p.push((
+                "max_output_bytes".into(),
+                format!("{} is over 16777216", self.max_output_bytes),
+            ));
         }
         for (name, value) in &self.env {
             let key = format!("env.{name}");
             if !is_env_name(name) {
-                p.push((key, "is not a variable name (letters, digits, '_'; not starting with a digit)".into()));
+                p.push((
+                    key,
+                    "is not a variable name (letters, digits, '_'; not starting with a digit)"
+                        .into(),
+                ));
             } else if name.starts_with(RESERVED_PREFIX) {
-                p.push((key, format!("names starting with {RESERVED_PREFIX} are set by jetsink for each job")));
+                p.push((
+                    key,
+                    format!(
+                        "names starting with {RESERVED_PREFIX} are set by jetsink for each job"
+                    ),
+                ));
             } else if value.contains('\0') {
                 p.push((key, "the value contains a NUL byte".into()));
             }
@@ -110,19 +128,30 @@ impl DestinationSettings for ExecConfig {
             if !is_env_name(name) {
                 p.push((key, format!("{name:?} is not a variable name")));
             } else if name.starts_with(RESERVED_PREFIX) {
-                p.push((key, format!("names starting with {RESERVED_PREFIX} are set by jetsink for each job")));
+                p.push((
+                    key,
+                    format!(
+                        "names starting with {RESERVED_PREFIX} are set by jetsink for each job"
+                    ),
+                ));
             } else if self.env.contains_key(name) {
                 p.push((key, format!("{name} is also set in env")));
             }
         }
         for (i, code) in self.transient_exit_codes.iter().enumerate() {
             if !(1..=255).contains(code) {
-                p.push((format!("transient_exit_codes[{i}]"), format!("{code} is not an exit code 1 – 255 (0 means success)")));
+                p.push((
+                    format!("transient_exit_codes[{i}]"),
+                    format!("{code} is not an exit code 1 – 255 (0 means success)"),
+                ));
             }
         }
         if let Some(d) = &self.working_dir {
             if !d.starts_with('/') {
-                p.push(("working_dir".into(), format!("{d:?} is not an absolute path")));
+                p.push((
+                    "working_dir".into(),
+                    format!("{d:?} is not an absolute path"),
+                ));
             }
         }
         p

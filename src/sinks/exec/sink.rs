@@ -144,9 +144,11 @@ impl ExecSink {
             () = cut.wait() => None,
         };
         let (how, out, err_bytes) = match ran {
-            Some(Ok(Ok((status, out, err_bytes)))) => {
-                (ended(status.code(), unix_signal(&status)), Some(out), err_bytes)
-            }
+            Some(Ok(Ok((status, out, err_bytes)))) => (
+                ended(status.code(), unix_signal(&status)),
+                Some(out),
+                err_bytes,
+            ),
             Some(Ok(Err(err))) => {
                 kill(&mut child).await;
                 return Outcome::Failed(SinkError::transient(format!(
@@ -182,7 +184,11 @@ impl ExecSink {
 
     /// The outcome of a job that ended as `how`.
     fn verdict(&self, how: Ended, out: Option<Bounded>) -> Outcome {
-        match classify(how, &self.config.transient_exit_codes, self.config.timeout_ms) {
+        match classify(
+            how,
+            &self.config.transient_exit_codes,
+            self.config.timeout_ms,
+        ) {
             Verdict::Committed => Outcome::Committed {
                 output: out.map(Bounded::finish),
             },
@@ -227,7 +233,11 @@ impl ExecSink {
         };
         let mut out = Bounded::new(self.config.max_output_bytes);
         let mut err = Bounded::new(0);
-        let ((), r1, r2) = tokio::join!(feed, read_into(stdout, &mut out), read_into(stderr, &mut err));
+        let ((), r1, r2) = tokio::join!(
+            feed,
+            read_into(stdout, &mut out),
+            read_into(stderr, &mut err)
+        );
         r1?;
         r2?;
         let status = child.wait().await?;
@@ -236,7 +246,10 @@ impl ExecSink {
 }
 
 /// Reads `from` to its end into `into`.
-async fn read_into<R: AsyncRead + Unpin>(from: Option<R>, into: &mut Bounded) -> std::io::Result<()> {
+async fn read_into<R: AsyncRead + Unpin>(
+    from: Option<R>,
+    into: &mut Bounded,
+) -> std::io::Result<()> {
     let Some(mut r) = from else { return Ok(()) };
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -271,7 +284,10 @@ async fn kill(child: &mut Child) {
 /// SIGKILL if it has not ended within [`STOP_GRACE`].
 async fn stop(child: &mut Child) {
     kill_group(child.id(), rustix::process::Signal::TERM);
-    if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
+    if tokio::time::timeout(STOP_GRACE, child.wait())
+        .await
+        .is_err()
+    {
         kill(child).await;
     }
 }
@@ -293,7 +309,9 @@ impl Sink for ExecSink {
         for name in &self.config.pass_env {
             match std::env::var(name) {
                 Ok(v) => env.push((name.clone(), v)),
-                Err(_) => tracing::warn!(sink = %self.feed.sink, variable = %name, "pass_env: not set in jetsink's environment (or not UTF-8); the program runs without it"),
+                Err(_) => {
+                    tracing::warn!(sink = %self.feed.sink, variable = %name, "pass_env: not set in jetsink's environment (or not UTF-8); the program runs without it")
+                }
             }
         }
         self.base_env = env;

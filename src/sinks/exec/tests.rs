@@ -11,8 +11,8 @@ use super::config::ExecConfig;
 use super::sink::ExecSink;
 use crate::config::IdempotencyKey;
 use crate::envelope::{normalize, Delivery, Envelope};
-use crate::sinks::settings::DestinationSettings;
 use crate::sinks::contract::{Outcome, Sink, SinkError, Written};
+use crate::sinks::settings::DestinationSettings;
 
 fn cfg(command: &[&str]) -> ExecConfig {
     serde_json::from_value(serde_json::json!({ "command": command })).unwrap()
@@ -79,19 +79,40 @@ fn bad_settings_are_named_by_key() {
 fn exit_codes_are_classified() {
     let t = [75, 69];
     assert_eq!(classify(Ended::Exited(0), &t, 10), Verdict::Committed);
-    assert!(matches!(classify(Ended::Exited(75), &t, 10), Verdict::Later(_)));
-    assert!(matches!(classify(Ended::Exited(69), &t, 10), Verdict::Later(_)));
-    assert!(matches!(classify(Ended::Exited(1), &t, 10), Verdict::Refused(_)));
-    assert!(matches!(classify(Ended::Exited(75), &[], 10), Verdict::Refused(_)));
-    assert!(matches!(classify(Ended::Signalled(9), &t, 10), Verdict::Refused(_)));
-    assert!(matches!(classify(Ended::Signalled(11), &t, 10), Verdict::Refused(_)));
+    assert!(matches!(
+        classify(Ended::Exited(75), &t, 10),
+        Verdict::Later(_)
+    ));
+    assert!(matches!(
+        classify(Ended::Exited(69), &t, 10),
+        Verdict::Later(_)
+    ));
+    assert!(matches!(
+        classify(Ended::Exited(1), &t, 10),
+        Verdict::Refused(_)
+    ));
+    assert!(matches!(
+        classify(Ended::Exited(75), &[], 10),
+        Verdict::Refused(_)
+    ));
+    assert!(matches!(
+        classify(Ended::Signalled(9), &t, 10),
+        Verdict::Refused(_)
+    ));
+    assert!(matches!(
+        classify(Ended::Signalled(11), &t, 10),
+        Verdict::Refused(_)
+    ));
     for stop in [1, 2, 15] {
         assert!(
             matches!(classify(Ended::Signalled(stop), &[], 10), Verdict::Later(_)),
             "signal {stop} is a stop, never a refusal"
         );
     }
-    assert!(matches!(classify(Ended::Stopped, &[], 10), Verdict::Later(_)));
+    assert!(matches!(
+        classify(Ended::Stopped, &[], 10),
+        Verdict::Later(_)
+    ));
     match classify(Ended::TimedOut, &t, 1500) {
         Verdict::Refused(m) => assert!(m.contains("1500 ms"), "{m}"),
         v => panic!("{v:?}"),
@@ -148,7 +169,12 @@ async fn real_children_commit_retry_refuse_and_time_out() {
     c.concurrency = 4;
     let mut sink = ExecSink::new(c);
     sink.open().await.unwrap();
-    let batch = vec![job("ok\n", 1), job("later\n", 2), job("bad\n", 3), job("slow\n", 4)];
+    let batch = vec![
+        job("ok\n", 1),
+        job("later\n", 2),
+        job("bad\n", 3),
+        job("slow\n", 4),
+    ];
     let Written::Each(out) = sink.write(&batch).await else {
         panic!("the exec worker answers per message")
     };
@@ -159,7 +185,11 @@ async fn real_children_commit_retry_refuse_and_time_out() {
         o => panic!("{o:?}"),
     }
     assert!(matches!(out[1], Outcome::Later { .. }), "{:?}", out[1]);
-    assert!(matches!(out[2], Outcome::Failed(SinkError::Permanent { .. })), "{:?}", out[2]);
+    assert!(
+        matches!(out[2], Outcome::Failed(SinkError::Permanent { .. })),
+        "{:?}",
+        out[2]
+    );
     match &out[3] {
         Outcome::Failed(SinkError::Permanent { message, .. }) => {
             assert!(message.contains("timeout_ms"), "{message}")
@@ -190,7 +220,13 @@ async fn large_output_is_cut_and_the_rest_drained() {
 #[tokio::test]
 async fn a_missing_program_is_misconfigured_at_open() {
     let mut sink = ExecSink::new(cfg(&["/nonexistent/jetsink-worker"]));
-    assert!(matches!(sink.open().await, Err(SinkError::Misconfigured { .. })));
+    assert!(matches!(
+        sink.open().await,
+        Err(SinkError::Misconfigured { .. })
+    ));
     let mut sink = ExecSink::new(cfg(&["/etc"]));
-    assert!(matches!(sink.open().await, Err(SinkError::Misconfigured { .. })));
+    assert!(matches!(
+        sink.open().await,
+        Err(SinkError::Misconfigured { .. })
+    ));
 }

@@ -7,9 +7,9 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::sinks::contract::SinkError;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
-use crate::sinks::contract::SinkError;
 
 /// A destination's directory and what the first open found there.
 pub(crate) struct Directory {

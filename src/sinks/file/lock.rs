@@ -17,8 +17,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use crate::sinks::util::io_error;
 use crate::sinks::contract::SinkError;
+use crate::sinks::util::io_error;
 
 /// The lock file's name for `prefix`. It starts with a dot and does not end in `.jsonl`,
 /// so it is never taken for a data file.
@@ -52,7 +52,12 @@ pub fn is_lock_busy(e: &SinkError) -> bool {
     matches!(e, SinkError::Transient { message } if message.contains(IN_USE) && message.contains("holds the lock"))
 }
 
-pub(crate) fn busy_message(directory: &Path, prefix: &str, lock: &Path, holder: Option<u32>) -> String {
+pub(crate) fn busy_message(
+    directory: &Path,
+    prefix: &str,
+    lock: &Path,
+    holder: Option<u32>,
+) -> String {
     let who = match holder {
         Some(pid) => format!("another process (pid {pid})"),
         None => "another process".to_string(),
@@ -128,7 +133,17 @@ mod tests {
     fn holder_text_round_trips_and_other_content_says_nothing() {
         assert_eq!(parse_holder(holder_text(4242).as_bytes()), Some(4242));
         assert_eq!(parse_holder(b"17"), Some(17));
-        for bad in [&b""[..], b"\n", b"0\n", b"-3\n", b" 12\n", b"12\n\n", b"1x\n", b"\xff\n", b"99999999999\n"] {
+        for bad in [
+            &b""[..],
+            b"\n",
+            b"0\n",
+            b"-3\n",
+            b" 12\n",
+            b"12\n\n",
+            b"1x\n",
+            b"\xff\n",
+            b"99999999999\n",
+        ] {
             assert_eq!(parse_holder(bad), None, "{bad:?}");
         }
     }
@@ -142,7 +157,12 @@ mod tests {
 
     #[test]
     fn the_busy_message_names_directory_holder_and_lock_file() {
-        let m = busy_message(Path::new("data/ev"), "events", Path::new("data/ev/.events.lock"), Some(77));
+        let m = busy_message(
+            Path::new("data/ev"),
+            "events",
+            Path::new("data/ev/.events.lock"),
+            Some(77),
+        );
         assert!(m.contains("data/ev "), "{m}");
         assert!(m.contains("pid 77"), "{m}");
         assert!(m.contains("data/ev/.events.lock"), "{m}");
@@ -158,7 +178,10 @@ mod tests {
         let refused = DirectoryLock::acquire(dir.path(), "events").unwrap_err();
         match &refused {
             SinkError::Transient { message } => {
-                assert!(message.contains(&format!("pid {}", std::process::id())), "{message}")
+                assert!(
+                    message.contains(&format!("pid {}", std::process::id())),
+                    "{message}"
+                )
             }
             other => panic!("expected transient, got {other:?}"),
         }

@@ -179,7 +179,11 @@ mod tests {
             ),
         ];
         for (found, expected, want) in cases {
-            assert_eq!(reopen(found, Some(expected)), want, "{found:?} {expected:?}");
+            assert_eq!(
+                reopen(found, Some(expected)),
+                want,
+                "{found:?} {expected:?}"
+            );
         }
     }
 
@@ -196,7 +200,10 @@ mod tests {
         assert!(!may_cut_failed_batch(100, 100, 50), "nothing to cut");
         assert!(may_cut_failed_batch(100, 101, 50));
         assert!(may_cut_failed_batch(100, 150, 50));
-        assert!(!may_cut_failed_batch(100, 151, 50), "another writer appended");
+        assert!(
+            !may_cut_failed_batch(100, 151, 50),
+            "another writer appended"
+        );
         assert!(!may_cut_failed_batch(100, 90, 50), "cut by someone else");
         assert!(!may_cut_failed_batch(u64::MAX, u64::MAX, 1));
     }

@@ -12,10 +12,10 @@ use bytes::Bytes;
 use serde_json::Value;
 use time::OffsetDateTime;
 
+use super::append::{commit, BatchFile, StillAtError};
 use super::config::FileConfig;
 use super::naming::{utc, FileStamp, MAX_COUNTER};
 use super::record::{self, PayloadEncoding, FIELDS};
-use super::append::{commit, BatchFile, StillAtError};
 use super::sink::{rotation_due, Rotation};
 use super::FileSink;
 use crate::envelope::{rfc3339, Envelope};
@@ -1219,17 +1219,23 @@ fn parquet_settings_name_the_keys_of_the_other_format() {
     c.compression = Some(crate::sinks::parquet::Codec::Snappy);
     let keys: Vec<String> = c.problems().into_iter().map(|(k, _)| k).collect();
     assert_eq!(keys, ["compression", "rollover"]);
-    assert_eq!(c.accumulate(), None, "JSON Lines files never gather batches");
+    assert_eq!(
+        c.accumulate(),
+        None,
+        "JSON Lines files never gather batches"
+    );
     c.format = crate::sinks::parquet::Format::Parquet;
     c.rotate_bytes = 128 * 1024 * 1024;
     assert!(c.problems().is_empty(), "{:?}", c.problems());
-    assert_eq!(c.accumulate().map(|a| (a.messages, a.flush_ms)), Some((100, 1000)));
+    assert_eq!(
+        c.accumulate().map(|a| (a.messages, a.flush_ms)),
+        Some((100, 1000))
+    );
     assert!(c.describe().contains("a file per 100 messages or 1000 ms"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_parquet_batch_is_one_file_named_by_its_sequences_and_a_rewrite_replaces_it() {
-
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("pq");
     let mut sink = FileSink::new(parquet_config(&dir));
@@ -1246,8 +1252,9 @@ async fn a_parquet_batch_is_one_file_named_by_its_sequences_and_a_rewrite_replac
             "events-00000000000000000004-00000000000000000005.parquet",
         ]
     );
-    let rows = crate::sinks::parquet::read::rows(std::fs::read(dir.join(&names[0])).unwrap().into())
-        .unwrap();
+    let rows =
+        crate::sinks::parquet::read::rows(std::fs::read(dir.join(&names[0])).unwrap().into())
+            .unwrap();
     assert_eq!(rows.len(), 3, "rewritten, not appended");
     assert_eq!(
         crate::sinks::file::columnar::stored_keys(&dir, "events", "ORDERS").unwrap(),
@@ -1257,7 +1264,6 @@ async fn a_parquet_batch_is_one_file_named_by_its_sequences_and_a_rewrite_replac
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_temporary_file_left_by_a_crash_is_removed_at_the_next_start() {
-
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("pq");
     std::fs::create_dir_all(&dir).unwrap();
@@ -1273,7 +1279,6 @@ async fn a_temporary_file_left_by_a_crash_is_removed_at_the_next_start() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_parquet_value_that_does_not_fit_refuses_that_message_and_leaves_no_file() {
-
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("pq");
     let mut c = parquet_config(&dir);
@@ -1295,6 +1300,8 @@ async fn a_parquet_value_that_does_not_fit_refuses_that_message_and_leaves_no_fi
         other => panic!("{other:?}"),
     }
     assert!(parquet_files(&dir).is_empty(), "{:?}", parquet_files(&dir));
-    sink.write_batch(&[b[0].clone(), b[2].clone()]).await.unwrap();
+    sink.write_batch(&[b[0].clone(), b[2].clone()])
+        .await
+        .unwrap();
     assert_eq!(parquet_files(&dir).len(), 1);
 }

@@ -136,9 +136,6 @@ mod tests {
         assert_eq!(retry_after("soon", now, cap), None);
         assert_eq!(retry_after("", now, cap), None);
         assert_eq!(retry_after("-5", now, cap), None);
-        assert_eq!(
-            retry_after("99999999999999999999999", now, cap),
-            Some(cap)
-        );
+        assert_eq!(retry_after("99999999999999999999999", now, cap), Some(cap));
     }
 }

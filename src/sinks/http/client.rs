@@ -43,9 +43,12 @@ pub fn prepare(c: &HttpConfig) -> Result<Prepared, SinkError> {
         .tcp_nodelay(true)
         .use_rustls_tls();
     if let Some(path) = &c.tls.ca_file {
-        let pem = read(path, Kind::Certificates).map_err(|e| misconfigured(format!("tls.ca_file: {e}")))?;
+        let pem = read(path, Kind::Certificates)
+            .map_err(|e| misconfigured(format!("tls.ca_file: {e}")))?;
         let certs = Certificate::from_pem_bundle(&pem).map_err(|e| {
-            misconfigured(format!("tls.ca_file: {path} is not a PEM certificate bundle: {e}"))
+            misconfigured(format!(
+                "tls.ca_file: {path} is not a PEM certificate bundle: {e}"
+            ))
         })?;
         if certs.is_empty() {
             return Err(misconfigured(format!(

@@ -296,10 +296,15 @@ impl DestinationSettings for HttpConfig {
         out_of_range(
             &mut out,
             &[
-            ("connect_timeout_ms", self.connect_timeout_ms, 100, 600_000),
-            ("request_timeout_ms", self.request_timeout_ms, 100, 3_600_000),
-            ("max_response_bytes", self.max_response_bytes, 0, 16 << 20),
-            ("retry_after_max_ms", self.retry_after_max_ms, 0, 600_000),
+                ("connect_timeout_ms", self.connect_timeout_ms, 100, 600_000),
+                (
+                    "request_timeout_ms",
+                    self.request_timeout_ms,
+                    100,
+                    3_600_000,
+                ),
+                ("max_response_bytes", self.max_response_bytes, 0, 16 << 20),
+                ("retry_after_max_ms", self.retry_after_max_ms, 0, 600_000),
             ],
         );
         connect_within_request(&mut out, self.connect_timeout_ms, self.request_timeout_ms);

@@ -43,10 +43,7 @@ pub struct HttpSink {
 enum Answer {
     /// The endpoint answered with this status (and maybe a `Retry-After`). The body was
     /// read, at most `max_response_bytes` of it, and is not kept yet.
-    Status {
-        status: u16,
-        wait: Option<Duration>,
-    },
+    Status { status: u16, wait: Option<Duration> },
     /// No answer: connection refused or closed, timeout, TLS failure.
     Failed(String),
 }
@@ -275,7 +272,12 @@ async fn send(
             }
             Ok(None) => break,
             // The status is known but the answer broke off: not proof of acceptance.
-            Err(e) => return Answer::Failed(format!("answer with HTTP {status} broke off: {}", failure(&e))),
+            Err(e) => {
+                return Answer::Failed(format!(
+                    "answer with HTTP {status} broke off: {}",
+                    failure(&e)
+                ))
+            }
         }
     }
     drop(kept);

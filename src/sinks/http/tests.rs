@@ -42,11 +42,12 @@ fn plain_http_needs_allow_insecure_http() {
     let c = config(serde_json::json!({"url": "http://127.0.0.1:8080/in"}));
     let p = problems(&c);
     assert!(
-        p.iter().any(|m| m.starts_with("url: is plain http")
-            && m.contains("allow_insecure_http")),
+        p.iter()
+            .any(|m| m.starts_with("url: is plain http") && m.contains("allow_insecure_http")),
         "{p:?}"
     );
-    let c = config(serde_json::json!({"url": "http://127.0.0.1:8080/in", "allow_insecure_http": true}));
+    let c =
+        config(serde_json::json!({"url": "http://127.0.0.1:8080/in", "allow_insecure_http": true}));
     assert!(problems(&c).is_empty(), "{:?}", problems(&c));
 }
 
@@ -58,7 +59,11 @@ fn url_scheme_host_and_credentials_are_checked() {
         ("https://user:pw@h/x", "must not contain a user or password"),
     ] {
         let p = problems(&config(serde_json::json!({ "url": url })));
-        assert!(p.iter().any(|m| m.starts_with("url: ") && m.contains(needle)), "{url}: {p:?}");
+        assert!(
+            p.iter()
+                .any(|m| m.starts_with("url: ") && m.contains(needle)),
+            "{url}: {p:?}"
+        );
         // The password itself never appears in a message.
         assert!(p.iter().all(|m| !m.contains("pw@")), "{p:?}");
     }
@@ -73,7 +78,10 @@ fn tls_settings_need_https_and_come_in_pairs() {
     let k = keys(&c);
     assert!(k.contains(&"tls".to_string()), "{k:?}");
     let p = problems(&c);
-    assert!(p.iter().any(|m| m == "tls: applies to https URLs only"), "{p:?}");
+    assert!(
+        p.iter().any(|m| m == "tls: applies to https URLs only"),
+        "{p:?}"
+    );
     assert!(p.iter().any(|m| m.contains("client_key_file")), "{p:?}");
 }
 
@@ -95,7 +103,11 @@ fn header_names_and_values_are_checked_at_their_key() {
     ] {
         assert!(p.iter().any(|m| m.starts_with(needle)), "{needle}: {p:?}");
     }
-    assert!(!p.iter().any(|m| m.starts_with("secret_headers.Authorization")), "{p:?}");
+    assert!(
+        !p.iter()
+            .any(|m| m.starts_with("secret_headers.Authorization")),
+        "{p:?}"
+    );
     assert!(!p.iter().any(|m| m.starts_with("headers.X-Ok")), "{p:?}");
 }
 
@@ -130,9 +142,15 @@ fn timeouts_and_bounds_are_checked() {
     ] {
         assert!(k.contains(&key.to_string()), "{key}: {k:?}");
     }
-    let c = config(serde_json::json!({"url": "https://h/x", "connect_timeout_ms": 9_000, "request_timeout_ms": 5_000}));
+    let c = config(
+        serde_json::json!({"url": "https://h/x", "connect_timeout_ms": 9_000, "request_timeout_ms": 5_000}),
+    );
     let p = problems(&c);
-    assert!(p.iter().any(|m| m.starts_with("connect_timeout_ms: must not exceed request_timeout_ms")), "{p:?}");
+    assert!(
+        p.iter()
+            .any(|m| m.starts_with("connect_timeout_ms: must not exceed request_timeout_ms")),
+        "{p:?}"
+    );
 }
 
 #[test]
@@ -161,7 +179,11 @@ fn envelope(stream: &str, seq: u64, payload: &'static [u8]) -> Envelope {
 
 #[test]
 fn batch_key_is_stream_lowest_highest_and_count() {
-    let batch = [envelope("S", 7, b"1"), envelope("S", 3, b"2"), envelope("S", 9, b"3")];
+    let batch = [
+        envelope("S", 7, b"1"),
+        envelope("S", 3, b"2"),
+        envelope("S", 9, b"3"),
+    ];
     assert_eq!(batch_key(&batch), "S:3-9:3");
     assert_eq!(batch_key(&batch[1..2]), "S:3-3:1");
 }
@@ -189,17 +211,29 @@ proptest! {
 
 #[test]
 fn bodies_are_the_file_destination_records() {
-    let batch = [envelope("S", 1, b"{\"a\":1}"), envelope("S", 2, b"\xff\x00")];
+    let batch = [
+        envelope("S", 1, b"{\"a\":1}"),
+        envelope("S", 2, b"\xff\x00"),
+    ];
     let mut lines = Vec::new();
     for e in &batch {
         record::encode(e, "2024-01-01T00:00:00.000000000Z", &mut lines).unwrap();
     }
-    let (nd, ct) = batch_body(&batch, BatchFormat::Ndjson, "2024-01-01T00:00:00.000000000Z").unwrap();
+    let (nd, ct) = batch_body(
+        &batch,
+        BatchFormat::Ndjson,
+        "2024-01-01T00:00:00.000000000Z",
+    )
+    .unwrap();
     assert_eq!(ct, "application/x-ndjson");
     assert_eq!(nd, lines);
 
-    let (arr, ct) =
-        batch_body(&batch, BatchFormat::JsonArray, "2024-01-01T00:00:00.000000000Z").unwrap();
+    let (arr, ct) = batch_body(
+        &batch,
+        BatchFormat::JsonArray,
+        "2024-01-01T00:00:00.000000000Z",
+    )
+    .unwrap();
     assert_eq!(ct, "application/json");
     let parsed: Vec<serde_json::Value> = serde_json::from_slice(&arr).unwrap();
     assert_eq!(parsed.len(), 2);

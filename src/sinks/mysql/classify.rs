@@ -17,8 +17,8 @@
 //! bisecting. The server's text is only repeated for errors whose text holds no values:
 //! others (`Incorrect integer value: '...'`, `Duplicate entry '...'`) quote the content.
 
-use crate::sinks::database::util::{at, Phase};
 use crate::sinks::contract::SinkError;
+use crate::sinks::database::util::{at, Phase};
 
 /// What an error number means for a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,10 +201,12 @@ pub fn classify(err: &mysql_async::Error, phase: Phase, rows: Option<Rows>) -> S
         // I/O, TLS, a closed connection, protocol errors: the server is unavailable (a
         // certificate can be fixed on either side while the batch waits).
         other => {
-            return SinkError::transient(match crate::sinks::database::tls_files::handshake_failure(other) {
-                Some(why) => format!("mysql: {why}"),
-                None => format!("mysql: {other}"),
-            })
+            return SinkError::transient(
+                match crate::sinks::database::tls_files::handshake_failure(other) {
+                    Some(why) => format!("mysql: {why}"),
+                    None => format!("mysql: {other}"),
+                },
+            )
         }
     };
     let code = server.code;

@@ -115,11 +115,12 @@ pub(crate) fn row(
     columns
         .iter()
         .map(|c| {
-            value(cell(&c.source, envelope, document, written_at), c.family)
-                .map_err(|problem| ColumnError {
+            value(cell(&c.source, envelope, document, written_at), c.family).map_err(|problem| {
+                ColumnError {
                     column: c.name.clone(),
                     problem,
-                })
+                }
+            })
         })
         .collect()
 }

@@ -21,6 +21,7 @@ use super::encode;
 use super::schema;
 use super::tls;
 use crate::envelope::Envelope;
+use crate::sinks::contract::{Probe, SinkError};
 use crate::sinks::database::cells::parse_documents;
 use crate::sinks::database::columns::{
     plan_table, Family, Field, Mapping, Source, TableColumn, TablePlan, UniqueKey,
@@ -28,7 +29,6 @@ use crate::sinks::database::columns::{
 use crate::sinks::database::config::WriteMode;
 use crate::sinks::database::util::{read_password, Phase};
 use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
-use crate::sinks::contract::{Probe, SinkError};
 
 /// Prepared statements the driver keeps per connection (one per distinct row count).
 const STATEMENT_CACHE: usize = 64;
@@ -74,7 +74,9 @@ impl Mysql {
         if c.tls.enabled {
             // The driver would otherwise move a loopback connection to the server's Unix
             // socket, which carries no TLS: no client certificate, and not what was asked.
-            b = b.ssl_opts(Some(tls::ssl_opts(&c.tls)?)).prefer_socket(false);
+            b = b
+                .ssl_opts(Some(tls::ssl_opts(&c.tls)?))
+                .prefer_socket(false);
         }
         Ok(b.stmt_cache_size(STATEMENT_CACHE)
             .init(schema::SESSION_INIT.to_vec())
@@ -163,13 +165,14 @@ async fn write_batch(
         index: Some(index),
         message: format!("mysql cannot store the message at batch index {index}: {why}"),
     };
-    let docs =
-        parse_documents(batch, &live.plan).map_err(|e| refused(e.index, e.to_string()))?;
+    let docs = parse_documents(batch, &live.plan).map_err(|e| refused(e.index, e.to_string()))?;
     let mut rows = Vec::with_capacity(batch.len());
     for (i, e) in batch.iter().enumerate() {
         let doc = docs.get(i).and_then(Option::as_ref);
-        rows.push(encode::row(&live.plan.columns, e, doc, written_at)
-                .map_err(|err| refused(i, err.to_string()))?);
+        rows.push(
+            encode::row(&live.plan.columns, e, doc, written_at)
+                .map_err(|err| refused(i, err.to_string()))?,
+        );
     }
     let sizes: Vec<usize> = rows
         .iter()

@@ -10,13 +10,13 @@ use super::classify::{class_of, classify, row_of, Class, Rows};
 use super::config::MysqlPayloadType;
 use super::encode::value;
 use super::schema::{self, chunks, family, insert_sql, json_checked_column, quote_ident};
+use crate::sinks::contract::SinkError;
 use crate::sinks::database::cells::Cell;
 use crate::sinks::database::columns::{
     plan_table, Family, Mapping, TableColumn, UniqueKey, DEFAULT_LAYOUT,
 };
 use crate::sinks::database::config::WriteMode;
 use crate::sinks::database::util::Phase;
-use crate::sinks::contract::SinkError;
 
 #[test]
 fn error_number_classes() {

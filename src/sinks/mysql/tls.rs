@@ -12,9 +12,9 @@ use std::path::PathBuf;
 
 use mysql_async::{ClientIdentity, SslOpts};
 
+use crate::sinks::contract::SinkError;
 use crate::sinks::database::config::DatabaseTlsConfig;
 use crate::sinks::database::tls_files::{certificates, client_config};
-use crate::sinks::contract::SinkError;
 
 /// The driver's TLS options: server certificate and host name always verified, against
 /// `ca_file` alone when it is given (the bundled web PKI roots otherwise), and the client
@@ -99,7 +99,10 @@ mod tests {
         let (cert, _) = self_signed();
         let (_, other_key) = self_signed();
         let m = message(ssl_opts(&config(dir.path(), &cert, &other_key)));
-        assert!(m.contains("tls.key_file") && m.contains("tls.cert_file"), "{m}");
+        assert!(
+            m.contains("tls.key_file") && m.contains("tls.cert_file"),
+            "{m}"
+        );
         assert!(!m.contains("PRIVATE KEY"), "{m}");
     }
 
@@ -109,12 +112,18 @@ mod tests {
         let (_, key) = self_signed();
         let tls = config(dir.path(), "not a certificate\n", &key);
         let m = message(ssl_opts(&tls));
-        assert!(m.contains("tls.cert_file") && m.contains("holds no PEM certificate"), "{m}");
+        assert!(
+            m.contains("tls.cert_file") && m.contains("holds no PEM certificate"),
+            "{m}"
+        );
         let tls = DatabaseTlsConfig {
             ca_file: Some("/nonexistent/jetsink/ca.pem".into()),
             ..tls
         };
         let m = message(ssl_opts(&tls));
-        assert!(m.contains("tls.ca_file: cannot read /nonexistent/jetsink/ca.pem"), "{m}");
+        assert!(
+            m.contains("tls.ca_file: cannot read /nonexistent/jetsink/ca.pem"),
+            "{m}"
+        );
     }
 }

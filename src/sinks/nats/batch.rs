@@ -118,9 +118,7 @@ pub fn parse_reply(payload: &[u8], no_responders: bool) -> Reply {
         return Reply::Staged;
     }
     match serde_json::from_slice::<RawReply>(payload) {
-        Ok(RawReply {
-            error: Some(e), ..
-        }) => Reply::Refused {
+        Ok(RawReply { error: Some(e), .. }) => Reply::Refused {
             code: e.err_code,
             text: e.description,
         },
@@ -300,7 +298,10 @@ mod tests {
                 text: "dup".into()
             }
         );
-        assert_eq!(parse_reply(br#"{"stream":"T","seq":9}"#, false), Reply::Unreadable);
+        assert_eq!(
+            parse_reply(br#"{"stream":"T","seq":9}"#, false),
+            Reply::Unreadable
+        );
         assert_eq!(parse_reply(b"not json", false), Reply::Unreadable);
     }
 

@@ -85,7 +85,12 @@ pub fn classify(outcomes: &[Outcome], target: &str) -> Result<(), SinkError> {
     }
 }
 
-pub(super) fn failure(index: usize, kind: PublishErrorKind, code: Option<u64>, text: &str) -> SinkError {
+pub(super) fn failure(
+    index: usize,
+    kind: PublishErrorKind,
+    code: Option<u64>,
+    text: &str,
+) -> SinkError {
     let what = format!("publish of message {index}: {text}");
     match kind {
         PublishErrorKind::MaxPayloadExceeded => SinkError::Permanent {
@@ -161,8 +166,8 @@ mod tests {
             ),
         ];
         for (outcome, class, index) in table {
-            let e = classify(&[stored("T"), outcome.clone(), stored("T")], "T")
-                .expect_err("an error");
+            let e =
+                classify(&[stored("T"), outcome.clone(), stored("T")], "T").expect_err("an error");
             assert_eq!(e.class(), *class, "{outcome:?}");
             if let SinkError::Permanent { index: i, .. } = e {
                 assert_eq!(i, *index, "{outcome:?}");
@@ -196,6 +201,9 @@ mod tests {
             "T",
         )
         .expect_err("error");
-        assert!(matches!(e, SinkError::Permanent { index: Some(1), .. }), "{e:?}");
+        assert!(
+            matches!(e, SinkError::Permanent { index: Some(1), .. }),
+            "{e:?}"
+        );
     }
 }

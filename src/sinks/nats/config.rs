@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::template::Template;
 use crate::shared::names::is_valid_name;
-use crate::shared::server_url;
 use crate::shared::nats_security::{NatsAuth, NatsConfig, SecretSource};
+use crate::shared::server_url;
 use crate::sinks::settings::{BatchLimit, DestinationSettings};
 
 /// A JetStream stream on the same or another NATS server, fed one copy of each message.
@@ -115,7 +115,10 @@ impl DestinationSettings for NatsRepublishConfig {
                     ),
                 ));
             } else if s.parse::<async_nats::ServerAddr>().is_err() {
-                out.push((format!("servers[{i}]"), format!("not a NATS server URL: {s:?}")));
+                out.push((
+                    format!("servers[{i}]"),
+                    format!("not a NATS server URL: {s:?}"),
+                ));
             }
         }
         if !is_valid_name(&self.stream) {

@@ -5,9 +5,7 @@ use std::collections::HashSet;
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use async_nats::jetstream::context::{
-    Context, ContextBuilder, GetStreamErrorKind, PublishError,
-};
+use async_nats::jetstream::context::{Context, ContextBuilder, GetStreamErrorKind, PublishError};
 use async_trait::async_trait;
 
 use super::atomic::{self, Inbox, Outgoing};
@@ -16,11 +14,11 @@ use super::classify::{classify, Outcome};
 use super::config::NatsRepublishConfig;
 use super::copy::headers;
 use super::template::{Template, TemplateError};
-use crate::shared::subject_match::overlap;
 use crate::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::nats::connect::{connect, ConnectError, Links};
 use crate::nats::server_version::ServerVersion;
+use crate::shared::subject_match::overlap;
 use crate::sinks::contract::{Feed, Probe, Sink, SinkError};
 
 /// PubAcks one connection may wait for at once: two full batches (the largest batch is
@@ -82,9 +80,11 @@ impl NatsRepublishSink {
     }
 
     fn template(&self) -> Result<&Template, SinkError> {
-        self.template.as_ref().map_err(|e| SinkError::Misconfigured {
-            message: format!("subject template {:?}: {e}", self.config.subject),
-        })
+        self.template
+            .as_ref()
+            .map_err(|e| SinkError::Misconfigured {
+                message: format!("subject template {:?}: {e}", self.config.subject),
+            })
     }
 
     /// The filter every copy's subject matches.
@@ -115,13 +115,13 @@ impl NatsRepublishSink {
         };
         let links = Links::for_destination(&metrics);
         let conn = connect(&self.config.connection(), &label, &links, &metrics)
-        .await
-        .map_err(|e| match e {
-            ConnectError::Credentials { key, message } => SinkError::Misconfigured {
-                message: format!("destination.{key}: {message}"),
-            },
-            other => SinkError::transient(other.to_string()),
-        })?;
+            .await
+            .map_err(|e| match e {
+                ConnectError::Credentials { key, message } => SinkError::Misconfigured {
+                    message: format!("destination.{key}: {message}"),
+                },
+                other => SinkError::transient(other.to_string()),
+            })?;
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
         let js = ContextBuilder::new()
             .timeout(timeout)
@@ -136,9 +136,14 @@ impl NatsRepublishSink {
     /// The subjects of `stream` on the target; `None` when it does not exist.
     async fn subjects_of(js: &Context, stream: &str) -> Result<Option<Vec<String>>, SinkError> {
         match js.get_stream(stream).await {
-            Ok(mut s) => Ok(Some(s.info().await.map_err(|e| {
-                SinkError::transient(format!("info of stream {stream}: {e}"))
-            })?.config.subjects.clone())),
+            Ok(mut s) => Ok(Some(
+                s.info()
+                    .await
+                    .map_err(|e| SinkError::transient(format!("info of stream {stream}: {e}")))?
+                    .config
+                    .subjects
+                    .clone(),
+            )),
             Err(e) => match e.kind() {
                 GetStreamErrorKind::JetStream(j) if j.error_code().0 == STREAM_NOT_FOUND => {
                     Ok(None)
@@ -368,8 +373,7 @@ impl Sink for NatsRepublishSink {
         let template = self.template()?;
         if template.uses_sink() && self.feed.sink.is_empty() {
             return Err(SinkError::Misconfigured {
-                message: "the subject template uses {sink}, which only `jetsink run` knows"
-                    .into(),
+                message: "the subject template uses {sink}, which only `jetsink run` knows".into(),
             });
         }
         let place = self.where_();

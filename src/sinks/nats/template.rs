@@ -243,8 +243,7 @@ fn placeholder(name: &str) -> Option<Part> {
         "sink" => Some(Part::Sink),
         _ => {
             let index = name.strip_prefix("token[")?.strip_suffix(']')?;
-            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) || index.len() > 3
-            {
+            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) || index.len() > 3 {
                 return None;
             }
             let i: usize = index.parse().ok()?;
@@ -284,7 +283,10 @@ mod tests {
 
     #[test]
     fn placeholders_render_from_the_source_subject() {
-        assert_eq!(render("copy.{subject}", "orders.eu").unwrap(), "copy.orders.eu");
+        assert_eq!(
+            render("copy.{subject}", "orders.eu").unwrap(),
+            "copy.orders.eu"
+        );
         assert_eq!(render("{sink}.{token[1]}", "orders.eu").unwrap(), "main.eu");
         assert_eq!(
             render("x-{token[0]}-y.z", "orders.eu").unwrap(),
@@ -334,7 +336,10 @@ mod tests {
         assert_eq!(Template::parse("a}"), Err(BadChar { ch: '}', at: 1 }));
         assert_eq!(Template::parse("a..b"), Err(EmptyToken { index: 1 }));
         assert_eq!(Template::parse(".a"), Err(EmptyToken { index: 0 }));
-        assert_eq!(Template::parse("a.{subject}."), Err(EmptyToken { index: 2 }));
+        assert_eq!(
+            Template::parse("a.{subject}."),
+            Err(EmptyToken { index: 2 })
+        );
     }
 
     #[test]

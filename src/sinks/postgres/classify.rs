@@ -21,8 +21,8 @@
 //! offending value there (`invalid input syntax for type integer: "..."`) and the row in
 //! `DETAIL`; they name the SQLSTATE, constraint, column and table instead.
 
-use crate::sinks::database::util::{at, Phase};
 use crate::sinks::contract::SinkError;
+use crate::sinks::database::util::{at, Phase};
 
 /// What a SQLSTATE means for a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -106,9 +106,17 @@ where
             Ok(tokio_postgres::AsyncMessage::Notice(n)) => {
                 let (severity, code) = (n.severity(), n.code().code());
                 if notice_is_warning(n.parsed_severity()) {
-                    tracing::warn!(code, "postgres server warning (its text is logged at debug level)");
+                    tracing::warn!(
+                        code,
+                        "postgres server warning (its text is logged at debug level)"
+                    );
                 }
-                tracing::debug!(severity, code, message = n.message(), "postgres server notice");
+                tracing::debug!(
+                    severity,
+                    code,
+                    message = n.message(),
+                    "postgres server notice"
+                );
             }
             // LISTEN notifications: jetsink subscribes to none.
             Ok(_) => {}

@@ -137,7 +137,10 @@ impl Dialect for Postgres {
             "INSERT"
         };
         let allowed: bool = client
-            .query_one("SELECT has_table_privilege($1::oid, $2)", &[&oid, &privilege])
+            .query_one(
+                "SELECT has_table_privilege($1::oid, $2)",
+                &[&oid, &privilege],
+            )
             .await
             .map_err(db)?
             .get(0);

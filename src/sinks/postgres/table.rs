@@ -127,11 +127,10 @@ pub(super) fn plan(
     columns: &[TableColumn],
     keys: &[UniqueKey],
 ) -> Result<TablePlan, SinkError> {
-    let plan = plan_table(mapping, columns, keys, false).map_err(|problem| {
-        SinkError::Misconfigured {
+    let plan =
+        plan_table(mapping, columns, keys, false).map_err(|problem| SinkError::Misconfigured {
             message: format!("table {table_sql} cannot be used: {problem}"),
-        }
-    })?;
+        })?;
     check_payload_type(config.payload_type, table_sql, &plan)?;
     Ok(plan)
 }

@@ -6,9 +6,9 @@
 //! what the key file holds: a PEM parser's error can quote a line of the file, so key
 //! errors are reduced to their kind.
 
+use crate::sinks::contract::SinkError;
 use crate::sinks::database::config::DatabaseTlsConfig;
 use crate::sinks::database::tls_files::{certificates, client_config};
-use crate::sinks::contract::SinkError;
 
 /// The rustls client configuration: the CA file's certificates (or the system's roots),
 /// and the client certificate when `cert_file` and `key_file` are set.

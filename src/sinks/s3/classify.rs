@@ -48,8 +48,7 @@ const TRANSIENT_CODES: [&str; 5] = [
 
 /// The class of `o`.
 pub fn classify(o: &Observed) -> Class {
-    if o
-        .code
+    if o.code
         .as_deref()
         .is_some_and(|c| TRANSIENT_CODES.contains(&c))
     {
@@ -174,7 +173,11 @@ mod tests {
             (400, Some("ExpiredToken"), Class::Misconfigured),
             (400, Some("InvalidRequest"), Class::Misconfigured),
         ] {
-            assert_eq!(classify(&answered(status, code)), class, "{status} {code:?}");
+            assert_eq!(
+                classify(&answered(status, code)),
+                class,
+                "{status} {code:?}"
+            );
         }
         let down = Observed {
             no_answer: true,

@@ -236,7 +236,11 @@ impl S3Config {
 
     fn credential_problems(&self, out: &mut Vec<(String, String)>) {
         let pairs = [
-            ("access_key_id", &self.access_key_id_env, &self.access_key_id_file),
+            (
+                "access_key_id",
+                &self.access_key_id_env,
+                &self.access_key_id_file,
+            ),
             (
                 "secret_access_key",
                 &self.secret_access_key_env,
@@ -298,12 +302,12 @@ impl DestinationSettings for S3Config {
             ));
         }
         if self.prefix.starts_with('/') || self.prefix.ends_with('/') {
-            out.push((
-                "prefix".into(),
-                "must not start or end with `/`".into(),
-            ));
+            out.push(("prefix".into(), "must not start or end with `/`".into()));
         }
-        if self.prefix.split('/').any(|p| p.is_empty() || p == "." || p == "..")
+        if self
+            .prefix
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..")
             && !self.prefix.is_empty()
         {
             out.push((
@@ -323,14 +327,19 @@ impl DestinationSettings for S3Config {
         out_of_range(
             &mut out,
             &[
-            (
-                "multipart_part_bytes",
-                self.multipart_part_bytes,
-                MIN_PART_BYTES,
-                MAX_PART_BYTES,
-            ),
-            ("connect_timeout_ms", self.connect_timeout_ms, 100, 600_000),
-            ("request_timeout_ms", self.request_timeout_ms, 100, 3_600_000),
+                (
+                    "multipart_part_bytes",
+                    self.multipart_part_bytes,
+                    MIN_PART_BYTES,
+                    MAX_PART_BYTES,
+                ),
+                ("connect_timeout_ms", self.connect_timeout_ms, 100, 600_000),
+                (
+                    "request_timeout_ms",
+                    self.request_timeout_ms,
+                    100,
+                    3_600_000,
+                ),
             ],
         );
         connect_within_request(&mut out, self.connect_timeout_ms, self.request_timeout_ms);

@@ -61,7 +61,10 @@ pub enum Body {
 
 impl Body {
     /// JSON Lines with `compression`, or Parquet with `parquet`'s options.
-    pub fn new(compression: Compression, parquet: Option<&Arc<Options>>) -> Result<Body, PushError> {
+    pub fn new(
+        compression: Compression,
+        parquet: Option<&Arc<Options>>,
+    ) -> Result<Body, PushError> {
         Ok(match parquet {
             Some(o) => Body::Parquet(Box::new(Encoder::new(Vec::new(), o.clone())?)),
             None => Body::Lines(ObjectEncoder::new(compression)?),
@@ -149,7 +152,12 @@ impl ObjectEncoder {
     }
 
     /// Appends `e`'s record. `scratch` is a reused buffer for the uncompressed line.
-    pub fn push(&mut self, e: &Envelope, written_at: &str, scratch: &mut Vec<u8>) -> io::Result<()> {
+    pub fn push(
+        &mut self,
+        e: &Envelope,
+        written_at: &str,
+        scratch: &mut Vec<u8>,
+    ) -> io::Result<()> {
         match self {
             ObjectEncoder::Plain(out) => record::encode(e, written_at, out),
             ObjectEncoder::Gzip(z) => {

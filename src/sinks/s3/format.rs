@@ -42,7 +42,8 @@ impl S3Config {
         match (self.format, self.compression) {
             (Format::Jsonl, Some(Compression::Snappy)) => out.push((
                 "compression".into(),
-                "snappy is for `format: \"parquet\"`; JSON Lines objects take none, gzip or zstd".into(),
+                "snappy is for `format: \"parquet\"`; JSON Lines objects take none, gzip or zstd"
+                    .into(),
             )),
             (Format::Parquet, Some(Compression::Gzip)) => out.push((
                 "compression".into(),
@@ -52,5 +53,4 @@ impl S3Config {
         }
         out.extend(self.parquet_keys().problems());
     }
-
 }

@@ -65,13 +65,17 @@ fn rollover_defaults_to_a_minute_and_its_age_is_range_checked_with_its_key() {
     assert!(problems(&c).is_empty(), "{:?}", problems(&c));
     let a = c.accumulate().expect("rollover accumulates");
     assert_eq!((a.messages, a.flush_ms), (1000, 60_000));
-    assert!(c.describe().contains("rollover at 1000 messages or 60000 ms"));
+    assert!(c
+        .describe()
+        .contains("rollover at 1000 messages or 60000 ms"));
     for age in [999, 3_600_001] {
         let c = config(serde_json::json!({"bucket": "archive",
                                           "rollover": {"max_messages": 10, "max_age_ms": age}}));
         assert_eq!(
             problems(&c),
-            [format!("rollover.max_age_ms: must be between 1000 and 3600000, got {age}")]
+            [format!(
+                "rollover.max_age_ms: must be between 1000 and 3600000, got {age}"
+            )]
         );
     }
     let bad = serde_json::from_value::<S3Config>(
@@ -94,7 +98,11 @@ fn plain_http_endpoints_need_allow_http() {
     );
     assert!(problems(&c).is_empty(), "{:?}", problems(&c));
     let c = config(serde_json::json!({"bucket": "b01", "allow_http": true}));
-    assert!(problems(&c)[0].starts_with("allow_http:"), "{:?}", problems(&c));
+    assert!(
+        problems(&c)[0].starts_with("allow_http:"),
+        "{:?}",
+        problems(&c)
+    );
 }
 
 #[test]
@@ -102,17 +110,50 @@ fn settings_mistakes_are_named_by_key() {
     for (json, needle) in [
         (serde_json::json!({"bucket": "B"}), "bucket: "),
         (serde_json::json!({"bucket": "ab"}), "bucket: "),
-        (serde_json::json!({"bucket": "b01", "prefix": "/x"}), "prefix: "),
-        (serde_json::json!({"bucket": "b01", "prefix": "a//b"}), "prefix: "),
-        (serde_json::json!({"bucket": "b01", "partition": "{nope}"}), "partition: "),
-        (serde_json::json!({"bucket": "b01", "partition": "a//b"}), "partition: "),
-        (serde_json::json!({"bucket": "b01", "endpoint": "ftp://h"}), "endpoint: scheme"),
-        (serde_json::json!({"bucket": "b01", "endpoint": "https://u:p@h"}), "endpoint: must not contain"),
-        (serde_json::json!({"bucket": "b01", "access_key_id_env": "K"}), "secret_access_key_env: give the access key id"),
-        (serde_json::json!({"bucket": "b01", "secret_access_key_file": "/s"}), "access_key_id_env: give the access key id"),
-        (serde_json::json!({"bucket": "b01", "access_key_id_env": "K", "access_key_id_file": "/k", "secret_access_key_env": "S"}), "access_key_id_env: give one of"),
-        (serde_json::json!({"bucket": "b01", "multipart_part_bytes": 1024}), "multipart_part_bytes: must be between"),
-        (serde_json::json!({"bucket": "b01", "connect_timeout_ms": 9000, "request_timeout_ms": 8000}), "connect_timeout_ms: must not exceed"),
+        (
+            serde_json::json!({"bucket": "b01", "prefix": "/x"}),
+            "prefix: ",
+        ),
+        (
+            serde_json::json!({"bucket": "b01", "prefix": "a//b"}),
+            "prefix: ",
+        ),
+        (
+            serde_json::json!({"bucket": "b01", "partition": "{nope}"}),
+            "partition: ",
+        ),
+        (
+            serde_json::json!({"bucket": "b01", "partition": "a//b"}),
+            "partition: ",
+        ),
+        (
+            serde_json::json!({"bucket": "b01", "endpoint": "ftp://h"}),
+            "endpoint: scheme",
+        ),
+        (
+            serde_json::json!({"bucket": "b01", "endpoint": "https://u:p@h"}),
+            "endpoint: must not contain",
+        ),
+        (
+            serde_json::json!({"bucket": "b01", "access_key_id_env": "K"}),
+            "secret_access_key_env: give the access key id",
+        ),
+        (
+            serde_json::json!({"bucket": "b01", "secret_access_key_file": "/s"}),
+            "access_key_id_env: give the access key id",
+        ),
+        (
+            serde_json::json!({"bucket": "b01", "access_key_id_env": "K", "access_key_id_file": "/k", "secret_access_key_env": "S"}),
+            "access_key_id_env: give one of",
+        ),
+        (
+            serde_json::json!({"bucket": "b01", "multipart_part_bytes": 1024}),
+            "multipart_part_bytes: must be between",
+        ),
+        (
+            serde_json::json!({"bucket": "b01", "connect_timeout_ms": 9000, "request_timeout_ms": 8000}),
+            "connect_timeout_ms: must not exceed",
+        ),
     ] {
         let p = problems(&config(json.clone()));
         assert!(p.iter().any(|m| m.starts_with(needle)), "{json}: {p:?}");
@@ -133,8 +174,14 @@ fn describe_names_no_secret_and_the_target_names_the_place() {
         "access_key_id_env": "MY_KEY_VAR", "secret_access_key_file": "/run/secret",
     }));
     let d = c.describe();
-    assert!(d.contains("s3://b01/p/q") && d.contains("https://minio.local:9000"), "{d}");
-    assert!(!d.contains("MY_KEY_VAR") && !d.contains("/run/secret"), "{d}");
+    assert!(
+        d.contains("s3://b01/p/q") && d.contains("https://minio.local:9000"),
+        "{d}"
+    );
+    assert!(
+        !d.contains("MY_KEY_VAR") && !d.contains("/run/secret"),
+        "{d}"
+    );
     assert_eq!(c.target(), "s3:https://minio.local:9000 s3://b01/p/q");
 }
 
@@ -191,9 +238,15 @@ fn a_batch_with_gaps_gets_a_hash_so_two_sets_never_share_a_key() {
     let a = object_name(&[1, 2, 5, 10]);
     let b = object_name(&[1, 3, 4, 10]);
     assert_ne!(a, b);
-    assert!(a.starts_with("00000000000000000001-00000000000000000010-"), "{a}");
+    assert!(
+        a.starts_with("00000000000000000001-00000000000000000010-"),
+        "{a}"
+    );
     assert_eq!(a, object_name(&[1, 2, 5, 10]));
-    assert_eq!(object_name(&[4, 5, 6]), "00000000000000000004-00000000000000000006");
+    assert_eq!(
+        object_name(&[4, 5, 6]),
+        "00000000000000000004-00000000000000000006"
+    );
 }
 
 #[test]
@@ -207,7 +260,10 @@ fn a_batch_over_two_partitions_is_two_objects() {
     let objects = plan(&batch, &t, "", "jsonl").unwrap();
     let keys: Vec<&str> = objects.iter().map(|o| o.path.as_ref()).collect();
     assert_eq!(keys.len(), 2);
-    assert!(keys[0].starts_with("a/00000000000000000001-00000000000000000003-"), "{keys:?}");
+    assert!(
+        keys[0].starts_with("a/00000000000000000001-00000000000000000003-"),
+        "{keys:?}"
+    );
     assert_eq!(keys[1], "b/00000000000000000002-00000000000000000002.jsonl");
 }
 
@@ -215,7 +271,10 @@ fn a_batch_over_two_partitions_is_two_objects() {
 fn a_subject_token_that_makes_the_key_too_long_names_its_message() {
     let t = Template::parse("{subject.2}").unwrap();
     let long = format!("a.{}", "x".repeat(MAX_KEY_BYTES));
-    let batch = [envelope(1), envelope_at(&long, 2, OffsetDateTime::UNIX_EPOCH)];
+    let batch = [
+        envelope(1),
+        envelope_at(&long, 2, OffsetDateTime::UNIX_EPOCH),
+    ];
     let err = plan(&batch, &t, "", "jsonl").unwrap_err();
     assert_eq!(err.0, 1);
     assert!(err.1.contains("exceeds"), "{}", err.1);
@@ -253,8 +312,14 @@ fn every_compression_round_trips_taken_in_pieces_or_whole() {
         assert_eq!(round_trip(c, 0), whole, "{c:?}");
         assert_eq!(round_trip(c, 7), whole, "{c:?} in pieces");
     }
-    assert_eq!(Compression::of_name("x/1-2.jsonl.gz"), Some(Compression::Gzip));
-    assert_eq!(Compression::of_name("x/1-2.jsonl.zst"), Some(Compression::Zstd));
+    assert_eq!(
+        Compression::of_name("x/1-2.jsonl.gz"),
+        Some(Compression::Gzip)
+    );
+    assert_eq!(
+        Compression::of_name("x/1-2.jsonl.zst"),
+        Some(Compression::Zstd)
+    );
     assert_eq!(Compression::of_name("x/1-2.jsonl"), Some(Compression::None));
     assert_eq!(Compression::of_name("x/notes.txt"), None);
 }
@@ -297,13 +362,19 @@ fn parquet_objects_take_zstd_by_default_and_refuse_the_other_formats_codecs() {
     let o = c.parquet_keys().resolve().unwrap();
     assert_eq!(o.codec, crate::sinks::parquet::Codec::Zstd);
     assert!(c.describe().contains("parquet objects"), "{}", c.describe());
-    let c = config(serde_json::json!({"bucket": "archive", "format": "parquet", "compression": "gzip"}));
+    let c = config(
+        serde_json::json!({"bucket": "archive", "format": "parquet", "compression": "gzip"}),
+    );
     assert_eq!(
         problems(&c),
         ["compression: Parquet objects take zstd (the default), snappy or none"]
     );
     let c = config(serde_json::json!({"bucket": "archive", "compression": "snappy"}));
-    assert!(problems(&c)[0].starts_with("compression: snappy is for"), "{:?}", problems(&c));
+    assert!(
+        problems(&c)[0].starts_with("compression: snappy is for"),
+        "{:?}",
+        problems(&c)
+    );
     let c = config(serde_json::json!({"bucket": "archive", "row_group_rows": 1000}));
     assert_eq!(
         problems(&c),

@@ -21,9 +21,9 @@ use super::insert::{insert_batch, Scratch};
 use super::schema;
 use crate::envelope::Envelope;
 use crate::sinks::blocking::BlockingSink;
+use crate::sinks::contract::{Probe, SinkError};
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::{io_error, probe_directory};
-use crate::sinks::contract::{Probe, SinkError};
 
 /// Writes envelopes as rows of one SQLite table, a transaction per batch, idempotent on
 /// [`Envelope::idempotency_key`].

@@ -224,7 +224,11 @@ fn classifier_handles_errors_without_an_index_or_a_sqlite_code() {
         rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_ERROR), None),
         rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_PERM), None),
     ] {
-        assert_eq!(classify(&outage, Some(0)).class(), "transient", "{outage:?}");
+        assert_eq!(
+            classify(&outage, Some(0)).class(),
+            "transient",
+            "{outage:?}"
+        );
     }
     for unknown in [
         rusqlite::Error::QueryReturnedNoRows,
