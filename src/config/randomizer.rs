@@ -65,8 +65,9 @@ pub struct RandomizerConfig {
     /// fetched order.
     #[serde(default)]
     pub enabled: bool,
-    /// Probability that a first delivery is processed at once, greater than 0 and at most
-    /// 1. Default 0.8 (one first delivery in five is delayed). 1 delays nothing.
+    /// Probability that a first delivery is processed at once, 0 to 1. Default 0.8 (one
+    /// first delivery in five is delayed). 1 delays nothing; 0 delays every first delivery
+    /// while the window has room, so each message is written on its second delivery.
     #[serde(default = "default_process_immediately_probability")]
     pub process_immediately_probability: f64,
     /// Shortest NAK delay, in milliseconds, 0 to `max_delay_ms`. Default 100.
@@ -149,11 +150,12 @@ pub fn validate_randomizer(cfg: &RandomizerConfig, path: &str, batch_size: usize
 pub(crate) fn validate_randomizer_fields(cfg: &RandomizerConfig, path: &str) -> Vec<Issue> {
     let mut out = Vec::new();
     let p = cfg.process_immediately_probability;
-    // Written so that NaN fails too.
-    if !(p > 0.0 && p <= 1.0) {
+    // Written so that NaN fails too. P = 0 is the source document's "delay every first
+    // delivery": each message is delayed once (while the window has room), then written.
+    if !((0.0..=1.0).contains(&p)) {
         out.push(issue(
             at(path, "process_immediately_probability"),
-            format!("must be greater than 0 and at most 1, got {p}"),
+            format!("must be between 0 and 1, got {p}"),
         ));
     }
     if cfg.min_delay_ms > MAX_DELAY_MS {
@@ -459,19 +461,25 @@ mod tests {
     }
 
     #[test]
+    fn a_probability_of_0_is_accepted_so_every_first_delivery_can_be_delayed() {
+        let cfg = RandomizerConfig {
+            enabled: true,
+            process_immediately_probability: 0.0,
+            ..RandomizerConfig::default()
+        };
+        assert!(validate_randomizer_fields(&cfg, AT).is_empty());
+    }
+
+    #[test]
     fn every_bad_value_is_reported_with_its_path() {
         let cases: &[(&str, &str)] = &[
             (
-                r#"{"process_immediately_probability": 0}"#,
-                "sinks.x.delivery.randomizer.process_immediately_probability: must be greater than 0 and at most 1, got 0",
-            ),
-            (
                 r#"{"process_immediately_probability": 1.5}"#,
-                "sinks.x.delivery.randomizer.process_immediately_probability: must be greater than 0 and at most 1, got 1.5",
+                "sinks.x.delivery.randomizer.process_immediately_probability: must be between 0 and 1, got 1.5",
             ),
             (
                 r#"{"process_immediately_probability": -0.1}"#,
-                "sinks.x.delivery.randomizer.process_immediately_probability: must be greater than 0 and at most 1, got -0.1",
+                "sinks.x.delivery.randomizer.process_immediately_probability: must be between 0 and 1, got -0.1",
             ),
             (
                 r#"{"min_delay_ms": 500, "max_delay_ms": 400}"#,
@@ -531,7 +539,7 @@ mod tests {
     fn all_problems_are_reported_at_once() {
         let cfg = RandomizerConfig {
             enabled: true,
-            process_immediately_probability: 0.0,
+            process_immediately_probability: -0.5,
             min_delay_ms: 10,
             max_delay_ms: 5,
             max_window: 0,

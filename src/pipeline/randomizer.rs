@@ -298,6 +298,33 @@ mod tests {
     }
 
     #[test]
+    fn with_p_0_every_first_delivery_is_delayed_until_the_window_is_full_and_redeliveries_are_written(
+    ) {
+        let r = randomizer(0.0, 100, 200, 50, false);
+        let mut rng = StdRng::seed_from_u64(7);
+        let (kept, delayed) = r.split((0..80).collect::<Vec<u64>>(), |_| 1, 0, &mut rng);
+        assert_eq!(
+            delayed.len(),
+            50,
+            "every first delivery while the window has room"
+        );
+        assert_eq!(
+            kept,
+            (50..80).collect::<Vec<u64>>(),
+            "then the full window writes"
+        );
+        for (_, d) in &delayed {
+            assert!((100..=200).contains(&ms(*d)));
+        }
+        let (kept, delayed) = r.split((0..80).collect::<Vec<u64>>(), |_| 2, 0, &mut rng);
+        assert_eq!(
+            (kept.len(), delayed.len()),
+            (80, 0),
+            "a redelivery is never delayed"
+        );
+    }
+
+    #[test]
     fn decision_table() {
         // (P, delivered, window, max_window, adaptive) → delayed at all over 200 draws?
         let cases: &[(f64, u64, usize, usize, bool, bool)] = &[
@@ -368,7 +395,7 @@ mod tests {
     #[test]
     fn an_invalid_config_is_refused_before_any_randomizer_is_built() {
         let issues =
-            crate::config::randomizer::validate_randomizer_fields(&cfg(0.0, 20, 10, 0, true), "");
+            crate::config::randomizer::validate_randomizer_fields(&cfg(1.5, 20, 10, 0, true), "");
         let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
         assert_eq!(
             paths,
