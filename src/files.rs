@@ -34,6 +34,9 @@ pub enum Kind {
     PrivateKey,
     /// A message payload (`jetsink submit --payload-file`): 64 MiB, NATS' own hard limit.
     Payload,
+    /// A metrics snapshot file (`jetsink metrics show FILE`): 16 MiB, far beyond 64 sinks'
+    /// metrics as pretty JSON.
+    Metrics,
 }
 
 impl Kind {
@@ -44,6 +47,7 @@ impl Kind {
             Kind::Key => 4 << 10,
             Kind::Secret | Kind::Credentials | Kind::PrivateKey => 64 << 10,
             Kind::Payload => 64 << 20,
+            Kind::Metrics => 16 << 20,
         }
     }
 
@@ -56,6 +60,7 @@ impl Kind {
             Kind::Certificates => "certificate file",
             Kind::PrivateKey => "private key file",
             Kind::Payload => "payload file",
+            Kind::Metrics => "metrics snapshot file",
         }
     }
 }

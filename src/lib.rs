@@ -42,6 +42,7 @@ pub mod listener;
 pub mod logging;
 pub mod metadata;
 pub mod metrics;
+pub mod metrics_snapshot;
 pub mod nats;
 pub mod notify;
 pub mod pipeline;

@@ -42,7 +42,7 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Submit one job to a sink in job-queue mode and wait for its result.
     Submit(cmd::submit::Args),
-    /// Read a running daemon's metrics.
+    /// Read a running daemon's metrics, or the snapshot file it writes.
     Metrics {
         #[command(subcommand)]
         command: MetricsCommand,
@@ -69,8 +69,10 @@ enum DlqCommand {
 
 #[derive(Subcommand)]
 enum MetricsCommand {
-    /// Print a running daemon's /metrics as `kind name value` rows.
+    /// Print a running daemon's /metrics (or its snapshot file) as `kind name value` rows.
     Show(cmd::metrics_show::Args),
+    /// Print one metric's value, for scripts.
+    Get(cmd::metrics_show::get::Args),
 }
 
 /// The whole binary after the allocator: parses the command line, starts the runtime,
@@ -108,6 +110,9 @@ async fn dispatch(command: Command) -> u8 {
         Command::Metrics {
             command: MetricsCommand::Show(args),
         } => cmd::metrics_show::execute(args).await,
+        Command::Metrics {
+            command: MetricsCommand::Get(args),
+        } => cmd::metrics_show::get::execute(args).await,
         Command::Replay(args) => cmd::replay::execute(args).await,
         Command::Dlq {
             command: DlqCommand::Replay(args),

@@ -15,6 +15,7 @@ pub mod http;
 pub mod lanes;
 pub mod metadata;
 mod metadata_headers;
+pub mod metrics;
 mod model;
 #[cfg(test)]
 mod mutation_tests;

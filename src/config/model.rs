@@ -9,7 +9,7 @@ use super::dead_letter;
 use super::destination::DestinationConfig;
 use super::metadata;
 use super::randomizer;
-use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, SourceConfig};
+use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, MetricsConfig, SourceConfig};
 use super::results::ResultsConfig;
 use crate::crypto::Encryption;
 use crate::shared::nats_security::{NatsConfig, NatsTls};
@@ -82,6 +82,8 @@ pub struct Config {
     pub api: Option<ApiConfig>,
     /// Log level and format.
     pub logging: LoggingConfig,
+    /// The metrics snapshot file; `None` when the section is absent.
+    pub metrics: Option<MetricsConfig>,
     /// Sinks in name order.
     pub sinks: Vec<SinkSpec>,
     /// What loading found that works but should be fixed, by JSON path: `validate`

@@ -61,6 +61,10 @@ pub struct RawConfig {
     /// `encryption` section (and the one sink of the single-sink shape).
     #[serde(default)]
     pub encryption: Option<EncryptionConfig>,
+    /// A JSON snapshot of every metric, written to a file periodically (opt-in). See
+    /// docs/operations.md.
+    #[serde(default)]
+    pub metrics: Option<MetricsConfig>,
 }
 
 /// The `nats` section.
@@ -289,6 +293,7 @@ pub enum Jitter {
 }
 
 pub use super::http::HttpConfig;
+pub use super::metrics::MetricsConfig;
 
 /// Log settings.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]

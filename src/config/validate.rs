@@ -40,11 +40,15 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
         message_metadata,
         dead_letter,
         encryption,
+        metrics,
     } = raw;
 
     let nats_cfg = check_nats(&nats, &mut issues);
 
     check_listeners(&http, api.as_ref(), &logging, &mut issues);
+    if let Some(m) = &metrics {
+        super::metrics::check(m, &mut issues);
+    }
 
     let default_encryption = encryption
         .as_ref()
@@ -90,6 +94,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
             http,
             api,
             logging,
+            metrics,
             sinks: specs,
             warnings: issues.1,
         })

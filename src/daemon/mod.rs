@@ -55,6 +55,10 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), D
         },
         &shutdown,
     );
+    let snapshots = config
+        .metrics
+        .as_ref()
+        .map(|m| crate::metrics_snapshot::start(m.path(), m.interval(), &metrics, &shutdown));
     // systemd (Type=notify): READY=1 once every runner has started, the watchdog fed from
     // the sinks' heartbeats, STOPPING=1 when shutdown starts.
     let mut notifier = None;
@@ -83,6 +87,10 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), D
         .chain(notifier)
     {
         let _ = task.await;
+    }
+    // The last snapshot, once every sink has settled: it holds the final counts.
+    if let Some(writer) = snapshots {
+        writer.finish().await;
     }
     failure.map_or(Ok(()), Err)
 }

@@ -10,12 +10,15 @@
 //! - [`nats_security`]: the NATS connection settings: TLS and the one authentication
 //!   method, where each secret lives;
 //! - [`metadata_value`]: the rules one metadata value obeys, for the config checks and the
-//!   runtime alike.
+//!   runtime alike;
+//! - [`prometheus_text`]: the Prometheus text exposition format read into samples, for
+//!   `metrics show` and the metrics snapshot file (pure).
 
 pub mod idempotency;
 pub mod issue;
 pub mod metadata_value;
 pub mod names;
 pub mod nats_security;
+pub mod prometheus_text;
 pub mod server_url;
 pub mod subject_match;

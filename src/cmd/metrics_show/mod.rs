@@ -1,25 +1,28 @@
-//! `jetsink metrics show`: reads a running daemon's `/metrics` and prints it as
-//! `kind name value` rows, so an operator can check a few counters (for example the
-//! priority-lane ones) without Prometheus or `grep`.
+//! `jetsink metrics show`: reads a running daemon's `/metrics` (or the snapshot file it
+//! writes, `metrics.snapshot_file`) and prints it as `kind name value` rows, so an operator
+//! can check a few counters (for example the priority-lane ones) without Prometheus or
+//! `grep`; [`get`] is `jetsink metrics get`, one value for a script.
 //!
-//! Three pure steps, tested without a network: [`parse`] reads the Prometheus text
+//! Three pure steps, tested without a network: [`parse`] (in `shared::prometheus_text`, which
+//! the daemon's snapshot file also uses) reads the Prometheus text
 //! exposition format (a `# TYPE` line gives the kind of the samples that follow; other
 //! comments are skipped), [`select`] keeps the samples a glob names, and [`render_table`] /
 //! [`render_json`] print them. [`fetch`] is the only I/O: one plain-HTTP GET with a
-//! timeout. The glob is matched against the metric name with and without the `jetsink_`
+//! timeout, or one bounded read of a snapshot file ([`load`]). The glob is matched against the metric name with and without the `jetsink_`
 //! prefix, so `priority_lane_*` and `jetsink_priority_lane_*` select the same rows.
 //! Histogram buckets are left out unless the glob itself asks for them (contains
 //! `_bucket`): a histogram shows as its `_sum` and `_count` rows.
 
-mod parse;
+pub mod get;
 mod render;
 mod select;
 #[cfg(test)]
 mod tests;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-pub use parse::{parse, Kind, ParseError, Sample};
+pub use crate::shared::prometheus_text::{parse, Kind, ParseError, Sample};
 pub use render::{render_json, render_table};
 pub use select::{glob_match, select, PREFIX};
 
@@ -38,17 +41,19 @@ pub enum FetchErrorKind {
     Unreachable,
     /// The server answered with a status other than 200.
     Status(u16),
-    /// The answer was not Prometheus text format.
+    /// The answer was not Prometheus text format, or the file not a metrics snapshot.
     NotMetrics,
+    /// The snapshot file could not be read (missing, not a regular file, too large).
+    File,
 }
 
-/// A failure to read a metrics endpoint; its message names the URL.
+/// A failure to read a metrics endpoint or snapshot file; its message names which.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{url}: {message}")]
 pub struct FetchError {
     /// What went wrong, for the exit code.
     pub kind: FetchErrorKind,
-    /// The URL asked.
+    /// The URL asked, or the snapshot file's path.
     pub url: String,
     /// Details.
     pub message: String,
@@ -64,12 +69,13 @@ impl FetchError {
     }
 
     /// The process exit code: 2 for a URL this build cannot use, 69 (unavailable) when the
-    /// endpoint cannot be read, 1 when it answered with something that is not metrics.
+    /// endpoint cannot be read, 1 when it answered with something that is not metrics and
+    /// when the snapshot file cannot be read or is not a snapshot.
     pub fn exit_code(&self) -> u8 {
         match self.kind {
             FetchErrorKind::BadUrl => crate::exit::USAGE,
             FetchErrorKind::Unreachable | FetchErrorKind::Status(_) => crate::exit::UNAVAILABLE,
-            FetchErrorKind::NotMetrics => crate::exit::FAILURE,
+            FetchErrorKind::NotMetrics | FetchErrorKind::File => crate::exit::FAILURE,
         }
     }
 }
@@ -142,17 +148,58 @@ pub struct Shown {
     pub rows: usize,
 }
 
-/// Reads `url` and renders the samples `glob` selects: the whole `metrics show` command
-/// apart from printing.
-pub async fn show(url: &str, glob: Option<&str>, format: Format) -> Result<Shown, FetchError> {
-    let body = fetch(url, TIMEOUT).await?;
-    let samples = parse(&body).map_err(|e| {
-        FetchError::new(
-            FetchErrorKind::NotMetrics,
-            url,
-            format!("not Prometheus text format: {e}"),
-        )
-    })?;
+/// Where the metrics are read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A running daemon's `/metrics` endpoint.
+    Url(String),
+    /// A snapshot file the daemon wrote (`metrics.snapshot_file`).
+    File(PathBuf),
+}
+
+impl Source {
+    /// The file when given, else the URL, else the daemon's default endpoint.
+    pub fn of(file: Option<PathBuf>, url: Option<String>) -> Source {
+        match (file, url) {
+            (Some(f), _) => Source::File(f),
+            (None, u) => Source::Url(u.unwrap_or_else(|| DEFAULT_URL.to_string())),
+        }
+    }
+}
+
+/// The samples at `source`: one GET of the endpoint, or one bounded read of the snapshot
+/// file (`files::Kind::Metrics`).
+pub async fn load(source: &Source) -> Result<Vec<Sample>, FetchError> {
+    match source {
+        Source::Url(url) => {
+            let body = fetch(url, TIMEOUT).await?;
+            parse(&body).map_err(|e| {
+                FetchError::new(
+                    FetchErrorKind::NotMetrics,
+                    url,
+                    format!("not Prometheus text format: {e}"),
+                )
+            })
+        }
+        Source::File(path) => {
+            let shown = path.display().to_string();
+            let text = crate::files::read_text(path, crate::files::Kind::Metrics)
+                .map_err(|e| FetchError::new(FetchErrorKind::File, &shown, e.to_string()))?;
+            crate::metrics_snapshot::decode(&text)
+                .map(|snapshot| snapshot.samples)
+                .map_err(|e| FetchError::new(FetchErrorKind::NotMetrics, &shown, e.to_string()))
+        }
+    }
+}
+
+/// Reads `source` and renders the samples `glob` selects: the whole `metrics show`
+/// command apart from printing.
+pub async fn show(
+    source: &Source,
+    glob: Option<&str>,
+    format: Format,
+) -> Result<Shown, FetchError> {
+    let samples = load(source).await?;
     let rows = select(&samples, glob);
     let text = match format {
         Format::Table => render_table(&rows),
@@ -167,9 +214,14 @@ pub async fn show(url: &str, glob: Option<&str>, format: Format) -> Result<Shown
 /// `jetsink metrics show`'s flags.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The daemon's metrics endpoint (plain HTTP).
-    #[arg(long, default_value = DEFAULT_URL)]
-    url: String,
+    /// A snapshot file the daemon writes (`metrics.snapshot_file`) to read instead of
+    /// the endpoint.
+    #[arg(conflicts_with = "url")]
+    file: Option<PathBuf>,
+    /// The daemon's metrics endpoint (plain HTTP). Default
+    /// http://127.0.0.1:9464/metrics.
+    #[arg(long)]
+    url: Option<String>,
     /// Show only metrics whose name matches this glob (`*`, `?`), with or without the
     /// `jetsink_` prefix, e.g. "priority_lane_*". Histogram buckets only when it
     /// contains `_bucket`.
@@ -184,11 +236,12 @@ pub struct Args {
 /// stderr when none); the exit code says why reading failed ([`FetchError::exit_code`]).
 pub async fn execute(args: Args) -> u8 {
     let Args {
+        file,
         url,
         metric,
         format,
     } = args;
-    match show(&url, metric.as_deref(), format).await {
+    match show(&Source::of(file, url), metric.as_deref(), format).await {
         Ok(shown) => {
             super::emit(shown.text.trim_end_matches('\n'));
             if shown.rows == 0 {

@@ -1,7 +1,7 @@
 //! Printing the selected samples: an aligned `kind name value` table for people, or a
 //! JSON array for scripts. Pure.
 
-use super::parse::Sample;
+use crate::shared::prometheus_text::Sample;
 
 /// The rows as an aligned table with the header `kind name value`, one row a line.
 pub fn render_table(rows: &[&Sample]) -> String {

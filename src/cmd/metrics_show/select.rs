@@ -1,7 +1,7 @@
 //! Which samples `--metric` names: an anchored shell glob, matched with and without the
 //! `jetsink_` prefix, that leaves histogram buckets out unless it asks for them. Pure.
 
-use super::parse::Sample;
+use crate::shared::prometheus_text::Sample;
 
 /// The prefix of every jetsink metric, optional in a glob.
 pub const PREFIX: &str = "jetsink_";

@@ -22,7 +22,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn from_type(word: &str) -> Option<Kind> {
+    /// The kind a `# TYPE` line (or a snapshot file) names.
+    pub fn from_type(word: &str) -> Option<Kind> {
         Some(match word {
             "counter" => Kind::Counter,
             "gauge" => Kind::Gauge,
