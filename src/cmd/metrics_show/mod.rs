@@ -184,11 +184,22 @@ pub async fn load(source: &Source) -> Result<Vec<Sample>, FetchError> {
         Source::File(path) => {
             let shown = path.display().to_string();
             let text = crate::files::read_text(path, crate::files::Kind::Metrics)
-                .map_err(|e| FetchError::new(FetchErrorKind::File, &shown, e.to_string()))?;
+                .map_err(|e| FetchError::new(FetchErrorKind::File, &shown, file_problem(e)))?;
             crate::metrics_snapshot::decode(&text)
                 .map(|snapshot| snapshot.samples)
                 .map_err(|e| FetchError::new(FetchErrorKind::NotMetrics, &shown, e.to_string()))
         }
+    }
+}
+
+/// What is wrong with the snapshot file, without its path: [`FetchError`] names it first.
+fn file_problem(e: crate::files::FileError) -> String {
+    use crate::files::FileError;
+    match e {
+        FileError::Io { source, .. } => format!("cannot read the snapshot file: {source}"),
+        FileError::NotRegular { what, .. } => format!("is {what}, not a snapshot file"),
+        FileError::NotText { .. } => "is not UTF-8 text, not a snapshot file".to_string(),
+        e @ FileError::TooLarge { .. } => e.to_string(),
     }
 }
 

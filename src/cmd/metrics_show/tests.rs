@@ -327,3 +327,31 @@ async fn an_unreachable_endpoint_is_unavailable_and_named() {
     assert_eq!(err.exit_code(), crate::exit::UNAVAILABLE);
     assert!(err.to_string().starts_with(&url), "{err}");
 }
+
+#[tokio::test]
+async fn a_snapshot_file_is_read_and_a_bad_one_named_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("m.json");
+    let samples = parse("# TYPE jetsink_x_total counter\njetsink_x_total 4\n").unwrap();
+    std::fs::write(&good, crate::metrics_snapshot::encode(&samples, "t")).unwrap();
+    assert_eq!(load(&Source::File(good)).await.unwrap(), samples);
+
+    let missing = dir.path().join("nope.json");
+    let err = load(&Source::File(missing.clone())).await.unwrap_err();
+    assert_eq!(err.kind, FetchErrorKind::File);
+    assert_eq!(err.exit_code(), crate::exit::FAILURE);
+    assert_eq!(err.to_string().matches("nope.json").count(), 1, "{err}");
+
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, "{}").unwrap();
+    let err = load(&Source::File(other)).await.unwrap_err();
+    assert_eq!(err.kind, FetchErrorKind::NotMetrics);
+    assert!(
+        err.to_string().contains("not a jetsink metrics snapshot"),
+        "{err}"
+    );
+    let dir_err = load(&Source::File(dir.path().to_path_buf()))
+        .await
+        .unwrap_err();
+    assert!(dir_err.to_string().contains("a directory"), "{dir_err}");
+}
