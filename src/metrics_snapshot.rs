@@ -202,6 +202,16 @@ pub struct Writer {
     failures: IntCounter,
 }
 
+/// The writer's own metric, registered where it is counted (and by tools that list every
+/// metric the daemon can export).
+pub fn register(metrics: &Metrics) -> IntCounter {
+    metrics.counter(
+        "jetsink_metrics_snapshot_failures_total",
+        "Metrics snapshot files that could not be written (each logged as a warning).",
+        &[],
+    )
+}
+
 /// Starts writing the snapshot to `path` now and every `interval` until `shutdown`.
 pub fn start(
     path: PathBuf,
@@ -209,11 +219,7 @@ pub fn start(
     metrics: &Metrics,
     shutdown: &watch::Receiver<bool>,
 ) -> Writer {
-    let failures = metrics.counter(
-        "jetsink_metrics_snapshot_failures_total",
-        "Metrics snapshot files that could not be written (each logged as a warning).",
-        &[],
-    );
+    let failures = register(metrics);
     let (p, m, f, mut stop) = (
         path.clone(),
         metrics.clone(),

@@ -322,6 +322,7 @@ fn exported_names() -> BTreeSet<String> {
     api.responded("s", 200);
     let backlog = jetsink::nats::backlog::BacklogGauges::register(m.registry()).unwrap();
     backlog.consumer("s", "c");
+    jetsink::metrics_snapshot::register(&m);
     let mut names = BTreeSet::new();
     for line in m.render().lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
