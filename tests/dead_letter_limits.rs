@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::HeaderMap;
-use common::conformance::{on_own_runtime, unique_name};
 use common::*;
 use serde_json::json;
 
@@ -181,38 +180,7 @@ async fn two_sinks_dead_lettering_one_original_into_one_stream_keep_a_copy_each(
     d.stop_cleanly();
 }
 
-const PG_START: &str =
-    "PostgreSQL is not reachable on 127.0.0.1:5432 as user postgres; start it with \
-     `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`";
-
-async fn pg_connect(database: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::Config::new()
-        .host("127.0.0.1")
-        .port(5432)
-        .user("postgres")
-        .dbname(database)
-        .connect_timeout(Duration::from_secs(5))
-        .connect(tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("{PG_START} ({e})"));
-    tokio::spawn(conn);
-    client
-}
-
-/// A database of its own, dropped at the end.
-struct Pg(String);
-
-impl Drop for Pg {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        on_own_runtime(async move {
-            let _ = pg_connect("postgres")
-                .await
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await;
-        });
-    }
-}
+use common::pg::PgDatabase;
 
 /// `n` characters PostgreSQL cannot compress, so the index row keeps their full size.
 fn incompressible(n: usize) -> String {
@@ -229,12 +197,7 @@ fn incompressible(n: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_postgres_key_over_the_btree_limit_is_dead_lettered_and_its_batch_mates_land() {
-    let db = Pg(unique_name("btree"));
-    pg_connect("postgres")
-        .await
-        .batch_execute(&format!("CREATE DATABASE {}", db.0))
-        .await
-        .expect("create test database");
+    let db = PgDatabase::create("btree").await;
     let server = NatsServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let js = server.js().await;
@@ -259,7 +222,7 @@ async fn a_postgres_key_over_the_btree_limit_is_dead_lettered_and_its_batch_mate
         "PGKEY",
         "pgkey.>",
         json!({"type": "postgres", "host": "127.0.0.1", "port": 5432, "user": "postgres",
-               "database": db.0, "table": "events"}),
+               "database": db.name, "table": "events"}),
         json!({"batch_size": 100, "batch_timeout_ms": 200, "idempotency_key": "message_id",
                "retry": {"initial_backoff_ms": 50, "max_backoff_ms": 1000}}),
     );
@@ -274,7 +237,8 @@ async fn a_postgres_key_over_the_btree_limit_is_dead_lettered_and_its_batch_mate
         consumer_state(&js, "PGKEY", "jetsink").await == (0, 0)
     })
     .await;
-    let rows: i64 = pg_connect(&db.0)
+    let rows: i64 = db
+        .client()
         .await
         .query_one("SELECT COUNT(*) FROM events", &[])
         .await

@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::conformance::{on_own_runtime, unique_name, OrderRow, TestDatabase};
+use common::conformance::{on_own_runtime, OrderRow, TestDatabase};
 use common::database::*;
 use common::*;
 use jetsink::sinks::postgres::PostgresConfig;
@@ -22,51 +22,14 @@ use jetsink::sinks::postgres::PostgresSink;
 use jetsink::sinks::Sink;
 use serde_json::json;
 use time::OffsetDateTime;
-use tokio_postgres::{Client, NoTls};
 
-const START: &str =
-    "PostgreSQL is not reachable on 127.0.0.1:5432 as user postgres; start it with \
-     `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`";
-
-async fn connect(database: &str) -> Client {
-    let (client, conn) = tokio_postgres::Config::new()
-        .host("127.0.0.1")
-        .port(5432)
-        .user("postgres")
-        .dbname(database)
-        .connect_timeout(Duration::from_secs(5))
-        .connect(NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("{START} ({e})"));
-    tokio::spawn(conn);
-    client
-}
+use common::pg::{pg_connect as connect, PgDatabase};
 
 /// A database of its own for one test, dropped at the end.
-struct Pg {
-    name: String,
-}
-
-impl Pg {
-    async fn client(&self) -> Client {
-        connect(&self.name).await
-    }
-}
-
-impl Drop for Pg {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        on_own_runtime(async move {
-            let c = connect("postgres").await;
-            let _ = c
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await;
-        });
-    }
-}
+type Pg = PgDatabase;
 
 /// Drops a role (cluster-wide, so after the databases it has privileges in).
-struct DropRole(String);
+pub struct DropRole(String);
 
 impl Drop for DropRole {
     fn drop(&mut self) {
@@ -105,13 +68,7 @@ impl TestDatabase for Pg {
     const BOOLEAN_TYPE: &'static str = "boolean";
 
     async fn create(tag: &str) -> Pg {
-        let name = unique_name(tag);
-        connect("postgres")
-            .await
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .expect("create test database");
-        Pg { name }
+        PgDatabase::create(tag).await
     }
 
     fn name(&self) -> &str {

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use async_nats::jetstream;
+use common::pg::PgDatabase;
 use common::*;
 use futures::TryStreamExt;
 use serde_json::json;
@@ -327,46 +328,22 @@ async fn a_message_the_destination_refuses_is_dead_lettered_by_the_sinks_own_rul
     assert_eq!(consumers(&js, "POISON").await, vec!["jetsink".to_string()]);
 }
 
-/// A PostgreSQL database of its own on 127.0.0.1:5432 (user `postgres`), dropped at the end.
-struct Pg(String);
+/// A database of its own, with the two statements the test runs on it.
+struct Pg(PgDatabase);
 
 impl Pg {
-    async fn client(database: &str) -> tokio_postgres::Client {
-        let (client, conn) = tokio_postgres::Config::new()
-            .host("127.0.0.1")
-            .port(5432)
-            .user("postgres")
-            .dbname(database)
-            .connect_timeout(Duration::from_secs(5))
-            .connect(tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("PostgreSQL is not reachable on 127.0.0.1:5432 as user postgres ({e})")
-            });
-        tokio::spawn(conn);
-        client
-    }
-
     async fn create() -> Pg {
-        let name = common::conformance::unique_name("replay");
-        Pg::client("postgres")
-            .await
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .expect("create test database");
-        Pg(name)
+        Pg(PgDatabase::create("replay").await)
     }
 
     async fn exec(&self, sql: &str) {
-        Pg::client(&self.0)
-            .await
-            .batch_execute(sql)
-            .await
-            .expect(sql);
+        self.0.client().await.batch_execute(sql).await.expect(sql);
     }
 
     async fn rows(&self) -> (i64, i64, i64) {
-        let r = Pg::client(&self.0)
+        let r = self
+            .0
+            .client()
             .await
             .query_one(
                 "SELECT COUNT(*), COALESCE(MIN(stream_sequence), 0), COALESCE(MAX(stream_sequence), 0) FROM events",
@@ -375,18 +352,6 @@ impl Pg {
             .await
             .expect("count");
         (r.get(0), r.get(1), r.get(2))
-    }
-}
-
-impl Drop for Pg {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        common::conformance::on_own_runtime(async move {
-            let _ = Pg::client("postgres")
-                .await
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await;
-        });
     }
 }
 
@@ -403,7 +368,7 @@ async fn a_truncated_postgres_table_is_restored_exactly_and_a_second_replay_chan
         "PGREPLAY",
         "pgreplay.>",
         json!({"type": "postgres", "host": "127.0.0.1", "port": 5432, "user": "postgres",
-               "database": pg.0, "table": "events"}),
+               "database": pg.0.name, "table": "events"}),
         json!({"batch_size": 500}),
     );
     let path = write_config(dir.path(), &cfg);

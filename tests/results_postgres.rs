@@ -9,43 +9,10 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::conformance::{on_own_runtime, unique_name};
 use common::*;
 use serde_json::{json, Value};
-use tokio_postgres::{Client, NoTls};
 
-const START: &str =
-    "PostgreSQL is not reachable on 127.0.0.1:5432 as user postgres; start it with \
-     `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`";
-
-async fn connect(database: &str) -> Client {
-    let (client, conn) = tokio_postgres::Config::new()
-        .host("127.0.0.1")
-        .port(5432)
-        .user("postgres")
-        .dbname(database)
-        .connect_timeout(Duration::from_secs(5))
-        .connect(NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("{START} ({e})"));
-    tokio::spawn(conn);
-    client
-}
-
-/// A database of its own, dropped at the end.
-struct Db(String);
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        on_own_runtime(async move {
-            let _ = connect("postgres")
-                .await
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                .await;
-        });
-    }
-}
+use common::pg::PgDatabase;
 
 fn repo_file(rel: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
@@ -93,14 +60,8 @@ async fn a_second_sink_persists_committed_and_dead_lettered_results_in_postgres(
     let server = NatsServer::start();
     let js = server.js().await;
     let dir = tempfile::tempdir().unwrap();
-    let name = unique_name("results");
-    connect("postgres")
-        .await
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .expect("create the test database");
-    let db = Db(name);
-    let pg = connect(&db.0).await;
+    let db = PgDatabase::create("results").await;
+    let pg = db.client().await;
     pg.batch_execute(&repo_file("config/job-results-postgres.sql"))
         .await
         .expect("the shipped table");
@@ -112,7 +73,7 @@ async fn a_second_sink_persists_committed_and_dead_lettered_results_in_postgres(
            WHEN instr(CAST(NEW.payload AS TEXT), 'POISON') > 0
            BEGIN SELECT RAISE(ABORT, 'poison job refused'); END;",
     );
-    let cfg = example(&server, &db.0);
+    let cfg = example(&server, &db.name);
     let ready = format!("http://{}/readyz", cfg["http"]["listen"].as_str().unwrap());
     let path = write_config(dir.path(), &cfg);
     let mut d = Daemon::start(&path, dir.path());

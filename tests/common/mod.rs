@@ -18,6 +18,7 @@ pub mod conformance;
 pub mod database;
 pub mod moto;
 pub mod mysql_tls;
+pub mod pg;
 pub mod pg_tls;
 pub mod pki;
 
