@@ -95,27 +95,12 @@ pub fn encode(samples: &[Sample], written_at: &str) -> String {
                 family: s.family.clone(),
                 name: s.name.clone(),
                 labels: s.labels.iter().cloned().collect(),
-                value: json_value(&s.value),
+                value: s.json_value(),
             })
             .collect(),
     };
     // A struct of strings, maps and JSON values always serializes.
     serde_json::to_string_pretty(&file).unwrap_or_default() + "\n"
-}
-
-/// A number as a JSON number when it is one JSON can hold, else its text.
-fn json_value(text: &str) -> serde_json::Value {
-    if let Ok(i) = text.parse::<i64>() {
-        return i.into();
-    }
-    match text
-        .parse::<f64>()
-        .ok()
-        .and_then(serde_json::Number::from_f64)
-    {
-        Some(n) => serde_json::Value::Number(n),
-        None => serde_json::Value::String(text.to_string()),
-    }
 }
 
 /// Reads a snapshot file's text back into samples.

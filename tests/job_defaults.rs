@@ -115,22 +115,8 @@ async fn a_job_that_crashes_every_worker_is_dead_lettered_by_the_advisory_and_su
     let dir = tempfile::tempdir().unwrap();
     // The streams the document sets up, made here so the job can be submitted before any
     // jetsink runs.
-    js.create_stream(jetstream::stream::Config {
-        name: "JOBS".into(),
-        subjects: vec!["jobs.run".into()],
-        retention: jetstream::stream::RetentionPolicy::WorkQueue,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    js.create_stream(jetstream::stream::Config {
-        name: "RESULTS".into(),
-        subjects: vec!["jobs.results.>".into()],
-        max_age: Duration::from_secs(300),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    create_jobs_stream(&js).await;
+    create_results_stream(&js).await;
     // AckWait 10 s (set: the job default of 60 s would make this test wait four minutes);
     // MaxDeliver is left to the job-queue default. Were it not 4, `run` would set the
     // consumer's MaxDeliver to something else and the server would not give up on the job.

@@ -250,23 +250,8 @@ async fn a_submit_that_times_out_exits_75_and_a_later_submit_with_the_same_id_fi
         &worker_config(&server.url(), 2000, 3, 10),
     );
     // The streams exist, no worker runs: the job is queued and no result can come.
-    js.create_stream(jetstream::stream::Config {
-        name: "JOBS".into(),
-        subjects: vec!["jobs.run".into()],
-        retention: jetstream::stream::RetentionPolicy::WorkQueue,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    js.create_stream(jetstream::stream::Config {
-        name: "RESULTS".into(),
-        subjects: vec!["jobs.results.>".into()],
-        max_age: Duration::from_secs(300),
-        duplicate_window: Duration::from_secs(120),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    create_jobs_stream(&js).await;
+    create_results_stream(&js).await;
     let (code, out, err) = submit(
         dir.path(),
         &path,
@@ -324,14 +309,7 @@ async fn a_submit_while_the_results_stream_is_missing_exits_69_without_waiting_i
         "w.json",
         &worker_config(&server.url(), 2000, 3, 10),
     );
-    js.create_stream(jetstream::stream::Config {
-        name: "JOBS".into(),
-        subjects: vec!["jobs.run".into()],
-        retention: jetstream::stream::RetentionPolicy::WorkQueue,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    create_jobs_stream(&js).await;
     // No RESULTS stream. A budget of two minutes: a submit that waited it out would
     // exit 75, not 69.
     let (code, out, err) = submit(

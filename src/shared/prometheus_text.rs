@@ -68,6 +68,23 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// The value as a JSON number when it is one JSON can hold (`12`, `0.25`), else its
+    /// text (`+Inf`, `NaN`), so a JSON reader keeps every value.
+    pub fn json_value(&self) -> serde_json::Value {
+        if let Ok(i) = self.value.parse::<i64>() {
+            return i.into();
+        }
+        match self
+            .value
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+        {
+            Some(n) => serde_json::Value::Number(n),
+            None => serde_json::Value::String(self.value.clone()),
+        }
+    }
+
     /// The name with its labels, as Prometheus writes it: `name{sink="x"}`.
     pub fn display_name(&self) -> String {
         if self.labels.is_empty() {

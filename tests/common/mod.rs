@@ -618,6 +618,32 @@ pub async fn publish_job(js: &jetstream::Context, id: &str, payload: &str) {
         .expect("puback");
 }
 
+/// The job tests' work stream, `JOBS` on `jobs.run` with work-queue retention, made before
+/// any jetsink runs so a job can be queued first.
+pub async fn create_jobs_stream(js: &jetstream::Context) {
+    js.create_stream(jetstream::stream::Config {
+        name: "JOBS".into(),
+        subjects: vec!["jobs.run".into()],
+        retention: jetstream::stream::RetentionPolicy::WorkQueue,
+        ..Default::default()
+    })
+    .await
+    .expect("create the JOBS stream");
+}
+
+/// The job tests' results stream, `RESULTS` on `jobs.results.>`, kept five minutes.
+pub async fn create_results_stream(js: &jetstream::Context) {
+    js.create_stream(jetstream::stream::Config {
+        name: "RESULTS".into(),
+        subjects: vec!["jobs.results.>".into()],
+        max_age: Duration::from_secs(300),
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .expect("create the RESULTS stream");
+}
+
 /// The result document stored for job `id` in the `RESULTS` stream (subject
 /// `jobs.results.<id>`), as the job tests configure it.
 pub async fn stored_result(js: &jetstream::Context, id: &str) -> Option<serde_json::Value> {

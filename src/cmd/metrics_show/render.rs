@@ -42,23 +42,9 @@ pub fn render_json(rows: &[&Sample]) -> String {
                 "kind": s.kind.as_str(),
                 "name": s.name,
                 "labels": labels,
-                "value": json_value(&s.value),
+                "value": s.json_value(),
             })
         })
         .collect();
     serde_json::Value::Array(items).to_string()
-}
-
-fn json_value(text: &str) -> serde_json::Value {
-    if let Ok(i) = text.parse::<i64>() {
-        return i.into();
-    }
-    match text
-        .parse::<f64>()
-        .ok()
-        .and_then(serde_json::Number::from_f64)
-    {
-        Some(n) => serde_json::Value::Number(n),
-        None => serde_json::Value::String(text.to_string()),
-    }
 }

@@ -54,24 +54,10 @@ pub const DEFAULT_SCHEMA: &str = "message jetsink_event {
   required binary payload;
 }";
 
-/// Which envelope field each column of the jetsink layout holds, in column order.
-pub const DEFAULT_SOURCES: [(&str, Field); 15] = [
-    ("idempotency_key", Field::IdempotencyKey),
-    ("stream", Field::Stream),
-    ("stream_sequence", Field::StreamSequence),
-    ("consumer_sequence", Field::ConsumerSequence),
-    ("subject", Field::Subject),
-    ("delivered", Field::Delivered),
-    ("published_at", Field::PublishedAt),
-    ("written_at", Field::WrittenAt),
-    ("message_id", Field::MessageId),
-    ("headers", Field::Headers),
-    ("priority", Field::Priority),
-    ("lane", Field::Lane),
-    ("classification", Field::Classification),
-    ("labels", Field::Labels),
-    ("payload", Field::Payload),
-];
+/// Which envelope field each column of the jetsink layout holds, in column order: the
+/// database destinations' default layout, so an archive and a table have the same columns
+/// (the schema test pins both the names and the Parquet types).
+pub const DEFAULT_SOURCES: [(&str, Field); 15] = crate::sinks::database::columns::DEFAULT_LAYOUT;
 
 /// Key-value metadata key: the layout's version (`1`).
 pub const VERSION_KEY: &str = "jetsink.schema";
