@@ -302,6 +302,38 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        /// An operator may point `metrics show` or `get` at any file: whatever it holds
+        /// ends in samples or an error, never a panic.
+        #[test]
+        fn any_text_decodes_or_is_refused(text in ".{0,400}") {
+            let _ = decode(&text);
+        }
+
+        /// What the writer encodes reads back as the same samples, whatever the names,
+        /// label values and counts.
+        #[test]
+        fn encoded_samples_read_back_unchanged(
+            rows in proptest::collection::vec(
+                ("[a-z_]{1,12}", "[a-z]{1,6}", "[ -~]{0,12}", 0u64..u64::from(u32::MAX)),
+                0..20,
+            )
+        ) {
+            let samples: Vec<Sample> = rows
+                .into_iter()
+                .map(|(name, label, value, n)| Sample {
+                    kind: Kind::Counter,
+                    family: name.clone(),
+                    name,
+                    labels: vec![(label, value)],
+                    value: n.to_string(),
+                })
+                .collect();
+            let back = decode(&encode(&samples, "t")).unwrap();
+            proptest::prop_assert_eq!(back.samples, samples);
+        }
+    }
+
     #[test]
     fn infinities_survive_as_strings() {
         let samples = parse("# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nx NaN\n").unwrap();
