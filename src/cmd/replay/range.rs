@@ -147,6 +147,32 @@ pub fn replay_spec(
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Whatever an operator types into the four flags ends in a range whose end is not
+        /// before its start, or in a usage error naming a flag; never a panic.
+        #[test]
+        fn any_flags_give_an_ordered_range_or_a_usage_error(
+            from in proptest::option::of(0u64..10),
+            since in proptest::option::of(".{0,30}|2026-0[1-9]-0[1-9]T0[0-9]:00:00Z"),
+            to in proptest::option::of(0u64..10),
+            until in proptest::option::of(".{0,30}|2026-0[1-9]-0[1-9]T0[0-9]:00:00Z"),
+        ) {
+            match parse_range(from, since.as_deref(), to, until.as_deref()) {
+                Ok(Range { start: ReplayStart::Sequence(n), end: End::Sequence(m) }) => {
+                    proptest::prop_assert!(n >= 1 && m >= n);
+                }
+                Ok(Range { start: ReplayStart::Time(s), end: End::Before(u) }) => {
+                    proptest::prop_assert!(u > s);
+                }
+                Ok(_) => {}
+                Err(ReplayError::Usage { flag, .. }) => {
+                    proptest::prop_assert!(flag.starts_with("--"));
+                }
+                Err(e) => proptest::prop_assert!(false, "not a usage error: {e}"),
+            }
+        }
+    }
+
     fn sink(extra: serde_json::Value) -> SinkSpec {
         let mut sink = serde_json::json!({
             "source": {"stream": "S", "consumer": "c", "subjects": "a.>"},
