@@ -3,7 +3,7 @@
 //! `feature_flags { js_ack_fc_v2: true }`; a sink must drain such a stream completely, with
 //! the stream sequences read from the new layout and every message ACKed on it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The consumer backlog gauges follow the server's consumer info: they rise while a
 //! destination holds the sink back and fall to zero once it drains.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! below what the sink asks for, a stream whose subjects overlap another stream's (the
 //! server's refusal), and a stream that would hand the sink its own dead-letter copies.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

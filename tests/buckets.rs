@@ -3,7 +3,7 @@
 //! interleaving, and every message lands once, out of publish order across buckets but
 //! in order within each bucket.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! 78, an unreachable dependency exits 69, the shipped example configs validate, and the
 //! publisher and schema commands work.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! configs they validate live in `tests/cmd/`.
 //!
 //! A changed message fails here instead of drifting from the docs. After a deliberate
-//! change, `TRYCMD=overwrite cargo test --test cli_snapshots` rewrites the blocks in place.
+//! change, `TRYCMD=overwrite cargo test --test integration cli_snapshots::` rewrites the blocks in place.
 
 /// The files whose `console` blocks are snapshot tests.
 const DOCUMENTED: &[&str] = &[

@@ -9,7 +9,7 @@
 //! unique key would have absorbed. So `count(*)` of `writes` counts commits, and
 //! `count(distinct seq)` counts messages.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Nothing is lost when the daemon is SIGKILLed or the broker dies mid-drain: everything
 //! not ACKed is redelivered and written idempotently.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

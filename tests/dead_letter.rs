@@ -7,7 +7,7 @@
 //! The poison is a SQLite trigger that refuses payloads containing `POISON`, which the
 //! destination reports as a permanent (constraint) error; dropping the trigger fixes it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

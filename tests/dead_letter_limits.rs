@@ -7,7 +7,7 @@
 //! (constraint) error. The PostgreSQL test needs the server on 127.0.0.1:5432 (user
 //! `postgres`, trust auth) and works in a database of its own, dropped at the end.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! `$JETSINK_KUBERNETES_VALIDATE`; without it the Kubernetes tests fail and print the
 //! install command. Its Python (which has PyYAML) also turns the manifests into JSON.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! Tests run as root in CI, where permission bits do not stop writes, so the failure is
 //! made by moving the destination's directory away (a vanished volume) and back.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! dead-letter stream after the first replay removed it, which is the state a crash
 //! between the republish and the delete leaves.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! destination, odd messages are stored faithfully, SIGTERM stops cleanly, and SIGHUP is
 //! logged without stopping anything.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

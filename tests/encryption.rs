@@ -5,7 +5,7 @@
 //! key file stops start-up with exit 78 naming it; listed headers are sealed too; the
 //! dead-letter copy of a refused message carries the clear payload.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

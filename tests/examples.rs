@@ -4,7 +4,7 @@
 //! examples need more than a NATS server and are checked by `validate` instead; the
 //! results-to-PostgreSQL one also runs in tests/results_postgres.rs.)
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

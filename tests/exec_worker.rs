@@ -9,7 +9,7 @@
 //! The job programs are small `/bin/sh` scripts written into each test's directory: the
 //! configs give `command` as an argv (`["/bin/sh", "<script>"]`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

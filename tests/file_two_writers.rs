@@ -3,7 +3,7 @@
 //! first holds the directory, takes over once the first is gone (killed or stopped), and
 //! no ACKed line is lost or cut across the handovers.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! that reaches `validate`'s output and `run`'s log; a damaged sealed value makes
 //! `decrypt` fail instead of printing it as clear text.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! It deduplicates on the idempotency key the way a real receiver would, so "every message
 //! accepted exactly once" is the count of distinct keys it accepted.
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

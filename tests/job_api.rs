@@ -2,7 +2,7 @@
 //! section, a work-queue jobs stream drained into SQLite with results on, and HTTP clients
 //! submitting jobs and waiting for their results.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! MAX_DELIVERIES advisory has it dead-lettered with a `dead_lettered` result, and the
 //! `jetsink submit` waiting for it exits 65.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! not a test of behaviour (ignored by default). Run through tests/bench/job-latency.sh,
 //! or:
 //!
-//! `JOB_RATE=1000 JOB_SECONDS=10 JOB_INSTANCES=3 cargo test --release --test job_latency -- --ignored --nocapture`
+//! `JOB_RATE=1000 JOB_SECONDS=10 JOB_INSTANCES=3 cargo test --release --test integration job_latency:: -- --ignored --nocapture`
 //!
 //! It starts a private nats-server and `JOB_INSTANCES` `jetsink run` processes sharing one
 //! work-queue consumer, each serving the API on its own port. `JOB_DESTINATION` picks what
@@ -13,7 +13,7 @@
 //! from the moment it was *due*, so a stalled client cannot hide queueing (no coordinated
 //! omission). The first second is warm-up and not counted.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

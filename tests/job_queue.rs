@@ -6,7 +6,7 @@
 //! `idempotency_key`, and a `BEFORE INSERT` trigger appends every commit's stream sequence
 //! to `writes`, including commits the key absorbed, so duplicates are counted, not hidden.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! and pulls alternate between lanes by weight, so urgent messages published behind a
 //! deep routine backlog are committed long before that backlog is drained.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! start-up with exit 78, and `jetsink metrics show` reads the lane counters of a running
 //! daemon.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

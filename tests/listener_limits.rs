@@ -7,7 +7,7 @@
 //! socket's accept queue in /proc/net/tcp, a connection the server closed), bounded only
 //! by failure guards.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! unreadable one with class `malformed_message` and its header block preserved, and
 //! writes every good message, none of them dead-lettered.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;

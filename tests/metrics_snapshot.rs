@@ -2,7 +2,7 @@
 //! `jetsink metrics get` / `metrics show` read a value back from it, as seed 003's
 //! `show <metrics.json>` and `get <metric> --default 0` do.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

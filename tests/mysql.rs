@@ -8,7 +8,7 @@
 //! Every test works in its own database, dropped on `Drop`. A missing server fails the
 //! test with the command that starts it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -227,7 +227,7 @@ async fn opened(config: MysqlConfig) -> MysqlSink {
     sink
 }
 
-conformance_suite!(My);
+crate::conformance_suite!(My);
 
 // ---------------------------------------------------------------- MySQL only
 

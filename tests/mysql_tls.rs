@@ -7,7 +7,7 @@
 //! `ca_file` of another CA fails the certificate check (exit 69); a key file with no key
 //! in it is exit 78 naming `tls.key_file` and the path. No key material reaches a log.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

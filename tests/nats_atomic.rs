@@ -6,7 +6,7 @@
 //! so is a server before 2.12.1 (tested on 2.9). Each test returns with a printed reason
 //! when the server binary is on the other side of 2.12.1.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;

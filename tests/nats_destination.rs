@@ -4,7 +4,7 @@
 //! until it is back; a copy the target refuses for its size is dead-lettered while the
 //! rest land; a template the source stream would read back is refused at start-up.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::Duration;

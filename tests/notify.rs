@@ -3,7 +3,7 @@
 //! reads what the daemon sends: `READY=1` once its sink is bound and running, `WATCHDOG=1`
 //! while its sink beats, `STOPPING=1` on SIGTERM.
 
-mod common;
+use crate::common;
 
 use std::os::unix::net::UnixDatagram;
 use std::process::{Child, Command, Stdio};

@@ -10,7 +10,7 @@
 //!   object back to clear payloads;
 //! - `jetsink bench --config … --sink …` verifies a Parquet file sink's keys.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

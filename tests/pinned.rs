@@ -12,7 +12,7 @@
 //! "Committed twice" is measured as in tests/cluster.rs: a trigger appends the stream
 //! sequence of every row each instance commits to a plain `writes` table.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

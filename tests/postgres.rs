@@ -9,7 +9,7 @@
 //! daemon's connections do not keep it). A missing server fails the test with the command
 //! that starts it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -170,7 +170,7 @@ async fn opened(config: PostgresConfig) -> PostgresSink {
     sink
 }
 
-conformance_suite!(Pg);
+crate::conformance_suite!(Pg);
 
 // ---------------------------------------------------------------- PostgreSQL only
 

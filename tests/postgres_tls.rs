@@ -6,7 +6,7 @@
 //! without a key, or with another certificate's key, is named with its path (exit 78);
 //! `validate --online` reports the destination ok. No log shows key material.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

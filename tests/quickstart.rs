@@ -4,7 +4,7 @@
 //! stops; with a server already there it uses it and leaves it running. The config is
 //! `config/quickstart.json` itself, moved to free ports.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -4,7 +4,7 @@
 //! twice, the delayed window stays within `max_window`, and a consumer that cannot carry
 //! the window is refused at start with the reason.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! exactly, a dry run writing nothing, a file directory a running instance holds refused;
 //! the sink's durable consumer never moves and no replay consumer is left behind.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! a dead-lettered result outlive the results stream's retention. Against the real
 //! servers: nats-server and PostgreSQL on 127.0.0.1:5432 (user `postgres`, trust).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

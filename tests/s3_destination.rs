@@ -11,7 +11,7 @@
 //! moto (tests/common/moto.rs): `JETSINK_TEST_MOTO_SERVER`, else `.ci/venv/bin/moto_server`
 //! or `.ci/venv-s3/bin/moto_server` in the repository, else `moto_server` on PATH.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! valid against it (an editor using the schema marks none of them wrong), and a config
 //! with a wrong type is not.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! at start-up with exit 78 naming the server version. Each test says so and returns when
 //! the server binary is on the other side of 2.10.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

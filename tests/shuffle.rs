@@ -7,7 +7,7 @@
 //! unwritten and the next start writes it once; a consumer whose MaxAckPending
 //! cannot carry the buffer, and a shuffle combined with the randomizer, are refused.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::Duration;

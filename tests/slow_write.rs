@@ -2,7 +2,7 @@
 //! write lock — must not get its batch, or the batch pulled ahead, redelivered: the
 //! keep-alive sends `+WPI` while the runner's thread is blocked in the write.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

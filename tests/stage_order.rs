@@ -4,7 +4,7 @@
 //! before the lanes; jetsink does not, because the priority header may be one of the
 //! sealed headers (docs/priority-lanes.md, "Differences from the source document").
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

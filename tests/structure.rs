@@ -649,3 +649,42 @@ fn every_source_file_is_formatted_as_rustfmt_leaves_it() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// With `autotests = false` cargo builds only the targets Cargo.toml lists, so a new file
+/// in `tests/` that is not a module of tests/integration.rs would never run, silently.
+#[test]
+fn every_file_in_tests_is_a_module_of_the_integration_binary() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let harness =
+        std::fs::read_to_string(root.join("integration.rs")).expect("read tests/integration.rs");
+    let declared: BTreeSet<String> = harness
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("mod "))
+        .filter_map(|l| l.strip_suffix(';'))
+        .map(str::to_string)
+        .collect();
+    let mut files = BTreeSet::new();
+    for entry in std::fs::read_dir(&root).expect("read tests/") {
+        let path = entry.expect("read an entry of tests/").path();
+        let is_rs = path.extension().is_some_and(|e| e == "rs");
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .map(str::to_string);
+        if let (true, Some(stem)) = (is_rs, stem) {
+            if stem != "integration" {
+                files.insert(stem);
+            }
+        }
+    }
+    if root.join("common/mod.rs").exists() {
+        files.insert("common".to_string());
+    }
+    let missing: Vec<_> = files.difference(&declared).collect();
+    let stale: Vec<_> = declared.difference(&files).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "tests/integration.rs must declare `mod <name>;` for each file in tests/: \
+         missing {missing:?}, declared without a file {stale:?}"
+    );
+}

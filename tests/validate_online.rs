@@ -5,7 +5,7 @@
 //! unreachable database is exit 69 naming the sink; what is missing is reported as
 //! "would create" and stays missing.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@
 //! (src/config/mutation_tests.rs checks, in-process, that validation of any mutated
 //! example never panics.)
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -15,12 +15,12 @@ SECONDS_EACH=${1:-10}
 RATES=${RATES:-"200 1000"}
 INSTANCES=${INSTANCES:-"1 3"}
 DESTINATIONS=${DESTINATIONS:-"sqlite exec"}
-cargo test --release --test job_latency --no-run
+cargo test --release --test integration --no-run
 for d in $DESTINATIONS; do
   for n in $INSTANCES; do
     for r in $RATES; do
       JOB_DESTINATION=$d JOB_RATE=$r JOB_SECONDS=$SECONDS_EACH JOB_INSTANCES=$n \
-        cargo test --release --test job_latency -- --ignored --nocapture --test-threads 1 2>&1 \
+        cargo test --release --test integration job_latency:: -- --ignored --nocapture --test-threads 1 2>&1 \
         | grep -o 'job-latency:.*'
     done
   done

@@ -120,7 +120,7 @@ macro_rules! conformance_tests {
     ($db:ty; $($name:ident),* $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread")]
         async fn $name() {
-            common::conformance::$name::<$db>().await
+            $crate::common::conformance::$name::<$db>().await
         }
     )*};
 }
