@@ -45,6 +45,9 @@ pub struct SinkMetrics {
     pub acks_reconfirmed: IntCounter,
     /// Messages the destination refused, isolated from their batch.
     pub poison_isolated: IntCounter,
+    /// Messages delivered again that the destination already held, committed without being
+    /// written again (`jetsink_sink_already_stored_total`).
+    pub already_stored: IntCounter,
     /// Priority-lane scheduling.
     pub lanes: LaneMetrics,
     /// First deliveries delayed by the randomizer.
@@ -115,6 +118,7 @@ impl SinkMetrics {
             progress_acks: c("jetsink_progress_acks_total", "Rounds of in-progress acknowledgements (+WPI) for the messages the sink holds unacknowledged (being written, retried or dead-lettered, buffered, pulled ahead), sent at half the consumer's shortest redelivery interval."),
             acks_reconfirmed: c("jetsink_acks_reconfirmed_total", "ACKs of recently committed messages confirmed again, as requests the consumer answers, after the connection dropped."),
             poison_isolated: c("jetsink_poison_isolated_total", "Messages the destination refused permanently, isolated from their batch."),
+            already_stored: c("jetsink_sink_already_stored_total", "Messages delivered again that the destination already held (an archive file or object of an earlier delivery, or another copy in the same write), committed and ACKed without being written again."),
             lanes: LaneMetrics::new(m, name),
             randomizer_delayed: c("jetsink_randomizer_delayed_total", "First deliveries the randomizer NAKed with a random delay."),
             randomizer_redelivered: c("jetsink_randomizer_redelivered_total", "Delayed messages that came back and were processed."),

@@ -127,7 +127,7 @@ impl Sink for PlannedSink {
             Written::Each(o) => all
                 .iter()
                 .zip(o)
-                .filter(|(_, o)| matches!(o, Outcome::Committed { .. }))
+                .filter(|(_, o)| o.is_committed())
                 .map(|(s, _)| *s)
                 .collect(),
         };

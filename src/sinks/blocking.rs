@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 
-use super::contract::{Probe, Sink, SinkError};
+use super::contract::{Probe, Sink, SinkError, Written};
 use crate::envelope::Envelope;
 
 /// A destination whose calls block: the synchronous form of [`Sink`], with the same
@@ -31,6 +31,14 @@ pub trait BlockingSink: Send {
     /// Writes and commits the whole batch, durably, before returning `Ok`; see
     /// [`Sink::write_batch`].
     fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError>;
+
+    /// Writes and commits the whole batch as `write_blocking` does, and says what became of
+    /// each message; see [`Sink::write`]. The default is `write_blocking`'s result for the
+    /// whole batch; a destination that finds some of a batch already stored names them
+    /// ([`Written::committed`]).
+    fn write_outcomes_blocking(&mut self, batch: &[Envelope]) -> Written {
+        Written::Batch(self.write_blocking(batch))
+    }
 
     /// Cheap check that the open destination is still usable; see [`Sink::health`].
     fn health_blocking(&mut self) -> Result<(), SinkError>;
@@ -61,6 +69,20 @@ impl<T: BlockingSink> Sink for T {
                 self.open_blocking()?;
             }
             self.write_blocking(batch)
+        })
+    }
+
+    async fn write(&mut self, batch: &[Envelope]) -> Written {
+        if batch.is_empty() {
+            return Written::Batch(Ok(()));
+        }
+        tokio::task::block_in_place(|| {
+            if !self.is_open() {
+                if let Err(e) = self.open_blocking() {
+                    return Written::Batch(Err(e));
+                }
+            }
+            self.write_outcomes_blocking(batch)
         })
     }
 

@@ -151,14 +151,33 @@ pub struct Output {
 
 /// What a write came to: one result for the whole batch, which is what most destinations
 /// give (a transaction, a file sync, one request), or one [`Outcome`] per message, from a
-/// destination that works message by message (the `exec` worker). The runner settles both
-/// in one loop: a batch result is every message's outcome.
+/// destination that works message by message (the `exec` worker) or that found some of
+/// the batch already stored ([`Written::committed`]). The runner settles both in one
+/// loop: a batch result is every message's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Written {
     /// The whole batch committed, or none of it may be considered written.
     Batch(Result<(), SinkError>),
     /// One outcome per message of the batch, in order.
     Each(Vec<Outcome>),
+}
+
+impl Written {
+    /// A batch of `len` messages committed whole, the positions in `already` being
+    /// messages the destination held before this write and did not write again
+    /// ([`Outcome::AlreadyStored`]). With none, the plain [`Written::Batch`] answer.
+    pub fn committed(len: usize, already: &[usize]) -> Written {
+        if already.is_empty() {
+            return Written::Batch(Ok(()));
+        }
+        let mut outcomes = vec![Outcome::Committed { output: None }; len];
+        for &i in already {
+            if let Some(o) = outcomes.get_mut(i) {
+                *o = Outcome::AlreadyStored;
+            }
+        }
+        Written::Each(outcomes)
+    }
 }
 
 /// The runner's word that the shutdown deadline passed while a write still runs. A
@@ -212,6 +231,11 @@ pub enum Outcome {
         /// What the worker produced, if anything.
         output: Option<Output>,
     },
+    /// Durable before this write: a message delivered again (its ACK was lost with a crash)
+    /// that the destination already holds — an archive file or object written for an
+    /// earlier delivery — and did not write a second time. The runner ACKs it like a
+    /// committed one and counts it in `jetsink_sink_already_stored_total`.
+    AlreadyStored,
     /// The job itself asked to be run again later (`exec`: a transient exit code). The
     /// runner hands it back with the sink's redelivery delay, so it comes back as a
     /// redelivery, to this or another instance; on its last allowed delivery it is
@@ -226,6 +250,13 @@ pub enum Outcome {
     /// started), so the runner holds the message and retries it with backoff, like a
     /// failed batch, without holding the messages that did commit.
     Failed(SinkError),
+}
+
+impl Outcome {
+    /// Whether the message is durable, so the runner may ACK it.
+    pub fn is_committed(&self) -> bool {
+        matches!(self, Outcome::Committed { .. } | Outcome::AlreadyStored)
+    }
 }
 
 /// A durable destination.
@@ -297,6 +328,26 @@ pub enum Probe {
 #[cfg(test)]
 mod tests {
     use super::SinkError;
+
+    #[test]
+    fn a_commit_with_messages_already_stored_names_each_of_them() {
+        use super::{Outcome, Written};
+        assert_eq!(Written::committed(3, &[]), Written::Batch(Ok(())));
+        let ok = Outcome::Committed { output: None };
+        assert_eq!(
+            Written::committed(3, &[2, 0]),
+            Written::Each(vec![
+                Outcome::AlreadyStored,
+                ok.clone(),
+                Outcome::AlreadyStored
+            ])
+        );
+        assert!(ok.is_committed() && Outcome::AlreadyStored.is_committed());
+        assert!(!Outcome::Later {
+            message: "x".into()
+        }
+        .is_committed());
+    }
 
     #[test]
     fn context_keeps_the_class_and_index() {

@@ -21,7 +21,7 @@ use super::pipeline;
 use super::stats::Pass;
 use super::{probe, verify};
 use crate::cmd::publish::payload;
-use crate::sinks::{self, Outcome, Written};
+use crate::sinks::{self, Written};
 
 /// Writes `opts.messages` rows straight into the destination of run `run`; `None` when
 /// the bench stores nothing.
@@ -125,10 +125,7 @@ fn committed(written: Written, n: u64) -> Result<(), BenchError> {
         Written::Batch(Ok(())) => return Ok(()),
         Written::Batch(Err(e)) => e.to_string(),
         Written::Each(outcomes) => {
-            let bad = outcomes
-                .iter()
-                .filter(|o| !matches!(o, Outcome::Committed { .. }))
-                .count();
+            let bad = outcomes.iter().filter(|o| !o.is_committed()).count();
             if bad == 0 && outcomes.len() as u64 == n {
                 return Ok(());
             }
@@ -160,7 +157,7 @@ mod tests {
             3
         )
         .is_err());
-        let ok = || Outcome::Committed { output: None };
+        let ok = || crate::sinks::Outcome::Committed { output: None };
         assert!(committed(Written::Each(vec![ok(), ok()]), 2).is_ok());
         assert!(committed(Written::Each(vec![ok()]), 2).is_err());
     }

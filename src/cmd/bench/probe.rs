@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use crate::envelope::Envelope;
-use crate::sinks::{CutShort, Outcome, Sink, SinkError, Written};
+use crate::sinks::{CutShort, Sink, SinkError, Written};
 
 /// Wraps a destination and records, per committed message, seconds from publish to commit.
 pub struct Timed {
@@ -55,7 +55,7 @@ impl Sink for Timed {
                 batch
                     .iter()
                     .zip(outcomes)
-                    .filter(|(_, o)| matches!(o, Outcome::Committed { .. }))
+                    .filter(|(_, o)| o.is_committed())
                     .map(|(e, _)| e),
             ),
         }

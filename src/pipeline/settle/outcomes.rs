@@ -21,16 +21,19 @@ use crate::sinks::{ErrorClass, Outcome, Output, SinkError, Written};
 
 impl<A: Acknowledger> Settler<A> {
     /// Counts one attempt's failures in `jetsink_sink_errors_total`: a failed batch once, a
-    /// per-message answer once per message handed back or refused plus once for those held.
+    /// per-message answer once per message handed back or refused plus once for those held;
+    /// and the messages the destination already held in `jetsink_sink_already_stored_total`.
     pub(super) fn count_errors(&self, written: &Written) {
         match written {
             Written::Batch(Ok(())) => {}
             Written::Batch(Err(e)) => self.metrics.sink_error(e),
             Written::Each(outcomes) => {
                 let mut held = None;
+                let mut already = 0u64;
                 for o in outcomes {
                     match o {
                         Outcome::Committed { .. } => {}
+                        Outcome::AlreadyStored => already += 1,
                         Outcome::Later { .. } => self.metrics.error_of(ErrorClass::Transient),
                         Outcome::Failed(
                             e @ (SinkError::Permanent { .. } | SinkError::Unclassified { .. }),
@@ -40,6 +43,10 @@ impl<A: Acknowledger> Settler<A> {
                 }
                 if let Some(class) = held {
                     self.metrics.error_of(class);
+                }
+                if already > 0 {
+                    self.metrics.already_stored.inc_by(already);
+                    tracing::debug!(sink = %self.name, messages = already, "messages delivered again are already stored; committed without writing them again");
                 }
             }
         }

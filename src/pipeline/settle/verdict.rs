@@ -140,6 +140,7 @@ pub(super) fn judge(written: Written, len: usize, out: bool, held_out: bool) -> 
 fn one(o: Outcome, out: bool) -> Verdict {
     match o {
         Outcome::Committed { output } => Verdict::Commit(output),
+        Outcome::AlreadyStored => Verdict::Commit(None),
         Outcome::Later { message } => Verdict::Later(message),
         Outcome::Failed(SinkError::Permanent { message, .. }) => {
             Verdict::Refuse(RefusalClass::Permanent, message)

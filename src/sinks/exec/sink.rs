@@ -332,7 +332,7 @@ impl Sink for ExecSink {
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
         for (i, o) in self.run_all(batch).await.into_iter().enumerate() {
             match o {
-                Outcome::Committed { .. } => {}
+                Outcome::Committed { .. } | Outcome::AlreadyStored => {}
                 Outcome::Later { message } => return Err(SinkError::transient(message)),
                 Outcome::Failed(SinkError::Permanent { message, .. }) => {
                     return Err(SinkError::Permanent {

@@ -9,10 +9,18 @@
 //!
 //! The final name is a function of the stream sequences the file holds, as the s3
 //! destination's object keys (`<prefix>-<first>-<last>[-<hash>].parquet`), so writing the
-//! same messages again after a crash or a failed rename replaces the same file instead of
-//! adding rows. A crash before the rename leaves only a temporary file, which the next
-//! start removes (it holds the directory lock, so no other writer owns it).
+//! same messages again after a failed rename replaces the same file instead of adding
+//! rows. A crash before the rename leaves only a temporary file, which the next start
+//! removes (it holds the directory lock, so no other writer owns it).
+//!
+//! A crash after the rename and before the ACKs brings the messages back, in batches cut
+//! elsewhere. So before a batch holding messages delivered before (or any batch after a
+//! failed write) is written, the directory is listed and the messages its files hold are
+//! left out — by the names alone, or for a hashed name by reading the file's
+//! `stream_sequence` column — and reported already stored ([`ParquetFiles::write`]; the
+//! rules are [`crate::sinks::util::archive`]'s). A message is then in exactly one file.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,7 +34,7 @@ use crate::envelope::Envelope;
 use crate::sinks::contract::SinkError;
 use crate::sinks::parquet::read::ReadError;
 use crate::sinks::parquet::{EncodeError, Encoder, Options, SettingsRefused};
-use crate::sinks::s3::key::object_name;
+use crate::sinks::util::archive::{self, object_name, Known, Lookup, Named};
 use crate::sinks::util::io_error;
 
 /// The ending of every Parquet file.
@@ -42,6 +50,11 @@ pub(crate) struct ParquetFiles {
     options: Result<Arc<Options>, SettingsRefused>,
     lock: Option<DirectoryLock>,
     open: bool,
+    /// A write failed since the last one that succeeded: it may have renamed its file
+    /// before failing, so the next write looks for every message, not only redeliveries.
+    failed: bool,
+    /// The sequences of hashed files read so far.
+    known: Known,
 }
 
 /// `<prefix>-<first>-<last>[-<hash>].parquet` for `sorted` sequences.
@@ -71,6 +84,8 @@ impl ParquetFiles {
             options,
             lock: None,
             open: false,
+            failed: false,
+            known: Known::default(),
         }
     }
 
@@ -115,14 +130,36 @@ impl ParquetFiles {
         Ok(())
     }
 
-    /// Writes `batch` as one file, durable under its final name before it returns `Ok`.
-    pub(crate) fn write(&mut self, batch: &[Envelope], now: SystemTime) -> Result<(), SinkError> {
+    /// Writes `batch` as one file, durable under its final name before it returns `Ok`,
+    /// leaving out the messages the directory's files already hold (and a second copy of
+    /// a message in the batch): `Ok` names their positions, committed without being
+    /// written again. When every message is held, no file is written.
+    pub(crate) fn write(
+        &mut self,
+        batch: &[Envelope],
+        now: SystemTime,
+    ) -> Result<Vec<usize>, SinkError> {
+        let result = self.write_new(batch, now);
+        self.failed = result.is_err();
+        result
+    }
+
+    fn write_new(&mut self, batch: &[Envelope], now: SystemTime) -> Result<Vec<usize>, SinkError> {
         let options = self.options.clone().map_err(|e| SinkError::Misconfigured {
             message: e.to_string(),
         })?;
         self.dir.check()?;
         let mut members: Vec<usize> = (0..batch.len()).collect();
         members.sort_by_key(|&i| batch[i].stream_sequence);
+        let wanted = archive::wanted(batch, &members, self.failed);
+        let held = match wanted.is_empty() {
+            true => BTreeSet::new(),
+            false => self.held(wanted)?,
+        };
+        let (members, stored) = archive::split(batch, &members, &held);
+        if members.is_empty() {
+            return Ok(stored);
+        }
         let seqs: Vec<u64> = members.iter().map(|&i| batch[i].stream_sequence).collect();
         let name = file_name(&self.prefix, &seqs);
         let path = self.dir.path().join(&name);
@@ -135,7 +172,63 @@ impl ParquetFiles {
                 self.open = false;
             }
         }
-        result
+        result.map(|()| stored)
+    }
+
+    /// Which of `wanted` the directory's files hold: a name without hash by its range, a
+    /// hashed one by the sequences read from it (once; then from [`Known`]).
+    fn held(&mut self, wanted: BTreeSet<u64>) -> Result<BTreeSet<u64>, SinkError> {
+        let dir = self.dir.path().to_path_buf();
+        let list_error =
+            |e: std::io::Error| io_error(&format!("cannot list {}", dir.display()), &e);
+        let mut look = Lookup::new(wanted);
+        let mut hashed = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(list_error)? {
+            let name = entry.map_err(list_error)?.file_name();
+            let Some(stem) = name.to_str().and_then(|n| self.stem(n)) else {
+                continue;
+            };
+            match Named::parse(stem) {
+                Some(named) if !look.by_name(&named) => hashed.push((stem.to_string(), named)),
+                _ => {}
+            }
+        }
+        for (stem, named) in hashed {
+            if look.is_done() {
+                break;
+            }
+            if !look.concerns(&named) {
+                continue;
+            }
+            let name = format!("{}-{stem}{EXTENSION}", self.prefix);
+            let read = match self.known.get(&name) {
+                Some(read) => read,
+                None => match read_sequences(&dir.join(&name), &stem)? {
+                    Some(read) => {
+                        self.known.insert(name, read.clone());
+                        read
+                    }
+                    // Gone since the listing: it holds nothing.
+                    None => continue,
+                },
+            };
+            if let Some(seqs) = read {
+                // The contents were checked against the name when read.
+                let _ = look.read(&stem, &seqs);
+            }
+        }
+        let held = look.held();
+        if !held.is_empty() {
+            tracing::debug!(directory = %dir.display(), messages = held.len(), "messages delivered again are in the directory's files; not written again");
+        }
+        Ok(held)
+    }
+
+    /// The name of one of this prefix's final files without prefix and extension.
+    fn stem<'a>(&self, name: &'a str) -> Option<&'a str> {
+        name.strip_prefix(self.prefix.as_str())?
+            .strip_prefix('-')?
+            .strip_suffix(EXTENSION)
     }
 
     fn commit(
@@ -197,6 +290,29 @@ impl ParquetFiles {
         }
         result
     }
+}
+
+/// The sorted sequences of the hashed file `path` (named `stem`): `Ok(None)` when it is
+/// gone, `Ok(Some(None))` when it cannot tell — unreadable, not jetsink's layout, or
+/// holding other sequences than its name says — which is warned about (once: the caller
+/// keeps the answer), and the messages are written again rather than trusted to it. An
+/// error reading the disk is transient, and holds the batch.
+fn read_sequences(path: &Path, stem: &str) -> Result<Option<Option<Arc<[u64]>>>, SinkError> {
+    let data = match fs::read(path) {
+        Ok(data) => data,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(&format!("cannot read {}", path.display()), &e)),
+    };
+    let why = match crate::sinks::parquet::read::sequences(data.into()) {
+        Ok(Some(seqs)) if archive::gives_back(stem, &seqs) => {
+            return Ok(Some(Some(Arc::from(seqs))))
+        }
+        Ok(Some(_)) => "it holds other sequences than its name says".to_string(),
+        Ok(None) => "its layout has no stream_sequence column".to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(path = %path.display(), reason = %why, "cannot tell which messages a Parquet file with an archive name holds; messages delivered again that it may hold are written again");
+    Ok(Some(None))
 }
 
 /// Why the Parquet files of a directory could not be counted.

@@ -19,7 +19,7 @@ use super::record;
 use super::tail::{self, Expected, Found, Reopen};
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::blocking::BlockingSink;
-use crate::sinks::contract::{Probe, SinkError};
+use crate::sinks::contract::{Probe, SinkError, Written};
 use crate::sinks::parquet::Format;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
@@ -359,11 +359,12 @@ impl BlockingSink for FileSink {
         }
     }
 
-    /// Appends the batch with one write and, when `fsync` is on, one fdatasync.
+    /// Appends the batch with one write and, when `fsync` is on, one fdatasync; or, with
+    /// Parquet, writes it as one file (what of it the directory already holds left out).
     fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
         let now = (self.clock)();
         if let Some(p) = self.parquet.as_mut() {
-            return p.write(batch, now);
+            return p.write(batch, now).map(|_| ());
         }
         self.buffer.clear();
         let written_at = rfc3339(naming::utc(now));
@@ -380,6 +381,18 @@ impl BlockingSink for FileSink {
             self.buffer = Vec::new();
         }
         result
+    }
+
+    /// As `write_blocking`, naming the messages a Parquet directory already held.
+    fn write_outcomes_blocking(&mut self, batch: &[Envelope]) -> Written {
+        let now = (self.clock)();
+        match self.parquet.as_mut() {
+            Some(p) => match p.write(batch, now) {
+                Ok(already) => Written::committed(batch.len(), &already),
+                Err(e) => Written::Batch(Err(e)),
+            },
+            None => Written::Batch(self.write_blocking(batch)),
+        }
     }
 
     /// Checks the current file is still the one opened.

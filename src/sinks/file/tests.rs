@@ -1305,3 +1305,121 @@ async fn a_parquet_value_that_does_not_fit_refuses_that_message_and_leaves_no_fi
         .unwrap();
     assert_eq!(parquet_files(&dir).len(), 1);
 }
+
+/// `seqs` delivered `delivered` times.
+fn again(seqs: &[u64], delivered: u64) -> Vec<Envelope> {
+    seqs.iter()
+        .map(|&s| Envelope {
+            delivered,
+            ..envelope(s, format!("{{\"n\":{s}}}"))
+        })
+        .collect()
+}
+
+/// Every stream sequence in the directory's Parquet files, one per row.
+fn parquet_rows(dir: &Path) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    for name in parquet_files(dir) {
+        let data = std::fs::read(dir.join(&name)).unwrap();
+        if let Ok(Some(s)) = crate::sinks::parquet::read::sequences(data.into()) {
+            seqs.extend(s);
+        }
+    }
+    seqs.sort_unstable();
+    seqs
+}
+
+fn already(outcomes: &crate::sinks::Written) -> Vec<usize> {
+    match outcomes {
+        crate::sinks::Written::Batch(Ok(())) => Vec::new(),
+        crate::sinks::Written::Each(o) => o
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| matches!(o, crate::sinks::Outcome::AlreadyStored))
+            .map(|(i, _)| i)
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redelivered_messages_a_parquet_file_holds_are_committed_without_a_second_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pq");
+    let mut sink = FileSink::new(parquet_config(&dir));
+    sink.open().await.unwrap();
+    sink.write_batch(&batch(1..=10)).await.unwrap();
+    // A crash before the ACKs: 6..10 come back, cut with new messages.
+    let mut b = again(&[6, 7, 8, 9, 10], 2);
+    b.extend(batch(11..=15));
+    assert_eq!(already(&sink.write(&b).await), [0, 1, 2, 3, 4]);
+    // Every one of a batch held: no file at all.
+    assert_eq!(already(&sink.write(&again(&[3, 1, 2], 3)).await), [0, 1, 2]);
+    assert_eq!(
+        parquet_files(&dir),
+        [
+            "events-00000000000000000001-00000000000000000010.parquet",
+            "events-00000000000000000011-00000000000000000015.parquet",
+        ]
+    );
+    assert_eq!(parquet_rows(&dir), (1..=15).collect::<Vec<_>>());
+    // A file with gaps is read: 22 is in it, 23 is not.
+    sink.write_batch(&again(&[20, 22, 24], 1)).await.unwrap();
+    let mut b = again(&[23, 22], 2);
+    b.extend(again(&[25], 1));
+    assert_eq!(already(&sink.write(&b).await), [1]);
+    assert!(
+        dir.join(format!(
+            "events-{}.parquet",
+            crate::sinks::util::archive::object_name(&[23, 25])
+        ))
+        .exists(),
+        "named after what was written: {:?}",
+        parquet_files(&dir)
+    );
+    // A message twice in one batch: one row, both committed.
+    let b = [again(&[30], 1), again(&[30], 2)].concat();
+    assert_eq!(already(&sink.write(&b).await), [1]);
+    let mut expected: Vec<u64> = (1..=15).chain([20, 22, 23, 24, 25, 30]).collect();
+    expected.sort_unstable();
+    assert_eq!(parquet_rows(&dir), expected, "each message once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_foreign_file_with_an_archive_name_holds_nothing_and_the_message_is_written_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pq");
+    let mut sink = FileSink::new(parquet_config(&dir));
+    sink.open().await.unwrap();
+    let name = |seqs: &[u64]| {
+        format!(
+            "events-{}.parquet",
+            crate::sinks::util::archive::object_name(seqs)
+        )
+    };
+    // Not Parquet at all; and a real file renamed to another set's name.
+    std::fs::write(dir.join(name(&[40, 42, 44])), b"PAR1 not really PAR1").unwrap();
+    sink.write_batch(&batch(50..=52)).await.unwrap();
+    sink.write_batch(&again(&[60, 62], 1)).await.unwrap();
+    std::fs::rename(dir.join(name(&[60, 62])), dir.join(name(&[60, 61, 63]))).unwrap();
+    for round in 0..2 {
+        // The second round answers from what the first read (and warned about) once.
+        let b = again(&[42, 61], 2);
+        assert_eq!(
+            sink.write(&b).await,
+            crate::sinks::Written::Batch(Ok(())),
+            "round {round}"
+        );
+        let written = dir.join(name(&[42, 61]));
+        assert!(written.exists());
+        std::fs::remove_file(written).unwrap();
+    }
+    // A name this sink's prefix does not own is not looked at: 51 is held by its own file.
+    std::fs::write(
+        dir.join("other-00000000000000000070-00000000000000000070.parquet"),
+        b"x",
+    )
+    .unwrap();
+    assert_eq!(already(&sink.write(&again(&[70, 51], 2)).await), [1]);
+    assert!(dir.join(name(&[70])).exists());
+}

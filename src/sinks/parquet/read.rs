@@ -1,7 +1,9 @@
 //! Reading jetsink's Parquet files back: every row as a JSON object (for `jetsink
 //! decrypt`, which needs the stream, sequence, subject, headers and payload of each row),
-//! and the idempotency keys of one stream (for `jetsink bench`'s check that nothing was
-//! lost). Through the `parquet` crate's row reader; no Arrow.
+//! the idempotency keys of one stream (for `jetsink bench`'s check that nothing was
+//! lost), and the stream sequences a file holds (for the destinations' look for messages
+//! already stored, `crate::sinks::util::archive`). Through the `parquet` crate's row
+//! reader; no Arrow.
 //!
 //! Which column holds which envelope field comes from the file's own key-value metadata
 //! ([`COLUMNS_KEY`]), so a mapped layout is read as it was written.
@@ -11,6 +13,7 @@ use std::collections::HashSet;
 use base64::Engine as _;
 use bytes::Bytes;
 use parquet::errors::ParquetError;
+use parquet::file::metadata::FileMetaData;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::{Field, Row};
 use parquet::schema::types::Type;
@@ -38,8 +41,8 @@ pub enum ReadError {
     /// One row cannot be read.
     #[error("cannot read the row: {0}")]
     Row(ParquetError),
-    /// The key and stream columns cannot be projected out of the file's schema.
-    #[error("cannot select the key columns: {0}")]
+    /// The columns read cannot be projected out of the file's schema.
+    #[error("cannot select the columns to read: {0}")]
     KeyColumns(ParquetError),
 }
 
@@ -70,33 +73,13 @@ pub fn stream_keys(
 ) -> Result<bool, ReadError> {
     let reader = reader(data)?;
     let meta = reader.metadata().file_metadata();
-    let columns: Map<String, Value> = meta
-        .key_value_metadata()
-        .and_then(|kv| kv.iter().find(|k| k.key == COLUMNS_KEY))
-        .and_then(|k| k.value.as_deref())
-        .and_then(|v| serde_json::from_str(v).ok())
-        .unwrap_or_default();
-    let column_of = |source: &str| {
-        columns
-            .iter()
-            .find(|(_, s)| s.as_str() == Some(source))
-            .map(|(c, _)| c.clone())
-    };
-    let (Some(key), Some(stream_column)) = (column_of("$idempotency_key"), column_of("$stream"))
-    else {
+    let (Some(key), Some(stream_column)) = (
+        column_of(meta, "$idempotency_key"),
+        column_of(meta, "$stream"),
+    ) else {
         return Ok(false);
     };
-    let schema = meta.schema();
-    let fields: Vec<_> = schema
-        .get_fields()
-        .iter()
-        .filter(|f| f.name() == key || f.name() == stream_column)
-        .cloned()
-        .collect();
-    let projection = Type::group_type_builder(schema.name())
-        .with_fields(fields)
-        .build()
-        .map_err(ReadError::KeyColumns)?;
+    let projection = project(meta, &[&key, &stream_column])?;
     let iter = reader
         .get_row_iter(Some(projection))
         .map_err(ReadError::Rows)?;
@@ -120,6 +103,63 @@ pub fn stream_keys(
         }
     }
     Ok(true)
+}
+
+/// The stream sequences of the file's rows, sorted, from the column its metadata names
+/// `$stream_sequence`. `Ok(None)` when the layout has no such column, or a row has no
+/// sequence in it (a null, a negative or non-integer value): then the file cannot say
+/// which messages it holds.
+pub fn sequences(data: Bytes) -> Result<Option<Vec<u64>>, ReadError> {
+    let reader = reader(data)?;
+    let meta = reader.metadata().file_metadata();
+    let Some(column) = column_of(meta, "$stream_sequence") else {
+        return Ok(None);
+    };
+    let projection = project(meta, &[&column])?;
+    let iter = reader
+        .get_row_iter(Some(projection))
+        .map_err(ReadError::Rows)?;
+    let mut out = Vec::with_capacity(usize::try_from(meta.num_rows()).unwrap_or(0));
+    for row in iter {
+        let row = row.map_err(ReadError::Row)?;
+        let value = row.get_column_iter().find(|(name, _)| **name == column);
+        match value.map(|(_, f)| f) {
+            Some(Field::Long(n)) if *n >= 0 => out.push(*n as u64),
+            _ => return Ok(None),
+        }
+    }
+    out.sort_unstable();
+    Ok(Some(out))
+}
+
+/// The column of the file's layout that holds `source` (`$stream`), from its
+/// [`COLUMNS_KEY`] metadata.
+fn column_of(meta: &FileMetaData, source: &str) -> Option<String> {
+    let columns: Map<String, Value> = meta
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|k| k.key == COLUMNS_KEY))
+        .and_then(|k| k.value.as_deref())
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default();
+    columns
+        .iter()
+        .find(|(_, s)| s.as_str() == Some(source))
+        .map(|(c, _)| c.clone())
+}
+
+/// The file's schema cut down to the top-level `columns`.
+fn project(meta: &FileMetaData, columns: &[&str]) -> Result<Type, ReadError> {
+    let schema = meta.schema();
+    let fields: Vec<_> = schema
+        .get_fields()
+        .iter()
+        .filter(|f| columns.contains(&f.name()))
+        .cloned()
+        .collect();
+    Type::group_type_builder(schema.name())
+        .with_fields(fields)
+        .build()
+        .map_err(ReadError::KeyColumns)
 }
 
 fn object(row: &Row) -> Map<String, Value> {

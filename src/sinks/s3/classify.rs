@@ -17,6 +17,8 @@
 
 use object_store::client::{HttpError, HttpErrorKind};
 
+use crate::sinks::contract::SinkError;
+
 /// What a failed request showed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {
@@ -45,6 +47,19 @@ const TRANSIENT_CODES: [&str; 5] = [
     "RequestTimeout",
     "OperationAborted",
 ];
+
+/// The error of a failed request `op` (`PUT`, `list`) on `key` in `bucket`: its class,
+/// and what failed in words that name the object and never quote the store's text.
+pub fn failure(bucket: &str, op: &str, key: &str, err: &object_store::Error) -> SinkError {
+    let observed = observe(err);
+    let what = format!("{op} s3://{bucket}/{key}: {}", describe(&observed, err));
+    match classify(&observed) {
+        Class::Transient => SinkError::transient(what),
+        Class::Misconfigured => SinkError::Misconfigured {
+            message: format!("{what}; check the bucket, credentials, region and endpoint"),
+        },
+    }
+}
 
 /// The class of `o`.
 pub fn classify(o: &Observed) -> Class {

@@ -4,26 +4,34 @@
 //! `partition` template rendered for each message. A batch touching several partitions is
 //! written as one object per partition ([`plan`]).
 //!
-//! The name is a function of the set of stream sequences the object holds, so writing
-//! the same messages again (a retried upload, a redelivered batch with the same members)
-//! overwrites the same object instead of adding one:
+//! The name is a function of the set of stream sequences the object holds
+//! ([`object_name`]), so writing the same messages again (a retried upload, a redelivered
+//! batch with the same members) overwrites the same object instead of adding one:
 //! - `<first>-<last>` when the object holds every sequence from first to last (the usual
 //!   case: then the range alone determines the set);
 //! - `<first>-<last>-<hash>` otherwise (a batch with gaps: messages refused, delayed by the
-//!   randomizer, or in other buckets), where `hash` is 12 hex digits of the SHA-256 of
-//!   the sorted sequences. Without it, two different sets with the same first and last
-//!   sequence (possible after redeliveries) would overwrite each other and lose messages.
+//!   randomizer, in other buckets, or already stored), where `hash` is 12 hex digits of
+//!   the SHA-256 of the sorted sequences. Without it, two different sets with the same
+//!   first and last sequence (possible after redeliveries) would overwrite each other and
+//!   lose messages.
 //!
-//! Redeliveries can still produce objects that *overlap* (a message in two objects) when
-//! batch boundaries differ; readers deduplicate on each record's `idempotency_key`.
+//! Redeliveries cut into other batches do not make objects that *overlap* (a message in
+//! two objects): before an object is written, the messages of it that may already be
+//! stored are looked for in its partition folder (`super::stored`, by the rules of
+//! [`crate::sinks::util::archive`]), and those found are left out of it
+//! ([`Planned::without`]), its name following what remains. A redelivered message is
+//! written again only when that look cannot tell (an unreadable object with a matching name, a hashed
+//! object starting more than
+//! [`MOST_PER_WRITE`](crate::sinks::util::archive::MOST_PER_WRITE) sequences below it),
+//! never skipped.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use object_store::path::{Path, PathPart};
-use sha2::{Digest, Sha256};
 
 use crate::envelope::Envelope;
+pub use crate::sinks::util::archive::object_name;
 
 /// The longest key S3 accepts, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -184,10 +192,53 @@ impl Template {
 /// One object to write: its key and the batch positions of its messages, in stream order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Planned {
+    /// The folder of its partition, prefix included (the root without either).
+    pub folder: Path,
     /// The object's key.
     pub path: Path,
     /// Positions in the batch, sorted by stream sequence.
     pub members: Vec<usize>,
+}
+
+impl Planned {
+    /// The object of `members` (positions in `batch`, sorted by stream sequence) in
+    /// `folder`; the error names the first member when the key would exceed
+    /// [`MAX_KEY_BYTES`].
+    fn new(
+        batch: &[Envelope],
+        folder: Path,
+        members: Vec<usize>,
+        extension: &str,
+    ) -> Result<Planned, (usize, String)> {
+        let seqs: Vec<u64> = members.iter().map(|&i| batch[i].stream_sequence).collect();
+        let name = format!("{}.{extension}", object_name(&seqs));
+        let path = folder.clone().join(name.as_str());
+        if path.as_ref().len() > MAX_KEY_BYTES {
+            return Err((
+                members.first().copied().unwrap_or_default(),
+                format!(
+                    "object key of {} bytes exceeds S3's {MAX_KEY_BYTES} (a long subject token in `partition`?)",
+                    path.as_ref().len()
+                ),
+            ));
+        }
+        Ok(Planned {
+            folder,
+            path,
+            members,
+        })
+    }
+
+    /// This object with only `members` (a subset of its own, in its order), named after
+    /// them: what is left once the messages already stored are taken out.
+    pub fn without(
+        &self,
+        batch: &[Envelope],
+        members: Vec<usize>,
+        extension: &str,
+    ) -> Result<Planned, (usize, String)> {
+        Planned::new(batch, self.folder.clone(), members, extension)
+    }
 }
 
 /// The objects of `batch`: one per partition, keys as described in the module doc. The
@@ -206,48 +257,14 @@ pub fn plan(
     let mut out = Vec::with_capacity(groups.len());
     for (folders, mut members) in groups {
         members.sort_by_key(|&i| batch[i].stream_sequence);
-        let seqs: Vec<u64> = members.iter().map(|&i| batch[i].stream_sequence).collect();
-        let name = format!("{}.{extension}", object_name(&seqs));
-        let parts = prefix
-            .split('/')
-            .filter(|p| !p.is_empty())
-            .map(PathPart::from)
-            .chain(folders.iter().map(|f| PathPart::from(f.as_str())))
-            .chain(std::iter::once(PathPart::from(name.as_str())));
-        let path = Path::from_iter(parts);
-        if path.as_ref().len() > MAX_KEY_BYTES {
-            return Err((
-                members[0],
-                format!(
-                    "object key of {} bytes exceeds S3's {MAX_KEY_BYTES} (a long subject token in `partition`?)",
-                    path.as_ref().len()
-                ),
-            ));
-        }
-        out.push(Planned { path, members });
+        let folder = Path::from_iter(
+            prefix
+                .split('/')
+                .filter(|p| !p.is_empty())
+                .map(PathPart::from)
+                .chain(folders.iter().map(|f| PathPart::from(f.as_str()))),
+        );
+        out.push(Planned::new(batch, folder, members, extension)?);
     }
     Ok(out)
-}
-
-/// `<first>-<last>` for a gapless sorted run of sequences, else `<first>-<last>-<hash>`.
-pub fn object_name(sorted: &[u64]) -> String {
-    let (Some(&first), Some(&last)) = (sorted.first(), sorted.last()) else {
-        return "empty".into();
-    };
-    let mut distinct = sorted.to_vec();
-    distinct.dedup();
-    let gapless = last - first + 1 == distinct.len() as u64;
-    if gapless {
-        return format!("{first:020}-{last:020}");
-    }
-    let mut h = Sha256::new();
-    for s in &distinct {
-        h.update(s.to_be_bytes());
-    }
-    let digest = h.finalize();
-    let mut hex = String::with_capacity(12);
-    for b in &digest[..6] {
-        let _ = write!(hex, "{b:02x}");
-    }
-    format!("{first:020}-{last:020}-{hex}")
 }

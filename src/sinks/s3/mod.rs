@@ -10,15 +10,17 @@
 //! - [`encode`] (pure) turns records into an object's bytes, incrementally, and back;
 //! - [`classify`] (pure) maps a failed request to transient or misconfigured;
 //! - `client` builds the `object_store` client and reads the access keys;
-//! - `sink` holds [`S3Sink`], the only part doing I/O.
+//! - `sink` holds [`S3Sink`], which uploads, and `stored` the look into a partition folder
+//!   for messages delivered again that it already holds: the only parts doing I/O.
 //!
 //! # Delivery guarantee
 //!
 //! At least once, and idempotent per object: an object's key is a function of the stream
 //! sequences it holds, so a retried upload, or the same messages redelivered together,
-//! overwrite the same object. Redelivered messages in a batch with other boundaries land
-//! in a second, overlapping object; readers deduplicate on each record's
-//! `idempotency_key` (docs/sinks/s3.md).
+//! overwrite the same object. Redelivered messages in a batch with other boundaries are
+//! looked for in their partition folder first, and those found are committed without
+//! being written again, so each message is in one object (the limits of that look, which
+//! always err towards writing again: docs/sinks/s3.md, "Idempotency and duplicates").
 
 pub mod classify;
 mod client;
@@ -27,6 +29,7 @@ pub mod encode;
 pub mod format;
 pub mod key;
 mod sink;
+mod stored;
 
 pub use config::S3Config;
 pub use sink::S3Sink;

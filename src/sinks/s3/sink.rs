@@ -6,10 +6,16 @@
 //! [`classify`](super::classify). A Parquet value that does not fit its column stops the
 //! object before it is complete (a multipart upload is aborted) and refuses that message.
 //!
+//! Before an object holding messages delivered before (or, after a failed write, any
+//! object) is encoded, its partition folder is looked at for those messages
+//! ([`stored`](super::stored)); the ones found are left out of the object and reported
+//! already stored, and an object left empty is not written.
+//!
 //! Memory per object: the part being filled, plus at most [`PARTS_IN_FLIGHT`] parts
-//! uploading; the object is never held whole twice.
+//! uploading; the object is never held whole twice. The look reads one hashed object at a
+//! time, whole, and keeps only its sequences.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -19,15 +25,17 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use time::OffsetDateTime;
 
-use super::classify::{classify, describe, observe, Class};
+use super::classify::failure;
 use super::client::build;
 use super::config::{Compression, S3Config};
 use super::encode::{decode, Body, PushError, Written};
 use super::format::PARQUET_EXTENSION;
 use super::key::{plan, PartitionError, Planned, Template};
+use super::stored::{Folders, Records};
 use crate::envelope::{rfc3339, Envelope};
-use crate::sinks::contract::{Sink, SinkError};
+use crate::sinks::contract::{Sink, SinkError, Written as Answer};
 use crate::sinks::parquet::{read as parquet_read, Format, Options, SettingsRefused};
+use crate::sinks::util::archive::{self, Known};
 
 /// Parts of one object uploading at once.
 pub const PARTS_IN_FLIGHT: usize = 4;
@@ -42,6 +50,12 @@ pub struct S3Sink {
     store: Option<Arc<dyn ObjectStore>>,
     /// Reused buffer of one uncompressed record.
     scratch: Vec<u8>,
+    /// A write failed since the last one that succeeded: it may have stored objects
+    /// before failing (an upload whose answer was lost), so the next write looks for
+    /// every message, not only redeliveries.
+    failed: bool,
+    /// The sequences of hashed objects read so far.
+    known: Known,
 }
 
 impl S3Sink {
@@ -62,6 +76,8 @@ impl S3Sink {
             parquet,
             store: None,
             scratch: Vec::new(),
+            failed: false,
+            known: Known::default(),
         }
     }
 
@@ -77,18 +93,69 @@ impl S3Sink {
 
     /// The error of a failed request on `key`.
     fn failure(&self, op: &str, key: &str, err: &object_store::Error) -> SinkError {
-        let observed = observe(err);
-        let what = format!(
-            "{op} s3://{}/{key}: {}",
-            self.config.bucket,
-            describe(&observed, err)
-        );
-        match classify(&observed) {
-            Class::Transient => SinkError::transient(what),
-            Class::Misconfigured => SinkError::Misconfigured {
-                message: format!("{what}; check the bucket, credentials, region and endpoint"),
-            },
+        failure(&self.config.bucket, op, key, err)
+    }
+
+    /// Writes the batch's objects, each without the messages its partition folder already
+    /// holds; `Ok` names the positions of those, committed without being written again.
+    async fn write_objects(&mut self, batch: &[Envelope]) -> Result<Vec<usize>, SinkError> {
+        let location = self.config.location();
+        let template = match &self.template {
+            Ok(t) => t,
+            Err(e) => {
+                return Err(SinkError::Misconfigured {
+                    message: format!("{location}: partition {e}"),
+                })
+            }
+        };
+        let extension = self.config.extension();
+        let refused = |(index, message): (usize, String)| SinkError::Permanent {
+            index: Some(index),
+            message: format!(
+                "{location}: stream {} sequence {}: {message}",
+                batch[index].stream, batch[index].stream_sequence
+            ),
+        };
+        let objects = plan(batch, template, &self.config.prefix, extension).map_err(refused)?;
+        let store = self.ensure().map_err(|e| e.with_context(&location))?;
+        let now = OffsetDateTime::now_utc();
+        let written = Written {
+            time: now,
+            text: rfc3339(now),
+        };
+        let records = match self.config.format {
+            Format::Jsonl => Records::Lines(self.config.jsonl_compression()),
+            Format::Parquet => Records::Parquet,
+        };
+        let mut stored = Vec::new();
+        for object in objects {
+            let wanted = archive::wanted(batch, &object.members, self.failed);
+            let held = match wanted.is_empty() {
+                true => BTreeSet::new(),
+                false => {
+                    let mut folders = Folders {
+                        store: &store,
+                        bucket: &self.config.bucket,
+                        extension,
+                        records,
+                        known: &mut self.known,
+                    };
+                    folders.held(&object.folder, wanted).await?
+                }
+            };
+            let (members, already) = archive::split(batch, &object.members, &held);
+            let object = match already.is_empty() {
+                true => object,
+                false if members.is_empty() => {
+                    stored.extend(already);
+                    continue;
+                }
+                false => object.without(batch, members, extension).map_err(refused)?,
+            };
+            stored.extend(already);
+            self.upload(&store, batch, &object, &written).await?;
         }
+        Ok(stored)
     }
 
     fn prefix_path(&self) -> Option<Path> {
@@ -236,41 +303,23 @@ impl Sink for S3Sink {
     }
 
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
+        match self.write(batch).await {
+            Answer::Batch(result) => result,
+            Answer::Each(_) => Ok(()),
+        }
+    }
+
+    /// Writes the batch, naming the messages its objects' folders already held.
+    async fn write(&mut self, batch: &[Envelope]) -> Answer {
         if batch.is_empty() {
-            return Ok(());
+            return Answer::Batch(Ok(()));
         }
-        let location = self.config.location();
-        let template = match &self.template {
-            Ok(t) => t,
-            Err(e) => {
-                return Err(SinkError::Misconfigured {
-                    message: format!("{location}: partition {e}"),
-                })
-            }
-        };
-        let objects = plan(
-            batch,
-            template,
-            &self.config.prefix,
-            self.config.extension(),
-        )
-        .map_err(|(index, message)| SinkError::Permanent {
-            index: Some(index),
-            message: format!(
-                "{location}: stream {} sequence {}: {message}",
-                batch[index].stream, batch[index].stream_sequence
-            ),
-        })?;
-        let store = self.ensure().map_err(|e| e.with_context(&location))?;
-        let now = OffsetDateTime::now_utc();
-        let written = Written {
-            time: now,
-            text: rfc3339(now),
-        };
-        for object in &objects {
-            self.upload(&store, batch, object, &written).await?;
+        let result = self.write_objects(batch).await;
+        self.failed = result.is_err();
+        match result {
+            Ok(already) => Answer::committed(batch.len(), &already),
+            Err(e) => Answer::Batch(Err(e)),
         }
-        Ok(())
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {

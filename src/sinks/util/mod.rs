@@ -1,7 +1,9 @@
-//! Helpers shared by destinations: I/O error classification and the guard that notices
-//! when a file a sink writes has been removed or replaced underneath it. The database
-//! family's shared parts live in [`super::database`].
+//! Helpers shared by destinations: I/O error classification, the guard that notices
+//! when a file a sink writes has been removed or replaced underneath it, and the rules of
+//! archives named by the sequences they hold ([`archive`]). The database family's shared
+//! parts live in [`super::database`].
 
+pub mod archive;
 pub mod file_identity;
 
 use std::io;
