@@ -2,8 +2,13 @@
 //! readers — pyarrow and DuckDB, from `.ci/venv` (`JETSINK_TEST_PYTHON` to use another
 //! interpreter) — not by jetsink's own reader:
 //! - 20,000 messages across a SIGKILL mid-drain, with rollover, into moto and into a
-//!   directory: every message once by idempotency key (the documented DuckDB query gives
-//!   exactly 20,000 rows), with the documented column types and the published values;
+//!   directory: exactly 20,000 rows, raw, one per message (and the documented
+//!   deduplicating DuckDB query gives the same 20,000), with the documented column types
+//!   and the published values;
+//! - the same after a SIGKILL that certainly leaves files and objects written and never
+//!   ACKed (a first jetsink whose ACKs the server refuses), drained by a second one cutting
+//!   its batches elsewhere: the messages delivered again are found in the archive and
+//!   ACKed without a second row (`jetsink_sink_already_stored_total`);
 //! - a typed column mapping: a payload that is not JSON is dead-lettered and every other
 //!   row lands, with its typed values;
 //! - with encryption the payload column holds sealed values and `jetsink decrypt` reads an
@@ -56,11 +61,12 @@ fn read_with_pyarrow_and_duckdb(dir: &Path, sql: &str) -> Value {
     serde_json::from_slice(&out.stdout).expect("one JSON object")
 }
 
-/// The documented query: one row per message, the first written.
-const DEDUPLICATED: &str = "SELECT count(*), count(DISTINCT stream_sequence), min(stream_sequence), max(stream_sequence) FROM (SELECT * FROM {files} QUALIFY row_number() OVER (PARTITION BY idempotency_key ORDER BY written_at) = 1)";
+/// The documented query (one row per message, the first written): its rows, distinct
+/// sequences, first and last; then the raw rows and distinct keys, which must be the same.
+const DEDUPLICATED: &str = "SELECT d.*, r.* FROM (SELECT count(*), count(DISTINCT stream_sequence), min(stream_sequence), max(stream_sequence) FROM (SELECT * FROM {files} QUALIFY row_number() OVER (PARTITION BY idempotency_key ORDER BY written_at) = 1)) d, (SELECT count(*) AS raw, count(DISTINCT idempotency_key) AS keys FROM {files}) r";
 
 /// Every row holds what `publish_n` published on `subject` to the fresh stream `stream`,
-/// in the documented types, and every message is there once by key.
+/// in the documented types, and every message is there exactly once: one row each, raw.
 fn assert_archive_holds_every_message(read: &Value, stream: &str, subject: &str) {
     let files = read["files"].as_array().unwrap();
     assert!(!files.is_empty());
@@ -132,10 +138,11 @@ fn assert_archive_holds_every_message(read: &Value, stream: &str, subject: &str)
         "every message by key, in {} rows",
         rows.len()
     );
+    assert_eq!(rows.len(), N, "pyarrow: one row per message, raw");
     assert_eq!(
         read["sql"],
-        json!([[N, N, 1, N]]),
-        "DuckDB: the deduplicating query gives one row per message"
+        json!([[N, N, 1, N, N, N]]),
+        "DuckDB: the deduplicating query and the raw rows both give one row per message"
     );
     assert_eq!(read["duckdb_types"]["stream_sequence"], "BIGINT");
     assert_eq!(
@@ -300,6 +307,212 @@ async fn parquet_files_with_rollover_hold_every_message_across_a_sigkill() {
     );
     let read = read_with_pyarrow_and_duckdb(&out, DEDUPLICATED);
     assert_archive_holds_every_message(&read, "PQFILE", "pqfile.x");
+}
+
+/// A user who may do everything but acknowledge: the server never sees its ACKs, so every
+/// file it writes stays written and unacknowledged — what a SIGKILL between a write and
+/// its ACKs leaves, with no window to hit.
+const DENY_ACKS: &str = r#"
+accounts {
+  ARCHIVE {
+    jetstream: enabled
+    users: [
+      {user: admin, password: admin}
+      {user: noack, password: noack, permissions: {publish: {deny: ["$JS.ACK.>"]}}}
+    ]
+  }
+}
+"#;
+
+/// The stream's JetStream context as `admin`.
+async fn admin(server: &NatsServer) -> async_nats::jetstream::Context {
+    let client = async_nats::ConnectOptions::with_user_and_password("admin".into(), "admin".into())
+        .connect(server.url())
+        .await
+        .expect("connect as admin");
+    async_nats::jetstream::new(client)
+}
+
+/// A sink config reading `stream` into `destination` with `rollover` and `batch_size`,
+/// connecting as `user`.
+fn as_user(
+    server: &NatsServer,
+    stream: &str,
+    subject: &str,
+    destination: &Value,
+    (max_messages, batch_size): (usize, usize),
+    user: &str,
+) -> Value {
+    let rollover = json!({"rollover": {"max_messages": max_messages, "max_age_ms": 2000}});
+    let mut cfg = config(
+        server,
+        stream,
+        subject,
+        with(destination.clone(), rollover),
+        json!({"batch_size": batch_size}),
+    );
+    let env = format!("PARQUET_ARCHIVE_TEST_{}_PW", user.to_uppercase());
+    std::env::set_var(&env, user);
+    cfg["nats"]["user"] = json!(user);
+    cfg["nats"]["password_env"] = json!(env);
+    cfg
+}
+
+/// Drains `stream` into `destination` in two runs: first a jetsink whose ACKs the server
+/// refuses (AckWait a minute, so nothing comes back to it), SIGKILLed once `rows` (the
+/// rows the archive holds, read by jetsink's reader) sees a file; the consumer then shows
+/// every message delivered and none acknowledged. Then a jetsink allowed to ACK, cutting
+/// batches elsewhere (files of at most 2,500 where the first wrote up to 4,000), drains
+/// the stream. Returns the rows the first left and what the second counted as already
+/// stored.
+async fn drain_after_writes_whose_acks_were_lost<F, Fut>(
+    server: &NatsServer,
+    js: &async_nats::jetstream::Context,
+    (stream, subject): (&str, &str),
+    dir: &Path,
+    destination: Value,
+    mut rows: F,
+) -> (usize, f64)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = usize>,
+{
+    let mut first = as_user(server, stream, subject, &destination, (4000, 500), "noack");
+    first["sinks"]["main"]["source"]["ack_wait_ms"] = json!(60_000);
+    let mut daemon = Daemon::start(&write_config(dir, &first), dir);
+    daemon
+        .eventually(Duration::from_secs(120), "a first file is written", || {
+            let n = rows();
+            async move { n.await > 0 }
+        })
+        .await;
+    daemon.kill();
+    let left = rows().await;
+    let info = js
+        .get_stream(stream)
+        .await
+        .unwrap()
+        .consumer_info("jetsink")
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(info.ack_floor.stream_sequence, 0, "nothing was ever ACKed");
+    assert!(
+        info.num_ack_pending >= left,
+        "{left} rows written and unacknowledged: {info:?}"
+    );
+    let second = as_user(server, stream, subject, &destination, (2500, 300), "admin");
+    let listen = second["http"]["listen"].as_str().unwrap().to_string();
+    let mut daemon = Daemon::start(&write_config(dir, &second), dir);
+    daemon
+        .eventually(Duration::from_secs(300), "the stream is drained", || {
+            drained(js, stream)
+        })
+        .await;
+    let found = metric_value(&listen, "jetsink_sink_already_stored_total{sink=\"main\"}")
+        .await
+        .expect("the metric is exported");
+    daemon.stop_cleanly();
+    println!("{left} rows written and never ACKed before the SIGKILL; {found} found again");
+    (left, found)
+}
+
+/// The rows of the Parquet files in `dir` (none while it does not exist), by sequence.
+fn rows_in(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            !name.starts_with('.') && name.ends_with(".parquet")
+        })
+        .map(|e| sequences_of(std::fs::read(e.path()).unwrap().into()))
+        .sum()
+}
+
+fn sequences_of(data: bytes::Bytes) -> usize {
+    jetsink::sinks::parquet::read::sequences(data)
+        .expect("a readable Parquet file")
+        .expect("with a stream_sequence column")
+        .len()
+}
+
+/// The rows of the Parquet objects of `store`.
+async fn rows_of(store: &Arc<dyn ObjectStore>) -> usize {
+    let metas: Vec<_> = store.list(None).collect().await;
+    let mut rows = 0;
+    for meta in metas {
+        let body = store
+            .get(&meta.expect("list").location)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("body");
+        rows += sequences_of(body);
+    }
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn objects_written_and_never_acked_before_a_sigkill_get_no_second_copy() {
+    let server = NatsServer::start_with_config(Some(DENY_ACKS));
+    let moto = Moto::start();
+    moto.create_bucket("pq-lost");
+    let dir = tempfile::tempdir().unwrap();
+    let js = admin(&server).await;
+    create_stream(&js, "PQLOST", "pqlost.>").await;
+    publish_n(&js, "pqlost.x", N).await;
+    let store = moto.store("pq-lost");
+    let destination = destination(&moto, dir.path(), "pq-lost", json!({"format": "parquet"}));
+    let (left, found) = drain_after_writes_whose_acks_were_lost(
+        &server,
+        &js,
+        ("PQLOST", "pqlost.>"),
+        dir.path(),
+        destination,
+        || rows_of(&store),
+    )
+    .await;
+    let local = dir.path().join("objects");
+    download(&store, &local).await;
+    let read = read_with_pyarrow_and_duckdb(&local, DEDUPLICATED);
+    assert_archive_holds_every_message(&read, "PQLOST", "pqlost.x");
+    assert!(
+        found >= left as f64,
+        "every message of the {left} rows left was found again, not written: {found}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parquet_files_written_and_never_acked_before_a_sigkill_get_no_second_copy() {
+    let server = NatsServer::start_with_config(Some(DENY_ACKS));
+    let dir = tempfile::tempdir().unwrap();
+    let js = admin(&server).await;
+    create_stream(&js, "PQFLOST", "pqflost.>").await;
+    publish_n(&js, "pqflost.x", N).await;
+    let out = dir.path().join("archive");
+    let destination = json!({"type": "file", "directory": out, "format": "parquet"});
+    let (left, found) = drain_after_writes_whose_acks_were_lost(
+        &server,
+        &js,
+        ("PQFLOST", "pqflost.>"),
+        dir.path(),
+        destination,
+        || {
+            let rows = rows_in(&out);
+            async move { rows }
+        },
+    )
+    .await;
+    let read = read_with_pyarrow_and_duckdb(&out, DEDUPLICATED);
+    assert_archive_holds_every_message(&read, "PQFLOST", "pqflost.x");
+    assert!(
+        found >= left as f64,
+        "every message of the {left} rows left was found again, not written: {found}"
+    );
 }
 
 /// A typed mapping for the order payloads of the malformed-payload tests.
