@@ -58,10 +58,12 @@
 //!
 //! # Delivery guarantee
 //!
-//! At least once. A crash between the fdatasync and the ACK, or a redelivery for any other
-//! reason, writes the same message again: a line can appear twice. Readers deduplicate on
-//! `idempotency_key`. With `fsync` off, a crash of the operating system can lose batches
-//! that were already ACKed.
+//! JSON Lines: at least once. A crash between the fdatasync and the ACK, or a redelivery
+//! for any other reason, writes the same message again: a line can appear twice. Readers
+//! deduplicate on `idempotency_key`. Parquet: a message delivered again that a file of the
+//! directory holds is reported already stored and not written again ([`columnar`]), so
+//! each message is in one file. With `fsync` off, a crash of the operating system can lose
+//! batches that were already ACKed.
 
 mod append;
 pub mod columnar;
