@@ -4,7 +4,7 @@
 //! resumed, by the command or at the deadline. On older servers both commands refuse
 //! with exit 78, naming the version. Flag mistakes are exit 2 before anything connects.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
