@@ -4,6 +4,11 @@
 //! not stuck) and whether its consumer is bound and its destination is usable
 //! (readiness). The state of each NATS connection is read from its client, and readiness
 //! needs every one of them up.
+//!
+//! A sink paused by an operator (`jetsink pause`) stays ready: it is connected, bound and
+//! its destination is usable, it was only told to wait. `/readyz` names it in `paused`
+//! instead of `problems`, so a pause neither fails readiness probes and rollouts nor
+//! blocks a node drain (a PodDisruptionBudget counts only ready pods).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +24,8 @@ struct SinkState {
     consumer_bound: bool,
     destination_ok: bool,
     last_error: Option<String>,
+    /// `paused until …` while every consumer of the sink is paused in the server.
+    paused: Option<String>,
     heartbeat: Instant,
 }
 
@@ -35,6 +42,10 @@ pub struct Report {
     pub ok: bool,
     /// One line per thing that is not ready or not alive.
     pub problems: Vec<String>,
+    /// One line per sink paused by an operator (`/readyz` only; absent when none is):
+    /// ready, but pulling nothing until it resumes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paused: Vec<String>,
 }
 
 impl Health {
@@ -47,6 +58,7 @@ impl Health {
                     consumer_bound: false,
                     destination_ok: false,
                     last_error: None,
+                    paused: None,
                     heartbeat: Instant::now(),
                 },
             );
@@ -66,14 +78,18 @@ impl Health {
     }
 
     /// Readiness: every NATS connection up (`down` names those that are not) and every
-    /// sink bound with a usable destination.
+    /// sink bound with a usable destination. Paused sinks are listed, and ready.
     pub fn readiness(&self, down: &[&str]) -> Report {
         let mut problems: Vec<String> = down
             .iter()
             .map(|c| format!("nats connection {c}: not connected"))
             .collect();
+        let mut paused = Vec::new();
         if let Ok(map) = self.sinks.lock() {
             for (name, s) in map.iter() {
+                if let Some(p) = &s.paused {
+                    paused.push(format!("sink {name}: {p}"));
+                }
                 if !s.consumer_bound {
                     problems.push(format!("sink {name}: consumer not bound"));
                 }
@@ -86,6 +102,7 @@ impl Health {
         Report {
             ok: problems.is_empty(),
             problems,
+            paused,
         }
     }
 
@@ -103,6 +120,7 @@ impl Health {
         Report {
             ok: problems.is_empty(),
             problems,
+            paused: Vec::new(),
         }
     }
 }
@@ -134,6 +152,12 @@ impl SinkHealth {
         });
     }
 
+    /// Every consumer of the sink is paused in the server (`Some("paused until …")`), or
+    /// no longer (`None`).
+    pub fn set_paused(&self, paused: Option<String>) {
+        self.health.update(&self.name, |s| s.paused = paused);
+    }
+
     /// The destination failed; `why` is shown by `/readyz` (no payloads, no secrets).
     pub fn destination_failed(&self, why: &str) {
         self.health.update(&self.name, |s| {
@@ -162,6 +186,27 @@ mod tests {
         assert_eq!(
             r.problems,
             vec!["sink a: destination unavailable: disk full"]
+        );
+    }
+
+    #[test]
+    fn a_paused_sink_is_ready_and_named() {
+        let h = Health::default();
+        let s = h.sink("a");
+        s.set_bound(true);
+        s.destination_ok();
+        s.set_paused(Some("paused until resumed".into()));
+        let r = h.readiness(&[]);
+        assert!(r.ok);
+        assert_eq!(r.paused, vec!["sink a: paused until resumed"]);
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"ok":true,"problems":[],"paused":["sink a: paused until resumed"]}"#
+        );
+        s.set_paused(None);
+        assert_eq!(
+            serde_json::to_string(&h.readiness(&[])).unwrap(),
+            r#"{"ok":true,"problems":[]}"#
         );
     }
 

@@ -21,7 +21,8 @@
 //! - [`cmd`]: one module per command of the `jetsink` binary: `run` (the daemon's
 //!   wiring), `quickstart`, `validate`, `schema`, `publish` (the test publisher), `bench`
 //!   (the benchmark against the bare-consumer ceiling), `submit`, `metrics show`,
-//!   `decrypt`, `keygen`, `dlq replay`; and `cli`, the command tree `main.rs` calls.
+//!   `decrypt`, `keygen`, `replay`, `pause` and `resume`, `dlq replay`; and `cli`, the
+//!   command tree `main.rs` calls.
 //! - [`notify`]: systemd readiness, stopping and watchdog notifications.
 //! - [`logging`], [`exit`]: log setup and process exit codes.
 //! - [`files`]: the bounded reader of every file an operator names (config, keys, secrets).

@@ -54,6 +54,11 @@ enum Command {
     /// Write a range of a sink's stream into its destination again, idempotently,
     /// without moving the sink's consumer.
     Replay(cmd::replay::Args),
+    /// Pause a sink's consumer in the server (nats-server 2.11+) until a time, for a
+    /// duration, or until resumed: every running instance stops pulling meanwhile.
+    Pause(cmd::pause::Args),
+    /// Resume a paused sink's consumer at once.
+    Resume(cmd::pause::ResumeArgs),
     /// Work with a sink's dead-letter queue.
     Dlq {
         #[command(subcommand)]
@@ -114,6 +119,8 @@ async fn dispatch(command: Command) -> u8 {
             command: MetricsCommand::Get(args),
         } => cmd::metrics_show::get::execute(args).await,
         Command::Replay(args) => cmd::replay::execute(args).await,
+        Command::Pause(args) => cmd::pause::execute(args).await,
+        Command::Resume(args) => cmd::pause::execute_resume(args).await,
         Command::Dlq {
             command: DlqCommand::Replay(args),
         } => cmd::dlq_replay::execute(args).await,

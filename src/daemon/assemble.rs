@@ -15,6 +15,7 @@ use crate::jobs::ResultPublisher;
 use crate::metrics::Metrics;
 use crate::nats::backlog::{self, BacklogGauges};
 use crate::nats::{bind, capacity::capacity, Bound, Connection, Needs};
+use crate::pipeline::pause::Pause;
 use crate::pipeline::{Binding, Observers, Runner, SinkMetrics, Stages};
 use crate::sinks::{self, Sink};
 
@@ -81,21 +82,25 @@ async fn one(
     };
     out.background
         .extend(watch.advisories(&bound, &dead_letters, &results));
-    out.background.push(watch.backlog(&bound, backlog));
     let runner = Runner::new(
         spec.clone(),
         Binding {
             js,
-            consumers: bound.into_iter().map(|b| b.consumer).collect(),
+            consumers: bound.iter().map(|b| b.consumer.clone()).collect(),
             drops: conn.drops.clone(),
         },
         sink,
         Stages::for_sink(spec),
         dead_letters,
-        Observers { metrics, health },
+        Observers {
+            metrics: metrics.clone(),
+            health,
+        },
         shared.shutdown.clone(),
     )
     .with_results(results);
+    out.background
+        .push(watch.backlog(&bound, backlog, runner.pause()));
     out.runners.push(runner);
     Ok(())
 }
@@ -245,8 +250,9 @@ impl Watch<'_> {
             .collect()
     }
 
-    /// The backlog gauges of the sink's consumers, refreshed from consumer info.
-    fn backlog(&self, bound: &[Bound], gauges: &BacklogGauges) -> JoinHandle<()> {
+    /// The backlog gauges of the sink's consumers, refreshed from consumer info, which
+    /// also tells the sink's pause state whether they are paused.
+    fn backlog(&self, bound: &[Bound], gauges: &BacklogGauges, pause: Pause) -> JoinHandle<()> {
         let watched = bound
             .iter()
             .map(|b| {
@@ -259,6 +265,7 @@ impl Watch<'_> {
             watched,
             backlog::REFRESH,
             self.shutdown.clone(),
+            move |info| pause.observe(info),
         ))
     }
 }

@@ -1,6 +1,7 @@
 //! The backlog of every bound consumer as gauges: how many messages wait in the stream,
 //! how many are delivered and unacknowledged, how many are being redelivered, and how many
-//! pulls wait in the server — read from consumer info at a bounded rate.
+//! pulls wait in the server — read from consumer info at a bounded rate. The same answers
+//! tell the sink whether its consumers are paused in the server.
 //!
 //! The randomizer document's practical advice is to monitor pending counts; with these
 //! gauges that needs nothing outside jetsink: a backlog that keeps growing is an alert rule
@@ -91,19 +92,24 @@ impl ConsumerGauges {
     }
 }
 
-/// Reads each consumer's info every `every` and records it, until `shutdown` turns true.
-/// A failed read keeps the last values and is logged at debug level: the fetch path
-/// already reports an unreachable server.
+/// Reads each consumer's info every `every` and records it, until `shutdown` turns true;
+/// `also` is handed every answer (the sink's pause state reads it). A failed read keeps
+/// the last values and is logged at debug level: the fetch path already reports an
+/// unreachable server.
 pub async fn watch(
     sink: String,
     mut consumers: Vec<(PullConsumer, ConsumerGauges)>,
     every: Duration,
     mut shutdown: watch::Receiver<bool>,
+    also: impl Fn(&Info) + Send,
 ) {
     loop {
         for (consumer, gauges) in &mut consumers {
             match consumer.info().await {
-                Ok(info) => gauges.record(info),
+                Ok(info) => {
+                    gauges.record(info);
+                    also(info);
+                }
                 Err(e) => {
                     tracing::debug!(sink = %sink, error = %e, "consumer info for the backlog gauges failed")
                 }

@@ -1,6 +1,6 @@
 //! Everything that talks to NATS before the runner takes over: connecting, binding a
 //! sink's stream and durable consumer, pulling one bounded batch, reading the delivery
-//! metadata of what was pulled, holding the pin of an active/standby priority group, and reading stored messages raw when the client cannot
+//! metadata of what was pulled, holding the pin of an active/standby priority group, pausing a consumer, and reading stored messages raw when the client cannot
 //! (with the rule that says which header blocks it cannot read).
 
 pub mod backlog;
@@ -13,6 +13,7 @@ pub mod credentials;
 pub mod fetch;
 pub mod header_block;
 pub mod own_stream;
+pub mod pause;
 pub mod pin;
 pub mod raw_read;
 pub mod replay_consumer;

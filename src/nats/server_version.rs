@@ -4,7 +4,8 @@
 //! silently drops what it does not know: a consumer meant to read two subjects would read
 //! every subject of the stream. So features that need 2.10 are decided from the version the
 //! server states, never by trying them; so are priority groups with a pinned client
-//! (2.11), which 2.9 and 2.10 ignore the same way. Pure.
+//! (2.11), which 2.9 and 2.10 ignore the same way; and consumer pause (2.11), an API
+//! older servers do not have. Pure.
 
 use std::fmt;
 
@@ -47,6 +48,13 @@ impl ServerVersion {
     /// (`priority_policy: pinned_client`): nats-server 2.11 and later. Older servers
     /// ignore the fields and would deliver to every instance.
     pub fn has_priority_groups(self) -> bool {
+        self >= ServerVersion(2, 11, 0)
+    }
+
+    /// Whether a consumer can be paused until a deadline (`$JS.API.CONSUMER.PAUSE`,
+    /// `pause_until`): nats-server 2.11 and later. Older servers have no such API, so
+    /// `jetsink pause` refuses instead of sending a request nothing would answer.
+    pub fn has_consumer_pause(self) -> bool {
         self >= ServerVersion(2, 11, 0)
     }
 }
@@ -105,6 +113,14 @@ mod tests {
         assert!(!ServerVersion(2, 10, 29).has_priority_groups());
         assert!(ServerVersion(2, 11, 0).has_priority_groups());
         assert!(ServerVersion(2, 14, 0).has_priority_groups());
+    }
+
+    #[test]
+    fn consumer_pause_starts_at_2_11() {
+        assert!(!ServerVersion(2, 9, 10).has_consumer_pause());
+        assert!(!ServerVersion(2, 10, 29).has_consumer_pause());
+        assert!(ServerVersion(2, 11, 0).has_consumer_pause());
+        assert!(ServerVersion(2, 14, 0).has_consumer_pause());
     }
 
     proptest! {

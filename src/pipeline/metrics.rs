@@ -64,6 +64,8 @@ pub struct SinkMetrics {
     pub malformed: IntCounter,
     /// Scans for such messages completed after a connection drop.
     pub unreadable_scans: IntCounter,
+    /// 1 while every consumer of the sink is paused in the server (`jetsink_paused`).
+    pub paused: IntGauge,
     /// The sink's dead-letter counters.
     pub dlq: DlqMetrics,
     /// The sink's job-result counters (job-queue mode).
@@ -127,6 +129,7 @@ impl SinkMetrics {
             rollover: BufferMetrics::rollover(m, name),
             malformed: c("jetsink_malformed_messages_total", "Messages whose header block the NATS client cannot read, found by reading them raw and dead-lettered or terminated."),
             unreadable_scans: c("jetsink_unreadable_scans_total", "Scans of a sink's outstanding messages for ones the NATS client cannot read, completed after its connection dropped."),
+            paused: g("jetsink_paused", "1 while every consumer of the sink is paused in the server (jetsink pause, nats-server 2.11+) and the sink pulls nothing, 0 otherwise."),
             dlq: DlqMetrics::new(m, name),
             jobs: JobMetrics::new(m, name),
             metrics: m.clone(),

@@ -1,5 +1,6 @@
 //! The stages between a fetched batch and its ACKs: preparation (normalize, metadata,
-//! lanes), retry policy, acknowledgements, and the per-sink runner.
+//! lanes), retry policy, acknowledgements, the per-sink runner, and what it knows of a
+//! pause of its consumers.
 //!
 //! Only [`Runner`], [`Stages`] and what builds them are public: the acknowledger and the
 //! disposal policy are private to this module, so "only the runner acknowledges" holds by
@@ -13,6 +14,7 @@ mod isolate;
 mod keeper;
 pub mod lanes;
 pub mod metrics;
+pub mod pause;
 mod puller;
 pub mod randomizer;
 mod reconfirm;

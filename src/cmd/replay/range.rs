@@ -2,7 +2,6 @@
 //! comes to on a stream, and the sink as the replay runs it (its own consumer, no
 //! reordering). No I/O, so every rule is unit-tested.
 
-use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::error::ReplayError;
@@ -33,10 +32,7 @@ pub struct Range {
 
 /// An RFC 3339 time given to `flag`.
 fn parse_time(flag: &'static str, text: &str) -> Result<OffsetDateTime, ReplayError> {
-    OffsetDateTime::parse(text, &Rfc3339).map_err(|e| ReplayError::Usage {
-        flag,
-        message: format!("{text:?} is not an RFC 3339 time such as 2026-03-01T12:00:00Z ({e})"),
-    })
+    crate::cmd::flag_values::rfc3339(text).map_err(|message| ReplayError::Usage { flag, message })
 }
 
 /// The range of `--from-seq`/`--since` and `--to-seq`/`--until` (clap makes sure exactly

@@ -7,6 +7,9 @@
 //! batch pulled ahead and not yet written. The pull task itself puts its batch into the
 //! keeper's [`Slot`], so a batch that arrives while the runner's task is blocked in a
 //! write is kept alive from that moment without the runner's help.
+//!
+//! A consumer paused in the server (`jetsink pause`) is not pulled; while all of them
+//! are, the puller waits for the pause to end instead (`paused.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,12 +31,14 @@ use crate::config::SinkSpec;
 use crate::health::SinkHealth;
 use crate::nats::{bind, fetch_any, fetch_batch, Drops, FetchLimits, Needs, Pin};
 use crate::pipeline::metrics::SinkMetrics;
+use crate::pipeline::pause::Pause;
 
 /// Consecutive failed pulls after which the runner re-binds its consumer (it may have been
 /// lost with a memory-storage server restart).
 const REBIND_AFTER: u32 = 3;
 
 mod ahead;
+mod paused;
 
 pub(super) use ahead::Ahead;
 use ahead::PendingPull;
@@ -90,6 +95,8 @@ pub(super) struct Puller {
     pinned: Option<Pinned>,
     /// Whether repeated failed pulls bind the consumers again (not for a replay's).
     rebinds: bool,
+    /// Which consumers are paused in the server.
+    pause: Pause,
 }
 
 /// This sink's side of an active/standby priority group.
@@ -167,6 +174,11 @@ impl Puller {
                 gauge,
             }
         });
+        let names = consumers
+            .iter()
+            .map(|c| c.cached_info().name.clone())
+            .collect();
+        let pause = Pause::new(&spec.name, names, metrics.paused.clone(), health.clone());
         Puller {
             spec,
             js,
@@ -182,7 +194,13 @@ impl Puller {
             health,
             pinned,
             rebinds: true,
+            pause,
         }
+    }
+
+    /// The sink's pause state, which the backlog watcher also feeds.
+    pub(super) fn pause(&self) -> &Pause {
+        &self.pause
     }
 
     /// Failed pulls are retried on the same consumers, never followed by a new binding.
@@ -249,6 +267,9 @@ impl Puller {
 
     /// Starts the next pull in the background, unless one is running or a batch waits.
     pub(super) async fn pull_ahead(&mut self, ahead: &mut Ahead) {
+        if self.pause.sink_paused().is_some() {
+            return;
+        }
         if ahead.pending.is_none() && ahead.slot.is_empty().await {
             ahead.pending = Some(self.spawn(ahead.slot.clone()));
         }
@@ -285,6 +306,15 @@ impl Puller {
                 order
             }
         };
+        // A consumer paused in the server would only hold its pull.
+        let order: Vec<usize> = order
+            .into_iter()
+            .filter(|&i| {
+                self.consumers
+                    .get(i)
+                    .is_some_and(|c| !self.pause.consumer_paused(&c.cached_info().name))
+            })
+            .collect();
         let consumers = self.consumers.clone();
         let js = self.js.clone();
         tokio::spawn(async move {
@@ -316,6 +346,9 @@ impl Puller {
             None => {
                 let mut handle = match ahead.pending.take() {
                     Some(h) => h,
+                    None if self.pause.sink_paused().is_some() => {
+                        return self.while_paused(shutdown, by).await;
+                    }
                     None => self.spawn(ahead.slot.clone()),
                 };
                 let timer = async {

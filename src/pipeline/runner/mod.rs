@@ -282,6 +282,12 @@ impl Runner {
         self
     }
 
+    /// The sink's pause state (consumer pause in the server), for the backlog watcher to
+    /// feed from the consumer info it reads.
+    pub fn pause(&self) -> crate::pipeline::pause::Pause {
+        self.puller.pause().clone()
+    }
+
     /// The sink's name, for the supervisor's log when the loop fails.
     pub fn name(&self) -> &str {
         &self.puller.spec().name
