@@ -16,6 +16,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+/// How long the listeners and consumer watchers may take to end once the sinks stopped.
+/// Their shutdown began with the signal, beside the sinks' (the listeners give open HTTP
+/// connections 5 s from then), and with the final flush's 5 s this stays inside the bound
+/// of [`serve`].
+const WIND_DOWN: Duration = Duration::from_secs(4);
+
 pub use error::{DaemonError, Kind};
 
 use crate::config::Config;
@@ -80,13 +86,26 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), D
     }
     // From here on, closing a connection is jetsink's own doing.
     links.closing();
-    connect::flush_all(&connections).await;
-    for task in served
+    // The final flush, the listeners' drains and the watchers' ends at once: each is
+    // bounded on its own (5 s), and one after another they added up past the daemon's
+    // own shutdown bound on a loaded machine, turning a clean stop into exit 1.
+    let tasks = served
         .into_iter()
         .chain(assembled.background)
         .chain(notifier)
-    {
-        let _ = task.await;
+        .map(|task| async move {
+            let _ = task.await;
+        });
+    let ended = futures::future::join_all(tasks);
+    let ((), ended) = tokio::join!(
+        connect::flush_all(&connections),
+        tokio::time::timeout(WIND_DOWN, ended)
+    );
+    if ended.is_err() {
+        tracing::warn!(
+            "listeners or consumer watchers still running {} s after the sinks stopped; exiting without them",
+            WIND_DOWN.as_secs()
+        );
     }
     // The last snapshot, once every sink has settled: it holds the final counts.
     if let Some(writer) = snapshots {
