@@ -62,5 +62,6 @@ mod shuffle;
 mod slow_write;
 mod stage_order;
 mod structure;
+mod trace;
 mod validate_online;
 mod validate_run;

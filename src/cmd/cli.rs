@@ -1,6 +1,6 @@
 //! The `jetsink` command tree: parses the command line, starts the async runtime and hands
 //! the command to its module under `cmd`, which does the work, prints, and answers the
-//! exit code (0 ok, 2 usage, 78 config, 69 dependency unavailable, 1 other).
+//! exit code (0 ok, 2 usage, 78 config, 69 dependency unavailable, 65 no such message, 1 other).
 //!
 //! Each command's flags live beside its code (`cmd::<command>::Args`); this file holds only
 //! the shape of the command tree, so `jetsink --help` reads the same as the modules. It
@@ -59,6 +59,9 @@ enum Command {
     Pause(cmd::pause::Args),
     /// Resume a paused sink's consumer at once.
     Resume(cmd::pause::ResumeArgs),
+    /// Say where one message is: in the stream, delivered or ACKed by the sink's
+    /// consumers, stored in the destination, dead-lettered and why.
+    Trace(cmd::trace::Args),
     /// Work with a sink's dead-letter queue.
     Dlq {
         #[command(subcommand)]
@@ -121,6 +124,7 @@ async fn dispatch(command: Command) -> u8 {
         Command::Replay(args) => cmd::replay::execute(args).await,
         Command::Pause(args) => cmd::pause::execute(args).await,
         Command::Resume(args) => cmd::pause::execute_resume(args).await,
+        Command::Trace(args) => cmd::trace::execute(args).await,
         Command::Dlq {
             command: DlqCommand::Replay(args),
         } => cmd::dlq_replay::execute(args).await,

@@ -29,6 +29,7 @@ pub mod run;
 pub mod schema;
 pub mod signals;
 pub mod submit;
+pub mod trace;
 pub mod validate;
 
 /// Writes command output to stdout; a reader that went away (`| head`) is not an error.

@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 
-use super::contract::{Probe, Sink, SinkError, Written};
+use super::contract::{Located, Probe, Sink, SinkError, Wanted, Written, CANNOT_ASK};
 use crate::envelope::Envelope;
 
 /// A destination whose calls block: the synchronous form of [`Sink`], with the same
@@ -52,6 +52,16 @@ pub trait BlockingSink: Send {
     fn stored_keys_blocking(&mut self, _stream: &str) -> Result<Option<u64>, SinkError> {
         Ok(None)
     }
+
+    /// Whether the destination holds one message, and where; see [`Sink::locate`]. The
+    /// default cannot tell.
+    fn locate_blocking(
+        &mut self,
+        _stream: &str,
+        _wanted: Wanted<'_>,
+    ) -> Result<Located, SinkError> {
+        Ok(Located::CannotAsk(CANNOT_ASK.into()))
+    }
 }
 
 #[async_trait]
@@ -92,6 +102,10 @@ impl<T: BlockingSink> Sink for T {
 
     async fn stored_keys(&mut self, stream: &str) -> Result<Option<u64>, SinkError> {
         tokio::task::block_in_place(|| self.stored_keys_blocking(stream))
+    }
+
+    async fn locate(&mut self, stream: &str, wanted: Wanted<'_>) -> Result<Located, SinkError> {
+        tokio::task::block_in_place(|| self.locate_blocking(stream, wanted))
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {

@@ -314,6 +314,43 @@ pub trait Sink: Send {
     async fn stored_keys(&mut self, _stream: &str) -> Result<Option<u64>, SinkError> {
         Ok(None)
     }
+
+    /// Whether the destination holds one message of `stream`, and where, for `jetsink
+    /// trace`. Reads only: it creates, locks and writes nothing, so it may run beside a
+    /// live `jetsink run`. The default says the destination cannot be asked.
+    async fn locate(&mut self, _stream: &str, _wanted: Wanted<'_>) -> Result<Located, SinkError> {
+        Ok(Located::CannotAsk(CANNOT_ASK.into()))
+    }
+}
+
+/// Why a destination without [`Sink::locate`] cannot say whether it holds a message.
+pub const CANNOT_ASK: &str = "this destination keeps no per-message record jetsink can read back (it hands messages on: an endpoint, a subject, a worker)";
+
+/// The message [`Sink::locate`] looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted<'a> {
+    /// The one whose idempotency key is this (`<stream>:<sequence>` or the message id).
+    Key(&'a str),
+    /// The latest stored with this `Nats-Msg-Id`, which gives its stream sequence.
+    MessageId(&'a str),
+}
+
+/// What a destination says about one message ([`Sink::locate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Located {
+    /// It is stored.
+    Stored {
+        /// Where: the table and key column, the file, the object.
+        place: String,
+        /// Its stream sequence, as stored.
+        sequence: Option<u64>,
+        /// The delivery that wrote it, as stored.
+        delivered: Option<u64>,
+    },
+    /// It is not stored; where the destination looked.
+    Absent(String),
+    /// The destination cannot tell; why.
+    CannotAsk(String),
 }
 
 /// What a read-only check of a destination found ([`Sink::probe`]).

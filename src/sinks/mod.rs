@@ -38,4 +38,6 @@ registry::destinations! {
 /// "unknown". Adding one of them moves its name from here to a line of the list above.
 pub const PLANNED: &[&str] = &[];
 
-pub use contract::{CutShort, ErrorClass, Feed, Outcome, Output, Probe, Sink, SinkError, Written};
+pub use contract::{
+    CutShort, ErrorClass, Feed, Located, Outcome, Output, Probe, Sink, SinkError, Wanted, Written,
+};

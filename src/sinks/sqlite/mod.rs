@@ -11,6 +11,7 @@
 mod classify;
 pub mod config;
 mod insert;
+mod locate;
 mod schema;
 mod sink;
 #[cfg(test)]

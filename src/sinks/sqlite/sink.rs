@@ -21,7 +21,7 @@ use super::insert::{insert_batch, Scratch};
 use super::schema;
 use crate::envelope::Envelope;
 use crate::sinks::blocking::BlockingSink;
-use crate::sinks::contract::{Probe, SinkError};
+use crate::sinks::contract::{Located, Probe, SinkError, Wanted};
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::{io_error, probe_directory};
 
@@ -201,6 +201,11 @@ impl BlockingSink for SqliteSink {
         conn.query_row(&sql, [stream], |r| r.get::<_, i64>(0))
             .map(|n| Some(n.max(0) as u64))
             .map_err(|e| classify(&e, None).with_context("counting the stored keys"))
+    }
+
+    /// The row of one message, through a read-only connection of its own.
+    fn locate_blocking(&mut self, stream: &str, wanted: Wanted<'_>) -> Result<Located, SinkError> {
+        super::locate::locate(&self.path, &self.config.table, stream, wanted)
     }
 
     /// The file's directory, the file (writable, never created here), and the table, read
