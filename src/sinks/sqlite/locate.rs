@@ -93,15 +93,27 @@ mod tests {
             }
         );
         let by_id = locate(&path, "events", "S", Wanted::MessageId("m-7")).unwrap();
-        assert!(matches!(by_id, Located::Stored { sequence: Some(7), .. }));
+        assert!(matches!(
+            by_id,
+            Located::Stored {
+                sequence: Some(7),
+                ..
+            }
+        ));
         let other_stream = locate(&path, "events", "T", Wanted::Key("S:7")).unwrap();
-        assert!(matches!(other_stream, Located::Absent(_)), "{other_stream:?}");
+        assert!(
+            matches!(other_stream, Located::Absent(_)),
+            "{other_stream:?}"
+        );
         assert!(matches!(
             locate(&path, "events", "S", Wanted::Key("S:8")).unwrap(),
             Located::Absent(_)
         ));
         let gone = locate(&dir.path().join("no.db"), "events", "S", Wanted::Key("S:7")).unwrap();
         assert!(matches!(gone, Located::Absent(ref w) if w.contains("does not exist")));
-        assert!(!dir.path().join("no.db").exists(), "a trace creates nothing");
+        assert!(
+            !dir.path().join("no.db").exists(),
+            "a trace creates nothing"
+        );
     }
 }
