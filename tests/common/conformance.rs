@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use jetsink::envelope::Envelope;
-use jetsink::sinks::{Sink, SinkError};
+use jetsink::sinks::{Located, Sink, SinkError, Wanted};
 use serde_json::{json, Value};
 
 use super::database::{envelope, json_batch, misconfigured};
@@ -146,6 +146,7 @@ macro_rules! conformance_suite {
             column_mapping_fills_a_typed_user_table,
             start_up_exits_78_for_a_wrong_table_and_69_for_an_unreachable_server,
             bench_of_a_configured_sink_verifies_every_stored_key,
+            locate_finds_a_written_key_and_a_message_id_and_not_an_absent_one,
         );
     };
 }
@@ -508,6 +509,80 @@ pub async fn stored_keys_counts_one_stream_and_declines_a_mapping_without_the_ke
     let mut mapped =
         opened::<D>(db.config(json!({"table": "orders", "columns": orders_columns()}))).await;
     assert_eq!(mapped.stored_keys("ORDERS").await.unwrap(), None);
+}
+
+pub async fn locate_finds_a_written_key_and_a_message_id_and_not_an_absent_one<D: TestDatabase>() {
+    let db = D::create("locate").await;
+    // Before the table exists, a lookup says so and creates nothing.
+    let mut fresh = D::sink(db.config(json!({})));
+    let before = fresh
+        .locate("ORDERS", Wanted::Key("ORDERS:1"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&before, Located::Absent(w) if w.contains("does not exist")),
+        "{before:?}"
+    );
+    assert_eq!(db.count("events").await, -1, "a lookup created the table");
+
+    let mut sink = opened::<D>(db.config(json!({}))).await;
+    let mut batch = json_batch(1..=3);
+    batch[1].delivered = 4;
+    sink.write_batch(&batch).await.unwrap();
+    let second = &batch[1];
+    let key = second.idempotency_key.as_str();
+    let found = fresh.locate("ORDERS", Wanted::Key(key)).await.unwrap();
+    match &found {
+        Located::Stored {
+            place,
+            sequence,
+            delivered,
+        } => {
+            assert!(place.contains("events") && place.contains(key), "{place}");
+            assert_eq!((*sequence, *delivered), (Some(2), Some(4)));
+        }
+        other => panic!("expected the stored row of {key}, got {other:?}"),
+    }
+    let id = second
+        .message_id
+        .as_deref()
+        .expect("the envelope has a message id");
+    let by_id = fresh.locate("ORDERS", Wanted::MessageId(id)).await.unwrap();
+    assert!(
+        matches!(
+            by_id,
+            Located::Stored {
+                sequence: Some(2),
+                delivered: Some(4),
+                ..
+            }
+        ),
+        "{by_id:?}"
+    );
+    let absent = fresh
+        .locate("ORDERS", Wanted::Key("ORDERS:99"))
+        .await
+        .unwrap();
+    assert!(matches!(absent, Located::Absent(_)), "{absent:?}");
+    let other_stream = fresh.locate("OTHER", Wanted::Key(key)).await.unwrap();
+    assert!(
+        matches!(other_stream, Located::Absent(_)),
+        "{other_stream:?}"
+    );
+    let no_id = fresh
+        .locate("ORDERS", Wanted::MessageId("id-99"))
+        .await
+        .unwrap();
+    assert!(matches!(no_id, Located::Absent(_)), "{no_id:?}");
+
+    // A mapping without the key cannot be asked, as it cannot count stored keys.
+    db.orders_table("orders").await;
+    let mut mapped = D::sink(db.config(json!({"table": "orders", "columns": orders_columns()})));
+    let declined = mapped.locate("ORDERS", Wanted::Key(key)).await.unwrap();
+    assert!(
+        matches!(&declined, Located::CannotAsk(why) if why.contains("$idempotency_key")),
+        "{declined:?}"
+    );
 }
 
 // ---------------------------------------------------------------- the whole daemon

@@ -7,10 +7,11 @@
 use std::future::Future;
 use std::time::Duration;
 
+use super::locate::Query;
 use super::settings::DatabaseSettings;
 use super::util::Phase;
 use crate::envelope::Envelope;
-use crate::sinks::contract::{Probe, SinkError};
+use crate::sinks::contract::{Located, Probe, SinkError};
 use crate::sinks::database::columns::Mapping;
 
 /// What one database engine decides; everything else is [`DatabaseSink`]'s.
@@ -64,6 +65,14 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         stream_column: &str,
         stream: &str,
     ) -> impl Future<Output = Result<u64, SinkError>> + Send;
+
+    /// Runs `query` among `stream`'s rows on a connection of its own that creates, locks
+    /// and writes nothing (a missing table is [`Located::Absent`]), for `jetsink trace`.
+    fn locate(
+        &self,
+        query: &Query<'_>,
+        stream: &str,
+    ) -> impl Future<Output = Result<Located, SinkError>> + Send;
 
     /// Whether the server or the network closed the connection, so that even a content
     /// error must drop it. `false` when the engine cannot tell.

@@ -9,12 +9,14 @@
 //! error meaning "misconfigured" at start-up and "outage" mid-run. That lives once, in
 //! [`DatabaseSink`]. A [`Dialect`] supplies only what the engine decides: how to connect
 //! and check the table, how a batch is written in one transaction, how stored keys are
-//! counted and how its errors are classified (`sinks::<engine>::classify`).
+//! counted, how one message is looked up for `jetsink trace` (the query itself is
+//! [`locate`]'s) and how its errors are classified (`sinks::<engine>::classify`).
 
 pub mod cells;
 pub mod columns;
 pub mod config;
 mod dialect;
+pub mod locate;
 pub mod settings;
 mod sink;
 pub(crate) mod tls_files;

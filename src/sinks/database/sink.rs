@@ -15,10 +15,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::dialect::Dialect;
+use super::locate::Query;
 use super::settings::{DatabaseSettings, Limits};
 use super::util::Phase;
 use crate::envelope::Envelope;
-use crate::sinks::contract::{Probe, Sink, SinkError};
+use crate::sinks::contract::{Located, Probe, Sink, SinkError, Wanted};
 use crate::sinks::database::columns::Mapping;
 use crate::sinks::database::config::WriteMode;
 
@@ -217,6 +218,27 @@ impl<D: Dialect> Sink for DatabaseSink<D> {
             .await
             .map_err(|e| e.with_context(&self.target))?;
         Ok(Some(count))
+    }
+
+    async fn locate(&mut self, stream: &str, wanted: Wanted<'_>) -> Result<Located, SinkError> {
+        let mapping = match &self.mapping {
+            Ok(mapping) => mapping,
+            Err(e) => return Ok(Located::CannotAsk(format!("{}: {e}", self.target))),
+        };
+        let query = match Query::new(mapping, wanted) {
+            Ok(query) => query,
+            Err(why) => return Ok(Located::CannotAsk(why)),
+        };
+        let limit = self.limits.connect;
+        bounded(limit, self.dialect.locate(&query, stream), || {
+            format!(
+                "{}: looking the message up took longer than {} ms",
+                D::NAME,
+                limit.as_millis()
+            )
+        })
+        .await
+        .map_err(|e| e.with_context(&self.target))
     }
 }
 

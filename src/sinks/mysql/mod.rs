@@ -16,6 +16,7 @@
 mod classify;
 pub mod config;
 mod encode;
+mod locate;
 mod schema;
 mod sink;
 #[cfg(test)]

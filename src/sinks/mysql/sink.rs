@@ -21,12 +21,13 @@ use super::encode;
 use super::schema;
 use super::tls;
 use crate::envelope::Envelope;
-use crate::sinks::contract::{Probe, SinkError};
+use crate::sinks::contract::{Located, Probe, SinkError};
 use crate::sinks::database::cells::parse_documents;
 use crate::sinks::database::columns::{
     plan_table, Family, Field, Mapping, Source, TableColumn, TablePlan, UniqueKey,
 };
 use crate::sinks::database::config::WriteMode;
+use crate::sinks::database::locate::Query;
 use crate::sinks::database::util::{read_password, Phase};
 use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
 
@@ -397,6 +398,11 @@ impl Dialect for Mysql {
             .await
             .map_err(|e| classify(&e, Phase::Write, None))?;
         Ok(count.unwrap_or(0))
+    }
+
+    async fn locate(&self, query: &Query<'_>, stream: &str) -> Result<Located, SinkError> {
+        let opts = self.opts()?;
+        super::locate::locate(opts, &self.config.table, &self.table_sql, query, stream).await
     }
 
     /// Closes politely in the background; a broken connection just drops.

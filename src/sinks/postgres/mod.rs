@@ -19,6 +19,7 @@ mod classify;
 pub mod config;
 mod connection;
 mod encode;
+mod locate;
 mod schema;
 mod sink;
 mod table;

@@ -20,9 +20,10 @@ use super::schema;
 use super::table;
 use super::write::{dry_run, write_batch};
 use crate::envelope::Envelope;
-use crate::sinks::contract::{Probe, SinkError};
+use crate::sinks::contract::{Located, Probe, SinkError};
 use crate::sinks::database::columns::Mapping;
 use crate::sinks::database::config::WriteMode;
+use crate::sinks::database::locate::Query;
 use crate::sinks::database::util::Phase;
 use crate::sinks::database::{database_settings, DatabaseSink, Dialect};
 
@@ -189,6 +190,10 @@ impl Dialect for Postgres {
             .await
             .map_err(|e| classify(&e, Phase::Write, None))?;
         Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    async fn locate(&self, query: &Query<'_>, stream: &str) -> Result<Located, SinkError> {
+        super::locate::locate(&self.config, &self.table_sql, query, stream).await
     }
 
     fn is_closed(conn: &Conn) -> bool {

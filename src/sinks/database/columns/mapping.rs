@@ -78,13 +78,18 @@ impl Mapping {
     /// The columns that store the idempotency key and the stream as they are, when both
     /// exist: what counting a stream's stored keys needs.
     pub fn key_and_stream_columns(&self) -> Option<(&str, &str)> {
-        let column_of = |field: Field| {
-            self.columns
-                .iter()
-                .find(|(_, s)| *s == Source::Field(field))
-                .map(|(c, _)| c.as_str())
-        };
-        Some((column_of(Field::IdempotencyKey)?, column_of(Field::Stream)?))
+        Some((
+            self.column_of(Field::IdempotencyKey)?,
+            self.column_of(Field::Stream)?,
+        ))
+    }
+
+    /// The column that stores `field` as it is, if one does.
+    pub fn column_of(&self, field: Field) -> Option<&str> {
+        self.columns
+            .iter()
+            .find(|(_, s)| *s == Source::Field(field))
+            .map(|(c, _)| c.as_str())
     }
 }
 
