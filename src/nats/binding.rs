@@ -289,16 +289,36 @@ async fn bind_consumer(
         ));
     }
     tracing::info!(sink, consumer = %source.consumer, "creating durable consumer");
-    stream.create_consumer(wanted).await.map_err(|e| {
-        let server = consumer_error(&e);
-        failed(
-            sink,
-            format!("creating consumer {}", source.consumer),
-            e,
-            server,
-        )
-    })
+    let mut attempt = 1;
+    loop {
+        match stream.create_consumer(wanted.clone()).await {
+            Ok(c) => return Ok(c),
+            // A cluster whose meta leader is busy or being elected (just formed, a node
+            // restarting) can answer a create after the request timeout. Creating a
+            // durable with the same settings again is answered with the consumer, also when
+            // the timed-out request did create it, so asking again is safe.
+            Err(e)
+                if matches!(e.kind(), ConsumerErrorKind::TimedOut) && attempt < CREATE_ATTEMPTS =>
+            {
+                tracing::warn!(sink, consumer = %source.consumer, attempt, "creating the consumer timed out (a cluster may be electing its leader); asking again");
+                attempt += 1;
+            }
+            Err(e) => {
+                let server = consumer_error(&e);
+                return Err(failed(
+                    sink,
+                    format!("creating consumer {}", source.consumer),
+                    e,
+                    server,
+                ));
+            }
+        }
+    }
 }
+
+/// How often a consumer create that timed out is asked for in all, before start-up fails
+/// (exit 69): each attempt waits up to `nats.request_timeout_ms`.
+const CREATE_ATTEMPTS: u32 = 3;
 
 #[cfg(test)]
 mod tests {
