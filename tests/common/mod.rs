@@ -711,9 +711,12 @@ pub async fn drained(js: &jetstream::Context, stream: &str) -> bool {
     let Ok(s) = js.get_stream(stream).await else {
         return false;
     };
-    s.consumer_info("jetsink")
-        .await
-        .is_ok_and(|i| i.num_pending == 0 && i.num_ack_pending == 0)
+    // Something delivered, too: a consumer that has been given nothing yet also shows
+    // 0 pending and 0 unacknowledged (2.14 answered so right after jetsink created it,
+    // before its pending count was known), which is not a drain.
+    s.consumer_info("jetsink").await.is_ok_and(|i| {
+        i.num_pending == 0 && i.num_ack_pending == 0 && i.delivered.stream_sequence > 0
+    })
 }
 
 /// Polls `check` until it returns true or `within` passes.
