@@ -18,24 +18,6 @@ use serde_json::json;
 
 const TABLE: &str = "events";
 
-/// Creates the sink's table up front with a trigger that refuses poison payloads.
-fn poison_table(db: &Path) {
-    std::fs::create_dir_all(db.parent().unwrap()).unwrap();
-    let conn = rusqlite::Connection::open(db).unwrap();
-    conn.execute_batch(&format!(
-        "CREATE TABLE {TABLE} (idempotency_key TEXT PRIMARY KEY NOT NULL, stream TEXT NOT NULL,
-           stream_sequence INTEGER NOT NULL, consumer_sequence INTEGER NOT NULL,
-           subject TEXT NOT NULL, delivered INTEGER NOT NULL, published_at TEXT NOT NULL,
-           written_at TEXT NOT NULL, message_id TEXT, headers TEXT NOT NULL, priority TEXT,
-           lane TEXT, classification TEXT, labels TEXT NOT NULL DEFAULT '[]',
-           payload BLOB NOT NULL);
-         CREATE TRIGGER refuse_poison BEFORE INSERT ON {TABLE}
-           WHEN instr(CAST(NEW.payload AS TEXT), 'POISON') > 0
-           BEGIN SELECT RAISE(ABORT, 'poison payload refused'); END;"
-    ))
-    .unwrap();
-}
-
 fn cure(db: &Path) {
     let conn = rusqlite::Connection::open(db).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();

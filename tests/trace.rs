@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
@@ -15,24 +15,6 @@ use serde_json::{json, Value};
 
 const STREAM: &str = "TRACE";
 const TABLE: &str = "events";
-
-/// The sink's table, made up front with a trigger that refuses payloads with `POISON`.
-fn poison_table(db: &Path) {
-    std::fs::create_dir_all(db.parent().unwrap()).unwrap();
-    let conn = rusqlite::Connection::open(db).unwrap();
-    conn.execute_batch(&format!(
-        "CREATE TABLE {TABLE} (idempotency_key TEXT PRIMARY KEY NOT NULL, stream TEXT NOT NULL,
-           stream_sequence INTEGER NOT NULL, consumer_sequence INTEGER NOT NULL,
-           subject TEXT NOT NULL, delivered INTEGER NOT NULL, published_at TEXT NOT NULL,
-           written_at TEXT NOT NULL, message_id TEXT, headers TEXT NOT NULL, priority TEXT,
-           lane TEXT, classification TEXT, labels TEXT NOT NULL DEFAULT '[]',
-           payload BLOB NOT NULL);
-         CREATE TRIGGER refuse_poison BEFORE INSERT ON {TABLE}
-           WHEN instr(CAST(NEW.payload AS TEXT), 'POISON') > 0
-           BEGIN SELECT RAISE(ABORT, 'poison payload refused'); END;"
-    ))
-    .unwrap();
-}
 
 /// Publishes message `i` with `Nats-Msg-Id: order-<i>`; its stream sequence.
 async fn publish(js: &async_nats::jetstream::Context, i: usize, poison: bool) -> u64 {

@@ -931,3 +931,22 @@ pub fn http_blocking(method: reqwest::Method, url: &str) -> Option<(u16, String)
     .ok()
     .flatten()
 }
+
+/// The sink's table `events` (jetsink's default layout), made up front with a trigger that
+/// refuses payloads containing `POISON`: a destination that refuses one message.
+pub fn poison_table(db: &Path) {
+    std::fs::create_dir_all(db.parent().unwrap()).unwrap();
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE events (idempotency_key TEXT PRIMARY KEY NOT NULL, stream TEXT NOT NULL,
+           stream_sequence INTEGER NOT NULL, consumer_sequence INTEGER NOT NULL,
+           subject TEXT NOT NULL, delivered INTEGER NOT NULL, published_at TEXT NOT NULL,
+           written_at TEXT NOT NULL, message_id TEXT, headers TEXT NOT NULL, priority TEXT,
+           lane TEXT, classification TEXT, labels TEXT NOT NULL DEFAULT '[]',
+           payload BLOB NOT NULL);
+         CREATE TRIGGER refuse_poison BEFORE INSERT ON events
+           WHEN instr(CAST(NEW.payload AS TEXT), 'POISON') > 0
+           BEGIN SELECT RAISE(ABORT, 'poison payload refused'); END;",
+    )
+    .unwrap();
+}
