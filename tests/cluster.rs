@@ -23,7 +23,8 @@ use serde_json::json;
 const PHASE: usize = 2_000;
 const STREAM: &str = "FAILOVER";
 const CONSUMER: &str = "jetsink";
-/// `delivery.batch_size`: small, so a phase lasts long enough to fail mid-drain.
+/// `delivery.batch_size`: small, so what is in flight at a failure, and may be committed
+/// again, is small.
 const BATCH: usize = 10;
 
 fn audited_db(dir: &Path) -> std::path::PathBuf {
@@ -102,29 +103,68 @@ async fn setup() -> (
     (cluster, js, dir, db, daemon)
 }
 
-/// Publishes one phase and waits, by polling the destination, until some but not all of it
-/// is written: the moment to inject a failure. Returns the total published so far.
-async fn publish_phase_and_reach_mid_drain(
+/// The destination held mid-drain: the test's own connection has SQLite's write lock, so
+/// no row can be committed until [`Held::release`].
+struct Held {
+    lock: rusqlite::Connection,
+}
+
+impl Held {
+    fn release(self) {
+        self.lock
+            .execute_batch("ROLLBACK")
+            .expect("release the write lock");
+    }
+}
+
+/// Publishes one phase and holds the drain in its middle, by construction rather than by
+/// timing: half the phase is published and written in part, then the test takes SQLite's
+/// write lock and publishes the other half behind it, and waits until the consumer shows a
+/// message delivered that is not a row. From then on rows cannot reach the total and
+/// jetsink holds delivered, unacknowledged messages, until the lock is released: the
+/// moment to inject a failure. Returns the total published so far and the lock.
+async fn publish_phase_and_hold_mid_drain(
     js: &jetstream::Context,
     db: &Path,
     done_before: usize,
     daemon: &Daemon,
     cluster: &Cluster,
-) -> usize {
-    publish_n(js, "failover.x", PHASE).await;
+) -> (usize, Held) {
+    publish_n(js, "failover.x", PHASE / 2).await;
     let total = done_before + PHASE;
     let target = (done_before + PHASE / 10) as u64;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while sqlite_count(db, "events") < target {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {target} rows:\n{}\n{}",
-            daemon.log_text(),
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    total
+    let context = || format!("{}\n{}", daemon.log_text(), cluster.logs());
+    eventually(
+        Duration::from_secs(60),
+        "some rows of the phase",
+        || async { sqlite_count(db, "events") >= target },
+    )
+    .await;
+    let lock = rusqlite::Connection::open(db).expect("open the database to lock it");
+    lock.busy_timeout(Duration::from_secs(60))
+        .expect("a busy timeout");
+    lock.execute_batch("BEGIN IMMEDIATE")
+        .unwrap_or_else(|e| panic!("take the write lock: {e}\n{}", context()));
+    let rows: u64 = lock
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .expect("count the rows under the lock");
+    publish_n(js, "failover.x", PHASE - PHASE / 2).await;
+    // Rows are the distinct sequences committed, so a delivered sequence above their
+    // number is a message delivered and not committed, and it cannot be now.
+    eventually(
+        Duration::from_secs(60),
+        "a message delivered and not written",
+        || async {
+            let Ok(s) = js.get_stream(STREAM).await else {
+                return false;
+            };
+            s.consumer_info(CONSUMER)
+                .await
+                .is_ok_and(|i| i.delivered.stream_sequence > rows && i.num_ack_pending > 0)
+        },
+    )
+    .await;
+    (total, Held { lock })
 }
 
 /// Asserts the failure landed mid-drain and the daemon is still the same process.
@@ -206,13 +246,14 @@ async fn assert_all_once(
 async fn stream_leader_then_consumer_leader_killed_mid_drain_loses_and_duplicates_nothing() {
     let (mut cluster, js, _dir, db, mut daemon) = setup().await;
 
-    let total = publish_phase_and_reach_mid_drain(&js, &db, 0, &daemon, &cluster).await;
+    let (total, held) = publish_phase_and_hold_mid_drain(&js, &db, 0, &daemon, &cluster).await;
     let leader = stream_cluster(&js, STREAM)
         .await
         .and_then(|c| c.leader)
         .expect("stream leader");
     cluster.kill(&leader);
     assert_mid_drain(&db, total, "killing the stream leader", &mut daemon);
+    held.release();
     // The same process finishes the phase with the old leader down.
     eventually(Duration::from_secs(60), "phase 1 written", || async {
         sqlite_count(&db, "events") == total as u64
@@ -221,13 +262,14 @@ async fn stream_leader_then_consumer_leader_killed_mid_drain_loses_and_duplicate
     cluster.start_node(&leader).await;
     wait_node_current(&js, STREAM, CONSUMER, &leader).await;
 
-    let total = publish_phase_and_reach_mid_drain(&js, &db, total, &daemon, &cluster).await;
+    let (total, held) = publish_phase_and_hold_mid_drain(&js, &db, total, &daemon, &cluster).await;
     let leader = consumer_cluster(&js, STREAM, CONSUMER)
         .await
         .and_then(|c| c.leader)
         .expect("consumer leader");
     cluster.kill(&leader);
     assert_mid_drain(&db, total, "killing the consumer leader", &mut daemon);
+    held.release();
     assert_all_once(&js, &db, total, &mut daemon, &cluster, 2).await;
     daemon.stop_cleanly();
 }
@@ -238,9 +280,11 @@ async fn rolling_restart_of_all_three_nodes_mid_drain_loses_and_duplicates_nothi
     let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
     let mut total = 0;
     for name in &names {
-        total = publish_phase_and_reach_mid_drain(&js, &db, total, &daemon, &cluster).await;
+        let held;
+        (total, held) = publish_phase_and_hold_mid_drain(&js, &db, total, &daemon, &cluster).await;
         cluster.stop(name);
         assert_mid_drain(&db, total, &format!("stopping {name}"), &mut daemon);
+        held.release();
         cluster.start_node(name).await;
         // The next node goes down only when this one has caught up, as an operator's
         // rolling restart waits for it.

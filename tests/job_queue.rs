@@ -107,7 +107,10 @@ fn submit(dir: &Path, cfg: &Path, extra: &[&str]) -> (i32, String, String) {
 }
 
 /// 20,000 jobs (the backlog drains in seconds here) shared by three instances on one
-/// durable consumer; one is SIGKILLed once it is seen committing.
+/// durable consumer; one is SIGKILLed while it holds jobs it cannot have committed: once it
+/// has committed some, the test takes the database's write lock, publishes the second half
+/// behind it and waits until the victim holds messages, so the kill lands mid-drain by
+/// construction, not by timing.
 const JOBS: usize = 20_000;
 const BATCH: usize = 100;
 
@@ -120,7 +123,9 @@ async fn three_competing_workers_drain_a_work_queue_and_a_killed_one_loses_no_jo
     let mut daemons = Vec::new();
     let mut listens = Vec::new();
     for i in 0..3 {
-        let cfg = worker_config(&server.url(), 2000, -1, BATCH);
+        // AckWait 10 s: long beside the keep-alives of a busy machine, so only the killed
+        // worker's jobs come back.
+        let cfg = worker_config(&server.url(), 10_000, -1, BATCH);
         listens.push(cfg["http"]["listen"].as_str().unwrap().to_string());
         let path = write_named(dir.path(), &format!("w{i}.json"), &cfg);
         daemons.push(Daemon::start(&path, dir.path()));
@@ -131,29 +136,33 @@ async fn three_competing_workers_drain_a_work_queue_and_a_killed_one_loses_no_jo
         || async { js.get_stream("JOBS").await.is_ok() && js.get_stream("RESULTS").await.is_ok() },
     )
     .await;
-    publish_jobs(&js, 0..JOBS).await;
-    // Mid-drain, observed: the victim has committed jobs and the backlog is not done.
+    publish_jobs(&js, 0..JOBS / 2).await;
     let victim = &listens[0];
+    let victim_metric =
+        |name: &'static str| async move { metric_value(victim, name).await.unwrap_or(0.0) };
     eventually(
         Duration::from_secs(60),
         "the first worker commits jobs",
         || async {
-            metric_value(
-                victim,
-                "jetsink_jobs_finished_total{sink=\"worker\",status=\"committed\"}",
-            )
-            .await
-            .unwrap_or(0.0)
+            victim_metric("jetsink_jobs_finished_total{sink=\"worker\",status=\"committed\"}").await
                 >= 1.0
         },
     )
     .await;
-    let committed_at_kill = audit(&db).0;
+    let lock = rusqlite::Connection::open(&db).expect("open the database to lock it");
+    lock.busy_timeout(Duration::from_secs(60)).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE")
+        .expect("take the write lock");
+    publish_jobs(&js, JOBS / 2..JOBS).await;
+    eventually(
+        Duration::from_secs(60),
+        "the first worker holds jobs it cannot commit",
+        || async { victim_metric("jetsink_inflight_messages{sink=\"worker\"}").await > 0.0 },
+    )
+    .await;
     daemons[0].kill();
-    assert!(
-        (committed_at_kill as usize) < JOBS,
-        "the kill came after the drain ({committed_at_kill} committed)"
-    );
+    lock.execute_batch("ROLLBACK")
+        .expect("release the write lock");
     eventually(
         Duration::from_secs(90),
         "every job committed and its result stored",

@@ -16,6 +16,8 @@ use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -24,7 +26,9 @@ use serde_json::json;
 const STREAM: &str = "PINNED";
 const SUBJECT: &str = "pinned.x";
 const BATCH: usize = 10;
-const MESSAGES: usize = 3_000;
+/// Messages the publisher sends after it is told to stop: what is still to come when a
+/// failure is injected, so the failure lands mid-drain by construction.
+const AFTER_STOP: usize = 1_000;
 /// `source.pinned.timeout_ms` and `source.ack_wait_ms`.
 const PRIORITY_TIMEOUT_MS: u64 = 5_000;
 const ACK_WAIT_MS: u64 = 5_000;
@@ -115,7 +119,8 @@ fn skipped_without_priority_groups() -> bool {
 }
 
 /// Two instances mid-drain: A pinned and writing, B up, ready and standing by, the
-/// publisher still sending `MESSAGES` at 400/s.
+/// publisher sending at 400/s until [`Pair::mid_drain`] tells it to send [`AFTER_STOP`]
+/// more and stop.
 struct Pair {
     _server: NatsServer,
     js: async_nats::jetstream::Context,
@@ -123,7 +128,7 @@ struct Pair {
     b: Instance,
     daemon_a: Daemon,
     daemon_b: Daemon,
-    publisher: tokio::task::JoinHandle<()>,
+    publisher: Publisher,
 }
 
 impl Pair {
@@ -136,7 +141,7 @@ impl Pair {
         let a = Instance::with_priority_timeout(&server, priority_timeout_ms);
         let b = Instance::with_priority_timeout(&server, priority_timeout_ms);
         let daemon_a = a.start();
-        let publisher = publish_paced(&js, SUBJECT, MESSAGES, 400);
+        let publisher = Publisher::start(&js, 400);
         eventually(
             Duration::from_secs(30),
             "A holds the pin and writes",
@@ -159,13 +164,12 @@ impl Pair {
         }
     }
 
-    /// Rows A has written, checked to be fewer than all: what follows lands mid-drain.
+    /// Tells the publisher to send [`AFTER_STOP`] more and stop, so what follows lands
+    /// mid-drain; returns the rows A has written.
     fn mid_drain(&self, what: &str) -> u64 {
+        let total = self.publisher.stop_after(AFTER_STOP);
         let rows = self.a.rows();
-        assert!(
-            rows < MESSAGES as u64,
-            "the {what} must land mid-drain ({rows} of {MESSAGES} written)"
-        );
+        println!("the {what} lands with {rows} rows written of {total}");
         rows
     }
 
@@ -182,7 +186,7 @@ impl Pair {
     /// Waits for the publisher, then until every message is committed by one of the pair
     /// and the consumer has nothing pending; stops B. Returns each instance's audit.
     async fn drained(&mut self) -> ((BTreeSet<u64>, u64), (BTreeSet<u64>, u64)) {
-        (&mut self.publisher).await.expect("publisher");
+        let messages = self.publisher.finished().await;
         let (js, a, b) = (&self.js, &self.a, &self.b);
         eventually(
             Duration::from_secs(90),
@@ -191,7 +195,7 @@ impl Pair {
                 consumer_state(js, STREAM, "jetsink").await == (0, 0) && {
                     let (sa, _) = audit(&a.db());
                     let (sb, _) = audit(&b.db());
-                    sa.union(&sb).count() == MESSAGES
+                    sa.union(&sb).count() == messages
                 }
             },
         )
@@ -199,12 +203,64 @@ impl Pair {
         self.daemon_b.stop_cleanly();
         let (sa, sb) = (audit(&self.a.db()), audit(&self.b.db()));
         let union: BTreeSet<u64> = sa.0.union(&sb.0).copied().collect();
-        let expected: BTreeSet<u64> = (1..=MESSAGES as u64).collect();
+        let expected: BTreeSet<u64> = (1..=messages as u64).collect();
         assert_eq!(
             union, expected,
             "every message committed by one of the pair"
         );
         (sa, sb)
+    }
+}
+
+/// Publishes `pinned.x` at a steady rate until told how many more to send: the total is
+/// then fixed, and nothing a test does before that can drain it.
+struct Publisher {
+    stop_at: Arc<AtomicUsize>,
+    published: Arc<AtomicUsize>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Publisher {
+    fn start(js: &async_nats::jetstream::Context, per_sec: u64) -> Publisher {
+        let stop_at = Arc::new(AtomicUsize::new(usize::MAX));
+        let published = Arc::new(AtomicUsize::new(0));
+        let (js, stop, done) = (js.clone(), stop_at.clone(), published.clone());
+        let task = tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let mut i = 0usize;
+            while i < stop.load(Ordering::SeqCst) {
+                let due = started + Duration::from_secs_f64(i as f64 / per_sec as f64);
+                tokio::time::sleep_until(due).await;
+                js.publish(SUBJECT, format!("{{\"i\":{i}}}").into())
+                    .await
+                    .expect("publish")
+                    .await
+                    .expect("puback");
+                i += 1;
+                done.store(i, Ordering::SeqCst);
+            }
+        });
+        Publisher {
+            stop_at,
+            published,
+            task: Some(task),
+        }
+    }
+
+    /// Fixes the total at `more` beyond what is published now; returns it. The message
+    /// being published meanwhile is below it, so the total is exact.
+    fn stop_after(&self, more: usize) -> usize {
+        let total = self.published.load(Ordering::SeqCst) + more;
+        self.stop_at.store(total, Ordering::SeqCst);
+        total
+    }
+
+    /// Waits until the publisher is done; returns how many it published.
+    async fn finished(&mut self) -> usize {
+        if let Some(task) = self.task.take() {
+            task.await.expect("publisher");
+        }
+        self.published.load(Ordering::SeqCst)
     }
 }
 
