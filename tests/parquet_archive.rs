@@ -65,6 +65,34 @@ fn read_with_pyarrow_and_duckdb(dir: &Path, sql: &str) -> Value {
 /// sequences, first and last; then the raw rows and distinct keys, which must be the same.
 const DEDUPLICATED: &str = "SELECT d.*, r.* FROM (SELECT count(*), count(DISTINCT stream_sequence), min(stream_sequence), max(stream_sequence) FROM (SELECT * FROM {files} QUALIFY row_number() OVER (PARTITION BY idempotency_key ORDER BY written_at) = 1)) d, (SELECT count(*) AS raw, count(DISTINCT idempotency_key) AS keys FROM {files}) r";
 
+/// The rows of every sequence read more than once, with the file each is in and its
+/// delivery, for the message of a failed count: which write made the second copy.
+fn repeated_rows(read: &Value) -> String {
+    let (Some(rows), Some(files)) = (read["rows"].as_array(), read["row_files"].as_array()) else {
+        return "(no rows)".into();
+    };
+    let mut by_seq: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
+    for (r, f) in rows.iter().zip(files) {
+        by_seq
+            .entry(r["stream_sequence"].as_u64().unwrap_or(0))
+            .or_default()
+            .push(format!(
+                "{} delivered {} consumer sequence {} written {}",
+                f.as_str().unwrap_or("?"),
+                r["delivered"],
+                r["consumer_sequence"],
+                r["written_at"]
+            ));
+    }
+    let repeated: Vec<String> = by_seq
+        .into_iter()
+        .filter(|(_, v)| v.len() > 1)
+        .take(20)
+        .map(|(s, v)| format!("{s}: [{}]", v.join("; ")))
+        .collect();
+    format!("{repeated:?}")
+}
+
 /// Every row holds what `publish_n` published on `subject` to the fresh stream `stream`,
 /// in the documented types, and every message is there exactly once: one row each, raw.
 fn assert_archive_holds_every_message(read: &Value, stream: &str, subject: &str) {
@@ -138,7 +166,12 @@ fn assert_archive_holds_every_message(read: &Value, stream: &str, subject: &str)
         "every message by key, in {} rows",
         rows.len()
     );
-    assert_eq!(rows.len(), N, "pyarrow: one row per message, raw");
+    assert_eq!(
+        rows.len(),
+        N,
+        "pyarrow: one row per message, raw; sequences in more than one row: {}",
+        repeated_rows(read)
+    );
     assert_eq!(
         read["sql"],
         json!([[N, N, 1, N, N, N]]),
@@ -387,6 +420,7 @@ where
         })
         .await;
     daemon.kill();
+    let first_log = daemon.log_text();
     let left = rows().await;
     let info = js
         .get_stream(stream)
@@ -414,6 +448,11 @@ where
         .expect("the metric is exported");
     daemon.stop_cleanly();
     println!("{left} rows written and never ACKed before the SIGKILL; {found} found again");
+    // What each run warned about, for a count that comes out wrong.
+    for (run, log) in [("first", first_log), ("second", daemon.log_text())] {
+        let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+        println!("the {run} run's warnings: {warnings:#?}");
+    }
     (left, found)
 }
 

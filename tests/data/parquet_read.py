@@ -4,7 +4,8 @@ Usage: parquet_read.py DIRECTORY SQL
 
 pyarrow reads every *.parquet file under DIRECTORY (each file on its own, so a broken one
 fails here) and reports each file's schema, row groups and which columns carry min/max
-statistics, and every row (bytes as base64, times as ISO 8601). DuckDB runs SQL, in which
+statistics, and every row (bytes as base64, times as ISO 8601) with, in the same order,
+the file it is in. DuckDB runs SQL, in which
 {files} stands for the glob of those files, and reports the result rows and the column
 types DuckDB sees. One JSON object goes to stdout.
 """
@@ -35,7 +36,7 @@ def plain(value):
 def main():
     directory, sql = sys.argv[1], sys.argv[2]
     paths = sorted(glob.glob(os.path.join(directory, "**", "*.parquet"), recursive=True))
-    files, rows = [], []
+    files, rows, row_files = [], [], []
     for path in paths:
         meta = pq.ParquetFile(path).metadata
         table = pq.read_table(path)
@@ -61,6 +62,7 @@ def main():
             {k: plain(dict(v) if k in maps and v is not None else v) for k, v in r.items()}
             for r in table.to_pylist()
         )
+        row_files.extend([os.path.relpath(path, directory)] * table.num_rows)
     glob_text = os.path.join(directory, "**", "*.parquet").replace("'", "''")
     con = duckdb.connect()
     query = sql.replace("{files}", f"read_parquet('{glob_text}')")
@@ -72,6 +74,7 @@ def main():
     print(json.dumps({
         "files": files,
         "rows": rows,
+        "row_files": row_files,
         "sql": sql_rows,
         "duckdb_types": {name: kind for name, kind, *_ in types},
     }))
