@@ -171,6 +171,110 @@ async fn a_consumer_whose_max_ack_pending_cannot_hold_the_window_is_refused_at_s
     assert!(text.contains("max_ack_pending"), "{text}");
 }
 
+/// With `adaptive_source: "server"` the randomizer counts what the server holds
+/// outstanding on the consumer, so messages another reader holds unacknowledged (here the
+/// test, standing in for a second instance) fill the window: P = 0 would delay every first
+/// delivery, and with the consumer's window full it delays none. With the default source
+/// the same run delays. Both are certain, not likely: P = 0 delays with probability 1 while
+/// the window has room, and the server's count is read at binding, before the first pull.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_fed_randomizer_counts_another_readers_outstanding_messages_as_its_window() {
+    let (server_fed, by_own_window) = tokio::join!(
+        delayed_while_another_reader_holds("server", "SRVFED"),
+        delayed_while_another_reader_holds("window", "OWNWIN")
+    );
+    assert_eq!(
+        server_fed, 0.0,
+        "the consumer's window was full: nothing delayed"
+    );
+    assert!(
+        by_own_window > 0.0,
+        "the own window was empty: first deliveries delayed"
+    );
+}
+
+/// Publishes 200 messages, holds 50 of them unacknowledged on the sink's consumer, runs a
+/// P = 0 randomizer (max_window 20, batch 10: the server's 50 less 2 × 10 in hand fill it)
+/// with `source` until the other 150 are rows, then NAKs the 50 and waits for all 200.
+/// Returns how many first deliveries the randomizer delayed meanwhile.
+async fn delayed_while_another_reader_holds(source: &str, stream: &str) -> f64 {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    let subject = format!("{}.x", stream.to_lowercase());
+    create_stream(&js, stream, &subject).await;
+    publish_n(&js, &subject, 200).await;
+    let consumer: async_nats::jetstream::consumer::PullConsumer = js
+        .get_stream(stream)
+        .await
+        .unwrap()
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("jetsink".into()),
+            filter_subject: subject.clone(),
+            ack_wait: Duration::from_secs(60),
+            max_ack_pending: -1,
+            ..Default::default()
+        })
+        .await
+        .expect("the sink's consumer");
+    let mut held = Vec::new();
+    while held.len() < 50 {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(50 - held.len())
+            .messages()
+            .await
+            .expect("fetch");
+        while let Some(m) = futures::StreamExt::next(&mut batch).await {
+            held.push(m.expect("a message"));
+        }
+    }
+    let mut cfg = config(
+        &server,
+        stream,
+        &subject,
+        json!({"type": "sqlite", "path": "data/r.db", "table": "events"}),
+        json!({
+            "batch_size": 10,
+            "batch_timeout_ms": 200,
+            "randomizer": {
+                "enabled": true,
+                "process_immediately_probability": 0.0,
+                "min_delay_ms": 50,
+                "max_delay_ms": 200,
+                "max_window": 20,
+                "adaptive": true,
+                "adaptive_source": source
+            }
+        }),
+    );
+    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(60_000);
+    cfg["sinks"]["main"]["source"]["max_ack_pending"] = json!(-1);
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    let db = dir.path().join("data/r.db");
+    d.eventually(
+        Duration::from_secs(60),
+        "the 150 not held are rows",
+        || async { sqlite_count(&db, "events") == 150 },
+    )
+    .await;
+    let delayed = metric_value(&listen, "jetsink_randomizer_delayed_total{sink=\"main\"}")
+        .await
+        .expect("the randomizer's counter");
+    for m in held {
+        m.ack_with(async_nats::jetstream::AckKind::Nak(None))
+            .await
+            .expect("NAK a held message");
+    }
+    d.eventually(Duration::from_secs(60), "all 200 are rows", || async {
+        sqlite_count(&db, "events") == 200
+    })
+    .await;
+    d.stop_cleanly();
+    delayed
+}
+
 #[test]
 fn kendall_tau_of_known_orders() {
     assert_eq!(normalized_kendall_tau(&[1, 2, 3, 4]), 0.0);

@@ -233,7 +233,11 @@ impl SinkSpec {
                 r.min_delay_ms,
                 r.max_delay_ms,
                 r.max_window,
-                if r.adaptive {
+                if r.adaptive && r.adaptive_source == randomizer::AdaptiveSource::Server {
+                    "adaptive, fed by the server (delay probability (1-P) x (1 - W/max_window), \
+                     W the larger of the own window and the consumer's outstanding count less \
+                     2 x batch_size)"
+                } else if r.adaptive {
                     "adaptive (delay probability (1-P) x (1 - window/max_window))"
                 } else {
                     "fixed (delay probability 1-P while the window has room)"

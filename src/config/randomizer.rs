@@ -91,11 +91,32 @@ pub struct RandomizerConfig {
     /// 1 − P while the window has room. A jetsink extension, opt-in.
     #[serde(default)]
     pub adaptive: bool,
+    /// What `adaptive` measures the fill by: `"window"` (the default), this instance's own
+    /// delayed messages; `"server"`, also what the server counts outstanding on the
+    /// consumer (consumer info `num_ack_pending`, read every second, less the two batches
+    /// this instance may hold), so that instances sharing one consumer see each other's
+    /// delays and `max_window` bounds the consumer's delayed set, as the source document
+    /// advises ("reduce the probability of delaying messages when pending counts grow").
+    /// Needs `adaptive: true`. A jetsink extension, opt-in.
+    #[serde(default)]
+    pub adaptive_source: AdaptiveSource,
     /// Start even when the live consumer fails the randomizer's start-up checks
     /// (`max_ack_pending`, `max_deliver`, `ack_wait_ms`); the problems are logged as
     /// warnings instead of refusing to start. Default false.
     #[serde(default)]
     pub skip_startup_checks: bool,
+}
+
+/// `delivery.randomizer.adaptive_source`: whose count of delayed messages the adaptive
+/// probability follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AdaptiveSource {
+    /// This instance's own window.
+    #[default]
+    Window,
+    /// The larger of the own window and the consumer's outstanding count in the server.
+    Server,
 }
 
 impl Default for RandomizerConfig {
@@ -107,6 +128,7 @@ impl Default for RandomizerConfig {
             max_delay_ms: default_max_delay_ms(),
             max_window: default_max_window(),
             adaptive: false,
+            adaptive_source: AdaptiveSource::Window,
             skip_startup_checks: false,
         }
     }
@@ -183,6 +205,14 @@ pub(crate) fn validate_randomizer_fields(cfg: &RandomizerConfig, path: &str) -> 
                 "must be between 1 and {MAX_UNACKED}, got {}",
                 cfg.max_window
             ),
+        ));
+    }
+    if cfg.adaptive_source == AdaptiveSource::Server && !cfg.adaptive {
+        out.push(issue(
+            at(path, "adaptive_source"),
+            "\"server\" is what adaptive measures the window by, and adaptive is false: \
+             set adaptive to true, or remove adaptive_source"
+                .to_string(),
         ));
     }
     out
@@ -544,6 +574,7 @@ mod tests {
             max_delay_ms: 5,
             max_window: 0,
             adaptive: false,
+            adaptive_source: AdaptiveSource::Server,
             skip_startup_checks: false,
         };
         let paths: Vec<String> = validate_randomizer(&cfg, AT, 500)
@@ -556,8 +587,34 @@ mod tests {
                 format!("{AT}.process_immediately_probability"),
                 format!("{AT}.max_delay_ms"),
                 format!("{AT}.max_window"),
+                format!("{AT}.adaptive_source"),
             ]
         );
+    }
+
+    #[test]
+    fn a_server_fed_source_is_accepted_with_adaptive_and_named_without() {
+        let fed = RandomizerConfig {
+            enabled: true,
+            adaptive: true,
+            adaptive_source: AdaptiveSource::Server,
+            ..RandomizerConfig::default()
+        };
+        assert!(validate_randomizer(&fed, AT, 500).is_empty());
+        let parsed: RandomizerConfig =
+            serde_json::from_str(r#"{"adaptive": true, "adaptive_source": "server"}"#).unwrap();
+        assert_eq!(parsed.adaptive_source, AdaptiveSource::Server);
+        assert!(
+            serde_json::from_str::<RandomizerConfig>(r#"{"adaptive_source": "both"}"#).is_err()
+        );
+        let alone = RandomizerConfig {
+            adaptive: false,
+            ..fed
+        };
+        let issues = validate_randomizer(&alone, AT, 500);
+        assert_eq!(issues.len(), 1);
+        assert_eq!(issues[0].path, format!("{AT}.adaptive_source"));
+        assert!(issues[0].message.contains("adaptive is false"));
     }
 
     #[test]

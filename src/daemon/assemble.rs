@@ -15,6 +15,7 @@ use crate::jobs::ResultPublisher;
 use crate::metrics::Metrics;
 use crate::nats::backlog::{self, BacklogGauges};
 use crate::nats::{bind, capacity::capacity, Bound, Connection, Needs};
+use crate::pipeline::outstanding::Outstanding;
 use crate::pipeline::pause::Pause;
 use crate::pipeline::{Binding, Observers, Runner, SinkMetrics, Stages};
 use crate::sinks::{self, Sink};
@@ -100,7 +101,7 @@ async fn one(
     )
     .with_results(results);
     out.background
-        .push(watch.backlog(&bound, backlog, runner.pause()));
+        .push(watch.backlog(&bound, backlog, runner.pause(), runner.outstanding()));
     out.runners.push(runner);
     Ok(())
 }
@@ -251,8 +252,25 @@ impl Watch<'_> {
     }
 
     /// The backlog gauges of the sink's consumers, refreshed from consumer info, which
-    /// also tells the sink's pause state whether they are paused.
-    fn backlog(&self, bound: &[Bound], gauges: &BacklogGauges, pause: Pause) -> JoinHandle<()> {
+    /// also tells the sink's pause state whether they are paused and, with a server-fed
+    /// randomizer, its outstanding count: seeded from the info read at binding, before the
+    /// first pull, and then read every second instead of every five.
+    fn backlog(
+        &self,
+        bound: &[Bound],
+        gauges: &BacklogGauges,
+        pause: Pause,
+        outstanding: Option<Outstanding>,
+    ) -> JoinHandle<()> {
+        if let Some(o) = &outstanding {
+            for b in bound {
+                o.observe(b.consumer.cached_info());
+            }
+        }
+        let every = match outstanding {
+            Some(_) => backlog::SERVER_FED_REFRESH,
+            None => backlog::REFRESH,
+        };
         let watched = bound
             .iter()
             .map(|b| {
@@ -263,9 +281,14 @@ impl Watch<'_> {
         tokio::spawn(backlog::watch(
             self.spec.name.clone(),
             watched,
-            backlog::REFRESH,
+            every,
             self.shutdown.clone(),
-            move |info| pause.observe(info),
+            move |info| {
+                pause.observe(info);
+                if let Some(o) = &outstanding {
+                    o.observe(info);
+                }
+            },
         ))
     }
 }

@@ -17,6 +17,10 @@ use tokio::sync::watch;
 /// minutes, rare enough that 64 sinks with many bucket consumers stay a trickle of API
 /// requests.
 pub const REFRESH: Duration = Duration::from_secs(5);
+/// How often with a randomizer fed by the server's outstanding count
+/// (`adaptive_source: "server"`): the count moves with every batch, and a second-old answer
+/// is what the delay decisions can follow.
+pub const SERVER_FED_REFRESH: Duration = Duration::from_secs(1);
 
 /// The four gauge families, labelled by sink and consumer.
 #[derive(Clone)]

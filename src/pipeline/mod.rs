@@ -14,6 +14,7 @@ mod isolate;
 mod keeper;
 pub mod lanes;
 pub mod metrics;
+pub mod outstanding;
 pub mod pause;
 mod puller;
 pub mod randomizer;

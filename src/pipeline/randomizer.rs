@@ -285,7 +285,7 @@ mod tests {
             max_delay_ms: max,
             max_window,
             adaptive,
-            skip_startup_checks: false,
+            ..RandomizerConfig::default()
         }
     }
 

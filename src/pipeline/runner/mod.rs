@@ -52,10 +52,12 @@ use super::delay::DelayStage;
 use super::disposal::{DeadLetterOut, Disposal, Policy};
 use super::isolate::Isolator;
 use super::keeper::Keeper;
+use super::outstanding::Outstanding;
 use super::puller::{Ahead, Pulled, Puller};
 use super::reconfirm::{self, Recent};
 use super::settle::{Settler, SettlerParts, Stop};
 use super::shuffle::{Mode, ShuffleBuffer};
+use crate::config::randomizer::AdaptiveSource;
 use crate::config::SinkSpec;
 use crate::dlq::DeadLetters;
 use crate::health::SinkHealth;
@@ -97,6 +99,9 @@ struct Delay {
     /// Origin of the window's millisecond clock.
     origin: Instant,
     rng: StdRng,
+    /// The server's outstanding count, which the backlog watcher feeds: read by a stage
+    /// fed by the server.
+    outstanding: Outstanding,
 }
 
 /// The buffer stage: the buffer, and the clock and rng it is given. What it holds is kept
@@ -235,10 +240,20 @@ impl Runner {
             prepare,
             randomizer,
         } = stages;
-        let delay = randomizer.map(|r| Delay {
-            stage: DelayStage::new(r, spec.source.effective_ack_wait()),
-            origin: Instant::now(),
-            rng: StdRng::from_os_rng(),
+        let server_fed = spec.delivery.randomizer.adaptive
+            && spec.delivery.randomizer.adaptive_source == AdaptiveSource::Server;
+        let delay = randomizer.map(|r| {
+            let stage = DelayStage::new(r, spec.source.effective_ack_wait());
+            Delay {
+                // The batch being written and the one pulled ahead are this instance's.
+                stage: match server_fed {
+                    true => stage.fed_by_server(spec.delivery.batch_size.saturating_mul(2)),
+                    false => stage,
+                },
+                origin: Instant::now(),
+                rng: StdRng::from_os_rng(),
+                outstanding: Outstanding::default(),
+            }
         });
         let shuffle = Shuffle::for_sink(&spec, &metrics);
         Runner {
@@ -286,6 +301,15 @@ impl Runner {
     /// feed from the consumer info it reads.
     pub fn pause(&self) -> crate::pipeline::pause::Pause {
         self.puller.pause().clone()
+    }
+
+    /// The server's outstanding count the randomizer decides by, for the backlog watcher
+    /// to feed; `None` unless `adaptive_source` is `"server"`.
+    pub fn outstanding(&self) -> Option<Outstanding> {
+        self.delay
+            .as_ref()
+            .filter(|d| d.stage.wants_server_count())
+            .map(|d| d.outstanding.clone())
     }
 
     /// The sink's name, for the supervisor's log when the loop fails.
@@ -381,7 +405,8 @@ impl Runner {
             return batch;
         };
         let now_ms = d.origin.elapsed().as_millis() as u64;
-        let (kept, delayed) = d.stage.apply(batch, now_ms, &mut d.rng);
+        let outstanding = d.outstanding.total();
+        let (kept, delayed) = d.stage.apply(batch, now_ms, outstanding, &mut d.rng);
         self.metrics.randomizer_redelivered.inc_by(delayed.returned);
         self.metrics
             .randomizer_delayed
