@@ -16,6 +16,41 @@ const BUCKETS: u32 = 8;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bucketed_messages_land_once_interleaved_across_buckets_and_fifo_within_each() {
+    let rows = drain_buckets(None).await;
+    let descents = rows.windows(2).filter(|w| w[0].1 > w[1].1).count();
+    let switches = rows.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    println!("one bucket per pull: {switches} bucket changes, {descents} descents in {N} rows");
+    assert!(
+        descents >= MIN_DESCENTS,
+        "buckets are read at independent rates, so publish order is broken \
+         ({descents} descents, at least {MIN_DESCENTS} expected)"
+    );
+}
+
+/// With `pull: "concurrent"` one pull takes a share of the batch from every bucket and
+/// interleaves them at random, so neighbouring rows come from different buckets most of
+/// the time: a uniform interleaving of 8 shares of 6 or 7 changes bucket at about 44 of a
+/// batch's 49 neighbours (1 − Σ nᵢ(nᵢ − 1) / (50 × 49)), 3,500 or so over the run, with a
+/// spread of a few dozen. One bucket per pull, the default, changes bucket at most once per
+/// batch (80 batches of 50 here). Half the rows is far from both.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_bucket_pulls_mix_every_batch_keep_each_bucket_fifo_and_land_once() {
+    let rows = drain_buckets(Some("concurrent")).await;
+    let switches = rows.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    let descents = rows.windows(2).filter(|w| w[0].1 > w[1].1).count();
+    println!("concurrent pulls: {switches} bucket changes, {descents} descents in {N} rows");
+    assert!(
+        switches >= N / 2,
+        "a concurrent pull interleaves the buckets within the batch: {switches} bucket \
+         changes between neighbouring rows of {N}"
+    );
+}
+
+/// Publishes `N` messages over `BUCKETS` random buckets, drains them into SQLite with
+/// `source.buckets` (and its `pull`, when given), and checks that every message landed
+/// once, every bucket was used and each stayed FIFO; returns (subject, stream sequence)
+/// in commit order.
+async fn drain_buckets(pull: Option<&str>) -> Vec<(String, i64)> {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
@@ -50,6 +85,9 @@ async fn bucketed_messages_land_once_interleaved_across_buckets_and_fifo_within_
     source.as_object_mut().unwrap().remove("subjects");
     source.as_object_mut().unwrap().remove("create_stream");
     source["buckets"] = json!({"prefix": "jobs.bucket", "count": BUCKETS});
+    if let Some(pull) = pull {
+        source["buckets"]["pull"] = json!(pull);
+    }
     let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
     let db = dir.path().join("data/b.db");
     eventually(Duration::from_secs(60), "every message", || async {
@@ -85,12 +123,7 @@ async fn bucketed_messages_land_once_interleaved_across_buckets_and_fifo_within_
         }
     }
     assert_eq!(last.len(), BUCKETS as usize, "every bucket was used");
-    let descents = rows.windows(2).filter(|w| w[0].1 > w[1].1).count();
-    assert!(
-        descents >= MIN_DESCENTS,
-        "buckets are read at independent rates, so publish order is broken \
-         ({descents} descents, at least {MIN_DESCENTS} expected)"
-    );
+    rows
 }
 
 /// The fewest descents (a row whose stream sequence is below the one written before it)

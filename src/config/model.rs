@@ -178,6 +178,16 @@ impl SinkSpec {
                 .collect();
             out.push_str(&format!("    consumers:   {}\n", names.join(", ")));
         }
+        if let Some(b) = &s.source.buckets {
+            out.push_str(match b.pull {
+                randomizer::BucketPull::RandomOrder => {
+                    "    buckets:     one bucket per pull, in a fresh random order each pull\n"
+                }
+                randomizer::BucketPull::Concurrent => {
+                    "    buckets:     every bucket pulled at once for its share of the batch, interleaved at random\n"
+                }
+            });
+        }
         if let Some(p) = &s.source.pinned {
             out.push_str(&format!(
                 "    pinned:      group {}, priority timeout {} ms (active/standby; nats-server 2.11+)\n",

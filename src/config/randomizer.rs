@@ -344,6 +344,24 @@ pub struct BucketsConfig {
     /// give more disorder but cost server memory and consumers: it is a capacity decision,
     /// not a free shuffle.
     pub count: u32,
+    /// How a pull reads the buckets: `"random_order"` (the default) visits them in a fresh
+    /// random order and takes the first one's batch; `"concurrent"` pulls every bucket at
+    /// once, each for its share of the batch, and interleaves them at random (each bucket
+    /// still FIFO): the source document's "concurrently at independent rates". A jetsink
+    /// choice between the document's two readings, both its own.
+    #[serde(default)]
+    pub pull: BucketPull,
+}
+
+/// `source.buckets.pull`: how one pull reads the buckets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BucketPull {
+    /// One bucket per pull, chosen by a fresh random order each pull.
+    #[default]
+    RandomOrder,
+    /// Every bucket at once, each for its share, interleaved at random.
+    Concurrent,
 }
 
 /// The bucket subjects `prefix.0` … `prefix.<count-1>`, in bucket order.
@@ -816,6 +834,7 @@ mod tests {
             let cfg = BucketsConfig {
                 prefix: (*prefix).to_string(),
                 count: *count,
+                pull: BucketPull::RandomOrder,
             };
             let got = messages(&validate_buckets(&cfg, P));
             assert_eq!(got.len(), want.len(), "{prefix:?} {count}: {got:?}");
@@ -833,9 +852,18 @@ mod tests {
             b,
             BucketsConfig {
                 prefix: "jobs.bucket".into(),
-                count: 16
+                count: 16,
+                pull: BucketPull::RandomOrder,
             }
         );
+        let c: BucketsConfig =
+            serde_json::from_str(r#"{"prefix": "jobs.bucket", "count": 4, "pull": "concurrent"}"#)
+                .unwrap();
+        assert_eq!(c.pull, BucketPull::Concurrent);
+        assert!(serde_json::from_str::<BucketsConfig>(
+            r#"{"prefix": "jobs", "count": 4, "pull": "parallel"}"#
+        )
+        .is_err());
         assert!(serde_json::from_str::<BucketsConfig>(r#"{"prefix": "jobs"}"#).is_err());
         assert!(serde_json::from_str::<BucketsConfig>(
             r#"{"prefix": "jobs", "count": 4, "buckets": 4}"#

@@ -128,7 +128,7 @@ pub async fn fetch_batch(
     Ok(first)
 }
 
-async fn no_wait(
+pub(super) async fn no_wait(
     js: &Context,
     consumer: &PullConsumer,
     max_messages: usize,
@@ -275,13 +275,13 @@ async fn connection_dropped(dropped: &mut watch::Receiver<u64>) {
 }
 
 /// The server ends a byte-bounded pull with a 409 when the next message does not fit.
-fn is_size_limit(e: &async_nats::Error) -> bool {
+pub(super) fn is_size_limit(e: &async_nats::Error) -> bool {
     let text = e.to_string().to_ascii_lowercase();
     text.contains("maxbytes") || text.contains("max bytes")
 }
 
 /// Shortest long poll of an idle round over several consumers.
-const IDLE_ROUND_MIN: Duration = Duration::from_millis(100);
+pub(super) const IDLE_ROUND_MIN: Duration = Duration::from_millis(100);
 
 /// Pulls from several consumers (random subject buckets): a no-wait pull from each in
 /// `order` until one has messages, so buckets are read at independent rates and each

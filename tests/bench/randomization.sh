@@ -53,6 +53,8 @@ Scenarios (--scenarios, space-separated; default: all of the following):
                            default, which is false)
   buckets:K                K random subject buckets (publish --bucket-prefix/--buckets,
                            source.buckets, stream subjects <prefix>.*), randomizer off
+  buckets:K:concurrent     the same with source.buckets.pull "concurrent": every bucket
+                           pulled at once per batch and interleaved (not in the default list)
   shuffle:BUFFER           the shuffler (delivery.shuffle, buffer BUFFER, flush_ms 2000),
                            randomizer off; MaxAckPending raised to BUFFER + BATCH when
                            10000 is too small (not in the default list)
@@ -123,7 +125,7 @@ if [ "$BATCH" -gt 10000 ]; then
     exit 2
 fi
 for s in $SCENARIOS; do
-    if ! [[ $s =~ ^(off|rand:(0?\.[0-9]+|1(\.0*)?):[0-9]+:[0-9]+:[0-9]+|buckets:[0-9]+|shuffle:[0-9]+)$ ]]; then
+    if ! [[ $s =~ ^(off|rand:(0?\.[0-9]+|1(\.0*)?):[0-9]+:[0-9]+:[0-9]+|buckets:[0-9]+(:concurrent)?|shuffle:[0-9]+)$ ]]; then
         echo "bad scenario '$s' (see --help)" >&2
         exit 2
     fi
@@ -329,6 +331,8 @@ def cmd_config(path, port, http_port, db, batch, scenario):
         }
     elif kind == "buckets":
         source["buckets"] = {"prefix": "randbench.bucket", "count": int(args[0])}
+        if args[1:] == ["concurrent"]:
+            source["buckets"]["pull"] = "concurrent"
     elif kind == "shuffle":
         buffer = int(args[0])
         source["subjects"] = "randbench.jobs"
@@ -598,6 +602,7 @@ run_scenario() {
     case "$name" in
         buckets:*)
             local k=${name#buckets:}
+            k=${k%%:*}
             stream_subject="randbench.bucket.*"
             publish_args=(--bucket-prefix randbench.bucket --buckets "$k")
             consumers=$(for ((i = 0; i < k; i++)); do printf 'jetsink-bench-bucket-%d ' "$i"; done)

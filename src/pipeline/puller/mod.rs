@@ -19,7 +19,7 @@ use async_nats::jetstream::response::Response;
 use async_nats::jetstream::{self};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -27,9 +27,10 @@ use super::batch::{Prepare, Prepared};
 use super::keeper::Slot;
 use super::lanes;
 use super::retry::backoff;
+use crate::config::randomizer::BucketPull;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
-use crate::nats::{bind, fetch_any, fetch_batch, Drops, FetchLimits, Needs, Pin};
+use crate::nats::{bind, fetch_any, fetch_batch, fetch_each, Drops, FetchLimits, Needs, Pin};
 use crate::pipeline::metrics::SinkMetrics;
 use crate::pipeline::pause::Pause;
 
@@ -38,17 +39,20 @@ use crate::pipeline::pause::Pause;
 const REBIND_AFTER: u32 = 3;
 
 mod ahead;
+mod interleave;
 mod paused;
 
 pub(super) use ahead::Ahead;
 use ahead::PendingPull;
+use interleave::interleave;
 
 /// In which order a pull visits the consumers.
 enum Order {
     /// One consumer.
     Single,
-    /// Random subject buckets: a fresh random order each pull.
-    Buckets,
+    /// Random subject buckets: a fresh random order each pull; with `concurrent`, every
+    /// bucket pulled at once and interleaved (`source.buckets.pull`).
+    Buckets { concurrent: bool },
     /// Per-lane consumers: lanes take turns by weight across pulls.
     Lanes {
         /// The lane of each consumer.
@@ -162,7 +166,13 @@ impl Puller {
                     .collect(),
                 cursor: usize::MAX,
             },
-            None => Order::Buckets,
+            None => Order::Buckets {
+                concurrent: spec
+                    .source
+                    .buckets
+                    .as_ref()
+                    .is_some_and(|b| b.pull == BucketPull::Concurrent),
+            },
         };
         let pinned = spec.source.pinned.as_ref().map(|p| {
             let gauge = metrics.pinned();
@@ -300,12 +310,13 @@ impl Puller {
                 *cursor = cursor.wrapping_add(1);
                 lanes::pull_order(of_consumer, weights, *cursor)
             }
-            Order::Buckets => {
+            Order::Buckets { .. } => {
                 let mut order: Vec<usize> = (0..self.consumers.len()).collect();
                 order.shuffle(&mut self.rng);
                 order
             }
         };
+        let concurrent = matches!(self.order, Order::Buckets { concurrent: true });
         // A consumer paused in the server would only hold its pull.
         let order: Vec<usize> = order
             .into_iter()
@@ -317,6 +328,15 @@ impl Puller {
             .collect();
         let consumers = self.consumers.clone();
         let js = self.js.clone();
+        if concurrent {
+            let mut rng = StdRng::seed_from_u64(self.rng.random());
+            return tokio::spawn(async move {
+                let groups = fetch_each(&js, &consumers, &order, limits, &drops).await?;
+                into.put(prepare.prepare(interleave(groups, &mut rng)))
+                    .await;
+                Ok(())
+            });
+        }
         tokio::spawn(async move {
             let messages = fetch_any(&js, &consumers, &order, limits, &drops).await?;
             into.put(prepare.prepare(messages)).await;
