@@ -12,7 +12,7 @@ use async_nats::jetstream;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use crate::config::randomizer::bucket_subject;
+use crate::config::buckets::bucket_subject;
 use crate::pipeline::randomizer::random_bucket;
 use bytes::Bytes;
 

@@ -8,6 +8,7 @@
 //!    normalizes both accepted shapes (single-sink and multi-sink) into one [`Config`].
 
 pub mod api;
+pub mod buckets;
 pub mod dead_letter;
 pub mod destination;
 pub mod encryption;

@@ -180,10 +180,10 @@ impl SinkSpec {
         }
         if let Some(b) = &s.source.buckets {
             out.push_str(match b.pull {
-                randomizer::BucketPull::RandomOrder => {
+                super::buckets::BucketPull::RandomOrder => {
                     "    buckets:     one bucket per pull, in a fresh random order each pull\n"
                 }
-                randomizer::BucketPull::Concurrent => {
+                super::buckets::BucketPull::Concurrent => {
                     "    buckets:     every bucket pulled at once for its share of the batch, interleaved at random\n"
                 }
             });

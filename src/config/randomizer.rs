@@ -1,5 +1,6 @@
-//! The `delivery.randomizer` and `source.buckets` sections: their shape, their defaults,
-//! their validation, and the pure checks made against the live consumer at start-up.
+//! The `delivery.randomizer` section: its shape, its defaults, its validation, and the pure
+//! checks made against the live consumer at start-up. (`source.buckets`, the other way to
+//! break order, is [`super::buckets`].)
 //!
 //! Both sections exist to break strict publish order cheaply and within a bound, as the
 //! specification recommends instead of a global shuffle:
@@ -23,7 +24,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::shared::issue::Issue;
-use crate::shared::names::check_subject;
 
 /// Largest `max_delay_ms` (and `min_delay_ms`): one hour. A longer delay keeps a message
 /// outstanding, and counted against MaxAckPending, for longer than any useful shuffle.
@@ -32,12 +32,6 @@ pub const MAX_DELAY_MS: u64 = 3_600_000;
 /// unacknowledged at once (`max_window` + `delivery.batch_size`): the specification's rule
 /// of thumb of keeping a consumer's unacknowledged count below roughly 100,000.
 pub const MAX_UNACKED: usize = 100_000;
-/// Fewest `source.buckets.count`: one bucket gives no disorder at all.
-pub const MIN_BUCKETS: u32 = 2;
-/// Most `source.buckets.count`. Each bucket is one subject (roughly 300 bytes of per-subject
-/// index state in the stream, by the specification's estimate) and, above all, one durable
-/// consumer with its own server state, pull requests and AckWait timers.
-pub const MAX_BUCKETS: u32 = 256;
 /// The least time, in milliseconds, that AckWait must leave after a fetch for NAKing the
 /// delayed messages and writing and committing the kept ones (see [`check_consumer`]).
 pub const MIN_WRITE_BUDGET_MS: u64 = 5_000;
@@ -326,124 +320,11 @@ pub fn settled_window(rate_per_sec: f64, cfg: &RandomizerConfig) -> f64 {
 }
 
 // ---------------------------------------------------------------------------------------
-// source.buckets
-// ---------------------------------------------------------------------------------------
-
-/// `source.buckets`: messages are published on `prefix.0` … `prefix.<count-1>` (a uniformly
-/// random bucket per message) and read through one filtered durable consumer per bucket, in
-/// a randomized interleaving. Each bucket stays first-in first-out; the disorder is across
-/// buckets only.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BucketsConfig {
-    /// Subject prefix of the buckets, e.g. `jobs.bucket`: a valid subject without wildcards.
-    /// Required.
-    pub prefix: String,
-    /// Number of buckets, 2 to 256. Required. Each bucket is one subject (roughly 300 bytes
-    /// of per-subject index state on the server) and one durable consumer; more buckets
-    /// give more disorder but cost server memory and consumers: it is a capacity decision,
-    /// not a free shuffle.
-    pub count: u32,
-    /// How a pull reads the buckets: `"random_order"` (the default) visits them in a fresh
-    /// random order and takes the first one's batch; `"concurrent"` pulls every bucket at
-    /// once, each for its share of the batch, and interleaves them at random (each bucket
-    /// still FIFO): the source document's "concurrently at independent rates". A jetsink
-    /// choice between the document's two readings, both its own.
-    #[serde(default)]
-    pub pull: BucketPull,
-}
-
-/// `source.buckets.pull`: how one pull reads the buckets.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum BucketPull {
-    /// One bucket per pull, chosen by a fresh random order each pull.
-    #[default]
-    RandomOrder,
-    /// Every bucket at once, each for its share, interleaved at random.
-    Concurrent,
-}
-
-/// The bucket subjects `prefix.0` … `prefix.<count-1>`, in bucket order.
-pub fn bucket_subjects(prefix: &str, count: u32) -> Vec<String> {
-    (0..count).map(|i| bucket_subject(prefix, i)).collect()
-}
-
-/// The subject of bucket `i`: `prefix.i`.
-pub fn bucket_subject(prefix: &str, i: u32) -> String {
-    format!("{prefix}.{i}")
-}
-
-/// The filter that captures every bucket, `prefix.*`, for a stream's subjects. Never use it
-/// as a single consumer's filter: that consumer delivers in strict stream order.
-pub fn bucket_wildcard(prefix: &str) -> String {
-    format!("{prefix}.*")
-}
-
-/// The durable name of the consumer that reads bucket `i`: `<consumer>-bucket-<i>`. It is a
-/// valid consumer name whenever `consumer` is one and the result fits
-/// [`MAX_NAME_LENGTH`] (see [`validate_bucket_consumer`]).
-pub fn bucket_consumer_name(consumer: &str, i: u32) -> String {
-    format!("{consumer}-bucket-{i}")
-}
-
-/// Checks `source.buckets` found at `path` (empty for the section itself) and returns every
-/// problem.
-pub fn validate_buckets(cfg: &BucketsConfig, path: &str) -> Vec<Issue> {
-    let mut out = Vec::new();
-    let prefix_path = at(path, "prefix");
-    match check_subject(&cfg.prefix) {
-        Err(why) => out.push(issue(prefix_path, format!("{why}: {:?}", cfg.prefix))),
-        Ok(()) if cfg.prefix.split('.').any(|t| t == "*" || t == ">") => out.push(issue(
-            prefix_path,
-            format!(
-                "must be a subject without wildcards (`*`, `>`); the buckets are `<prefix>.0` to \
-                 `<prefix>.<count-1>`, got {:?}",
-                cfg.prefix
-            ),
-        )),
-        Ok(()) => {}
-    }
-    if !(MIN_BUCKETS..=MAX_BUCKETS).contains(&cfg.count) {
-        out.push(issue(
-            at(path, "count"),
-            format!(
-                "must be between {MIN_BUCKETS} and {MAX_BUCKETS}, got {}: each bucket costs one \
-                 subject (about 300 bytes of server state) and one durable consumer",
-                cfg.count
-            ),
-        ));
-    }
-    out
-}
-
-/// Checks that every consumer name derived from `consumer` for `count` buckets fits
-/// [`MAX_NAME_LENGTH`]; `path` is the path of the source's `consumer`. The characters are
-/// already checked with the consumer name itself: the suffix adds only `-`, letters and
-/// digits.
-pub fn validate_bucket_consumer(consumer: &str, count: u32, path: &str) -> Vec<Issue> {
-    let longest = bucket_consumer_name(consumer, count.saturating_sub(1));
-    if longest.len() > MAX_NAME_LENGTH {
-        vec![issue(
-            path.to_string(),
-            format!(
-                "with source.buckets the consumer names become `<consumer>-bucket-<i>`, and \
-                 {:?} would be {} bytes, more than {MAX_NAME_LENGTH}; use a shorter consumer name",
-                longest,
-                longest.len()
-            ),
-        )]
-    } else {
-        Vec::new()
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
 
 /// `path.key`, or `key` alone at the root.
-fn at(path: &str, key: &str) -> String {
+pub(super) fn at(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
     } else {
@@ -451,7 +332,7 @@ fn at(path: &str, key: &str) -> String {
     }
 }
 
-fn issue(path: String, message: impl Into<String>) -> Issue {
+pub(super) fn issue(path: String, message: impl Into<String>) -> Issue {
     Issue {
         path,
         message: message.into(),
@@ -730,144 +611,5 @@ mod tests {
         assert!((settled_window(1_000.0, &fixed) - 125.0).abs() < 1e-9);
         assert_eq!(settled_window(100_000.0, &fixed), 1_000.0);
         assert!(settled_window(1e12, &cfg) < 1_000.0);
-    }
-
-    #[test]
-    fn bucket_subjects_and_consumer_names() {
-        assert_eq!(
-            bucket_subjects("jobs.bucket", 3),
-            ["jobs.bucket.0", "jobs.bucket.1", "jobs.bucket.2"]
-        );
-        assert!(bucket_subjects("jobs", 0).is_empty());
-        assert_eq!(bucket_wildcard("jobs.bucket"), "jobs.bucket.*");
-        assert_eq!(bucket_consumer_name("orders", 7), "orders-bucket-7");
-        for s in bucket_subjects("a.b", MAX_BUCKETS) {
-            assert_eq!(check_subject(&s), Ok(()));
-        }
-    }
-
-    #[test]
-    fn derived_consumer_names_are_valid_and_distinct() {
-        let names: Vec<String> = (0..MAX_BUCKETS)
-            .map(|i| bucket_consumer_name("orders_v2", i))
-            .collect();
-        let mut unique = names.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), names.len());
-        for n in &names {
-            let bad = n.chars().any(|c| {
-                c.is_whitespace() || c.is_control() || matches!(c, '.' | '*' | '>' | '/' | '\\')
-            });
-            assert!(!bad && n.len() <= MAX_NAME_LENGTH, "{n}");
-        }
-    }
-
-    #[test]
-    fn derived_consumer_names_must_fit() {
-        let ok = "c".repeat(MAX_NAME_LENGTH - "-bucket-255".len());
-        assert!(validate_bucket_consumer(&ok, 256, "sinks.x.source.consumer").is_empty());
-        assert_eq!(validate_bucket_consumer(&ok, 10_000, "p").len(), 1);
-        let long = format!("{ok}c");
-        let got = messages(&validate_bucket_consumer(
-            &long,
-            256,
-            "sinks.x.source.consumer",
-        ));
-        assert_eq!(got.len(), 1);
-        assert!(got[0].starts_with("sinks.x.source.consumer: with source.buckets"));
-        assert!(validate_bucket_consumer(&long, 100, "p").is_empty());
-    }
-
-    #[test]
-    fn bucket_validation() {
-        const P: &str = "sinks.x.source.buckets";
-        let cases: &[(&str, u32, &[&str])] = &[
-            ("jobs.bucket", 16, &[]),
-            ("jobs", 2, &[]),
-            ("jobs", 256, &[]),
-            (
-                "jobs",
-                1,
-                &["sinks.x.source.buckets.count: must be between 2 and 256, got 1"],
-            ),
-            (
-                "jobs",
-                257,
-                &["sinks.x.source.buckets.count: must be between 2 and 256, got 257"],
-            ),
-            (
-                "",
-                16,
-                &["sinks.x.source.buckets.prefix: subject must not be empty: \"\""],
-            ),
-            (
-                "jobs.",
-                16,
-                &["sinks.x.source.buckets.prefix: subject has an empty token"],
-            ),
-            (
-                "jobs.*",
-                16,
-                &["sinks.x.source.buckets.prefix: must be a subject without wildcards"],
-            ),
-            (
-                "jobs.>",
-                16,
-                &["sinks.x.source.buckets.prefix: must be a subject without wildcards"],
-            ),
-            (
-                "jo bs",
-                16,
-                &["sinks.x.source.buckets.prefix: subject must not contain whitespace"],
-            ),
-            (
-                "a.*",
-                0,
-                &[
-                    "sinks.x.source.buckets.prefix: must be a subject without wildcards",
-                    "sinks.x.source.buckets.count: must be between 2 and 256, got 0",
-                ],
-            ),
-        ];
-        for (prefix, count, want) in cases {
-            let cfg = BucketsConfig {
-                prefix: (*prefix).to_string(),
-                count: *count,
-                pull: BucketPull::RandomOrder,
-            };
-            let got = messages(&validate_buckets(&cfg, P));
-            assert_eq!(got.len(), want.len(), "{prefix:?} {count}: {got:?}");
-            for (g, w) in got.iter().zip(want.iter()) {
-                assert!(g.starts_with(w), "{g:?} should start with {w:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn buckets_parse_strictly() {
-        let b: BucketsConfig =
-            serde_json::from_str(r#"{"prefix": "jobs.bucket", "count": 16}"#).unwrap();
-        assert_eq!(
-            b,
-            BucketsConfig {
-                prefix: "jobs.bucket".into(),
-                count: 16,
-                pull: BucketPull::RandomOrder,
-            }
-        );
-        let c: BucketsConfig =
-            serde_json::from_str(r#"{"prefix": "jobs.bucket", "count": 4, "pull": "concurrent"}"#)
-                .unwrap();
-        assert_eq!(c.pull, BucketPull::Concurrent);
-        assert!(serde_json::from_str::<BucketsConfig>(
-            r#"{"prefix": "jobs", "count": 4, "pull": "parallel"}"#
-        )
-        .is_err());
-        assert!(serde_json::from_str::<BucketsConfig>(r#"{"prefix": "jobs"}"#).is_err());
-        assert!(serde_json::from_str::<BucketsConfig>(
-            r#"{"prefix": "jobs", "count": 4, "buckets": 4}"#
-        )
-        .is_err());
     }
 }

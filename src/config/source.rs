@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::randomizer::{bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig};
+use super::buckets::{bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig};
 pub use super::stream::{Retention, StorageKind};
 
 /// The stream and durable pull consumer a sink reads.

@@ -261,7 +261,7 @@ fn duration_ms(d: Duration) -> u64 {
 
 /// The bucket a publisher sends one message to: uniform in `0..count`, or 0 when `count` is
 /// 0 (validation requires at least 2). With
-/// [`crate::config::randomizer::bucket_subject`] it gives the subject.
+/// [`crate::config::buckets::bucket_subject`] it gives the subject.
 pub fn random_bucket(count: u32, rng: &mut impl Rng) -> u32 {
     if count == 0 {
         0

@@ -5,7 +5,7 @@
 use time::OffsetDateTime;
 
 use super::error::ReplayError;
-use crate::config::randomizer::bucket_wildcard;
+use crate::config::buckets::bucket_wildcard;
 use crate::config::SinkSpec;
 use crate::nats::replay_consumer::ReplayStart;
 

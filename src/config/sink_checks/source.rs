@@ -2,8 +2,8 @@
 //! random subject buckets and the stream created when missing.
 
 use super::paths::SinkPaths;
+use crate::config::buckets;
 use crate::config::pinned;
-use crate::config::randomizer;
 use crate::config::raw::{DeliveryConfig, SourceConfig};
 use crate::shared::issue::Issues;
 use crate::shared::names::{check_subject, is_valid_name};
@@ -153,19 +153,19 @@ fn check_pinned(
 
 /// `buckets`, and the filter subject that must then stay empty or the wildcard.
 fn check_buckets(
-    b: &crate::config::randomizer::BucketsConfig,
+    b: &crate::config::buckets::BucketsConfig,
     s: &SourceConfig,
     p: &SinkPaths,
     issues: &mut Issues,
 ) {
     let path = format!("{}.buckets", p.source);
-    issues.0.extend(randomizer::validate_buckets(b, &path));
-    issues.0.extend(randomizer::validate_bucket_consumer(
+    issues.0.extend(buckets::validate_buckets(b, &path));
+    issues.0.extend(buckets::validate_bucket_consumer(
         &s.consumer,
         b.count,
         &p.consumer,
     ));
-    let wildcard = randomizer::bucket_wildcard(&b.prefix);
+    let wildcard = buckets::bucket_wildcard(&b.prefix);
     if !s.subjects.is_empty() && s.subjects != [wildcard.clone()] {
         issues.push(
             p.subjects.clone(),

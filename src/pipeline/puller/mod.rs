@@ -27,7 +27,7 @@ use super::batch::{Prepare, Prepared};
 use super::keeper::Slot;
 use super::lanes;
 use super::retry::backoff;
-use crate::config::randomizer::BucketPull;
+use crate::config::buckets::BucketPull;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
 use crate::nats::{bind, fetch_any, fetch_batch, fetch_each, Drops, FetchLimits, Needs, Pin};
