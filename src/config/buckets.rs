@@ -36,8 +36,8 @@ pub struct BucketsConfig {
     /// How a pull reads the buckets: `"random_order"` (the default) visits them in a fresh
     /// random order and takes the first one's batch; `"concurrent"` pulls every bucket at
     /// once, each for its share of the batch, and interleaves them at random (each bucket
-    /// still FIFO): the source document's "concurrently at independent rates". A jetsink
-    /// choice between the document's two readings, both its own.
+    /// still FIFO), which mixes every batch but moves the buckets forward in step, so it
+    /// shuffles only locally (docs/randomization.md measures both). Opt-in.
     #[serde(default)]
     pub pull: BucketPull,
 }

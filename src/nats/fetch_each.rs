@@ -1,9 +1,9 @@
-//! Pulls from every random subject bucket at once (`source.buckets.pull: "concurrent"`):
-//! the seed's "processing those consumers concurrently at independent rates". One round
-//! sends a no-wait pull to each bucket consumer together, each for its share of the batch
-//! ([`shares`]), so the round costs one round trip instead of one per bucket visited, and
+//! Pulls from every random subject bucket at once (`source.buckets.pull: "concurrent"`),
+//! one reading of the seed's consumers "processed concurrently". One round sends a no-wait
+//! pull to each bucket consumer together, each for its share of the batch ([`shares`]), so
 //! a batch holds messages of many buckets. Each bucket's messages come back in its own
-//! order (FIFO); the caller interleaves them.
+//! order (FIFO); the caller interleaves them. Equal shares keep the buckets in step, so the
+//! disorder is local to a batch (measured in docs/randomization.md).
 //!
 //! A bucket whose next message does not fit its share of the bytes is pulled again for
 //! that one message with no byte limit, in the same round, so a large message is never
