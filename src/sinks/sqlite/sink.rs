@@ -91,14 +91,12 @@ impl SqliteSink {
 }
 
 /// Sets the pragmas jetsink relies on.
-fn configure(conn: &Connection, config: &SqliteConfig) -> Result<(), SinkError> {
+pub(super) fn configure(conn: &Connection, config: &SqliteConfig) -> Result<(), SinkError> {
     // rusqlite panics on a timeout above i32::MAX milliseconds.
     let ms = config.busy_timeout_ms.min(i32::MAX as u64);
     conn.busy_timeout(Duration::from_millis(ms))
         .map_err(|e| classify(&e, None))?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-        .map_err(|e| classify(&e, None))?;
+    let mode = journal_mode_wal(conn, Duration::from_millis(ms)).map_err(|e| classify(&e, None))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(SinkError::transient(format!(
             "sqlite refused journal_mode=WAL (still {mode}); the filesystem may not support \
@@ -110,6 +108,28 @@ fn configure(conn: &Connection, config: &SqliteConfig) -> Result<(), SinkError> 
         config.synchronous.pragma()
     ))
     .map_err(|e| classify(&e, None))
+}
+
+/// Switches the database to WAL. Connections that switch one database at the same moment
+/// (instances starting together on a file in rollback mode) can each hold the shared lock
+/// the other needs for the switch; SQLite then answers `SQLITE_BUSY` at once, without the
+/// busy handler (its deadlock avoidance), and the one that lost would fail its start. The
+/// switch is asked again, every 10 ms, until `within` (the busy timeout) has passed.
+fn journal_mode_wal(conn: &Connection, within: Duration) -> rusqlite::Result<String> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }
 
 impl BlockingSink for SqliteSink {

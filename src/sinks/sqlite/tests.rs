@@ -726,3 +726,41 @@ async fn health_opens_a_closed_sink_and_checks_an_open_one() {
     sink.health().await.unwrap();
     sink.write_batch(&batch(1..=1)).await.unwrap();
 }
+
+/// Instances starting together on one database in rollback mode each switch it to WAL;
+/// SQLite answers the loser of that race `SQLITE_BUSY` at once (without the busy handler),
+/// which made a worker of tests/job_queue.rs exit 69 at start. Every one of them must
+/// configure its connection.
+#[test]
+fn connections_switching_one_rollback_database_to_wal_together_all_succeed() {
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("race-{round}.db"));
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE t (x INTEGER)")
+            .unwrap();
+        let barrier = std::sync::Barrier::new(4);
+        let cfg = config(&path, TABLE);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let conn = Connection::open(&path).unwrap();
+                        barrier.wait();
+                        super::sink::configure(&conn, &cfg)
+                    })
+                })
+                .collect();
+            for h in handles {
+                let result = h.join().unwrap();
+                assert!(result.is_ok(), "round {round}: {result:?}");
+            }
+        });
+        let mode: String = Connection::open(&path)
+            .unwrap()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+}
