@@ -74,6 +74,68 @@ async fn urgent_messages_behind_a_routine_backlog_commit_early_with_per_lane_con
     assert_eq!(routine_lane, 3_000);
 }
 
+/// With `consumer_pull: "strict"` every pull asks the urgent lane first, so while it has a
+/// backlog no routine batch is written: 500 urgent messages published after 3,000 routine
+/// ones are the first 500 rows. Certain, not likely: the wait bound (ten minutes here) is
+/// the only thing that would put routine first, and a pull only falls through to routine
+/// when the urgent lane answers empty.
+#[tokio::test(flavor = "multi_thread")]
+async fn strict_lane_pulls_write_the_whole_urgent_backlog_before_any_routine_message() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "WORK", "work.>").await;
+    publish_n(&js, "work.routine", 3_000).await;
+    publish_n(&js, "work.urgent", 500).await;
+    let mut cfg = config(
+        &server,
+        "WORK",
+        "work.>",
+        json!({"type": "sqlite", "path": "data/w.db", "table": "events"}),
+        json!({
+            "batch_size": 100,
+            "priority_lanes": {
+                "enabled": true,
+                "default_lane": "routine",
+                "consumer_pull": "strict",
+                "strict_max_wait_ms": 600_000,
+                "lanes": [
+                    {"name": "urgent", "subjects": ["work.urgent"]},
+                    {"name": "routine", "weight": 3, "subjects": ["work.routine"]}
+                ]
+            }
+        }),
+    );
+    cfg["sinks"]["main"]["source"]
+        .as_object_mut()
+        .unwrap()
+        .remove("subjects");
+    let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    let db = dir.path().join("data/w.db");
+    d.eventually(Duration::from_secs(60), "every message", || async {
+        sqlite_count(&db, "events") == 3_500
+    })
+    .await;
+    d.stop_cleanly();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (urgent, last_urgent, first_routine): (i64, i64, i64) = conn
+        .query_row(
+            "SELECT COUNT(*) FILTER (WHERE subject = 'work.urgent'), \
+                    MAX(pos) FILTER (WHERE subject = 'work.urgent'), \
+                    MIN(pos) FILTER (WHERE subject = 'work.routine') \
+             FROM (SELECT subject, ROW_NUMBER() OVER (ORDER BY rowid) AS pos FROM events)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(urgent, 500);
+    assert_eq!(
+        (last_urgent, first_routine),
+        (500, 501),
+        "every urgent row before every routine row"
+    );
+}
+
 #[test]
 fn per_lane_consumer_mode_needs_subjects_on_every_lane() {
     let dir = tempfile::tempdir().unwrap();

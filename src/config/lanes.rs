@@ -43,6 +43,37 @@ pub struct PriorityLanesConfig {
     /// `{"name": "default", "priorities": [], "weight": 1}`.
     #[serde(default = "default_lanes")]
     pub lanes: Vec<LaneConfig>,
+    /// Per-lane consumer mode: how a pull picks the lane it asks first. `"weighted"` (the
+    /// default): lanes take turns by weight across pulls. `"strict"`: the first lane is
+    /// asked first on every pull, so a message in it waits for at most the batches already
+    /// in hand; the other lanes take what is left, by weight among themselves, and one pull
+    /// starts with them whenever `strict_max_wait_ms` passed since the last that did. A
+    /// jetsink extension, opt-in.
+    #[serde(default)]
+    pub consumer_pull: ConsumerPull,
+    /// With `consumer_pull: "strict"`: the longest time, in milliseconds, the lanes after
+    /// the first go without a pull that asks them first, 1 to 600000. Default 1000.
+    #[serde(default = "default_strict_max_wait_ms")]
+    pub strict_max_wait_ms: u64,
+}
+
+/// `delivery.priority_lanes.consumer_pull`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsumerPull {
+    /// Lanes take turns by weight across pulls.
+    #[default]
+    Weighted,
+    /// The first lane first on every pull; the others by weight, at least every
+    /// `strict_max_wait_ms`.
+    Strict,
+}
+
+/// Longest `strict_max_wait_ms`: ten minutes.
+pub const MAX_STRICT_WAIT_MS: u64 = 600_000;
+
+fn default_strict_max_wait_ms() -> u64 {
+    1_000
 }
 
 impl Default for PriorityLanesConfig {
@@ -53,6 +84,8 @@ impl Default for PriorityLanesConfig {
             unknown_priority_action: UnknownPriorityAction::default(),
             max_priority_value_length: default_max_priority_value_length(),
             lanes: default_lanes(),
+            consumer_pull: ConsumerPull::Weighted,
+            strict_max_wait_ms: default_strict_max_wait_ms(),
         }
     }
 }
@@ -171,6 +204,24 @@ pub fn validate_lanes(cfg: &PriorityLanesConfig, path: &str) -> Vec<Issue> {
                 }
             }
         }
+    }
+    if !(1..=MAX_STRICT_WAIT_MS).contains(&cfg.strict_max_wait_ms) {
+        out.push(issue(
+            at(path, "strict_max_wait_ms"),
+            format!(
+                "must be between 1 and {MAX_STRICT_WAIT_MS}, got {}",
+                cfg.strict_max_wait_ms
+            ),
+        ));
+    }
+    if cfg.consumer_pull == ConsumerPull::Strict && cfg.lanes.iter().all(|l| l.subjects.is_empty())
+    {
+        out.push(issue(
+            at(path, "consumer_pull"),
+            "\"strict\" picks which lane's consumer a pull asks first, and no lane lists \
+             subjects (per-lane consumer mode): give every lane its subjects, or remove \
+             consumer_pull",
+        ));
     }
     if !cfg.lanes.iter().any(|l| l.name == cfg.default_lane) {
         let known: Vec<&str> = cfg.lanes.iter().map(|l| l.name.as_str()).collect();

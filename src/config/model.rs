@@ -210,6 +210,14 @@ impl SinkSpec {
                 .map(|l| format!("{} (weight {})", l.name, l.weight))
                 .collect();
             out.push_str(&format!("    lanes:       {}\n", lanes.join(", ")));
+            let pl = &s.delivery.priority_lanes;
+            if pl.consumer_pull == super::lanes::ConsumerPull::Strict {
+                out.push_str(&format!(
+                    "    lane pulls:  strict: {} asked first on every pull, the others by weight and first at least every {} ms\n",
+                    pl.lanes.first().map(|l| l.name.as_str()).unwrap_or("-"),
+                    pl.strict_max_wait_ms
+                ));
+            }
         }
         if let Some(r) = &s.results {
             out.push_str(&format!(

@@ -791,4 +791,47 @@ mod tests {
             assert!(errs[0].contains("written twice"), "{errs:?}");
         }
     }
+    #[test]
+    fn strict_lane_pulls_need_per_lane_consumers_and_a_wait_bound_in_range() {
+        let lanes = |subjects: bool, extra: &str| {
+            let (u, r) = match subjects {
+                true => (
+                    r#", "subjects": ["orders.urgent"]"#,
+                    r#", "subjects": ["orders.routine"]"#,
+                ),
+                false => ("", ""),
+            };
+            MINIMAL.replace(r#""subjects": "orders.>", "#, "").replace(
+                r#""destination""#,
+                &format!(
+                    r#""delivery": {{"priority_lanes": {{"enabled": true, "default_lane": "routine"{extra},
+                            "lanes": [{{"name": "urgent", "priorities": ["urgent"]{u}}},
+                                      {{"name": "routine", "priorities": ["routine"]{r}}}]}}}},
+                        "destination""#
+                ),
+            )
+        };
+        assert_eq!(
+            errors(&lanes(
+                true,
+                r#", "consumer_pull": "strict", "strict_max_wait_ms": 600000"#
+            )),
+            Vec::<String>::new()
+        );
+        let errs = errors(&lanes(false, r#", "consumer_pull": "strict""#));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("sinks.orders.delivery.priority_lanes.consumer_pull: "),
+            "{errs:?}"
+        );
+        let errs = errors(&lanes(
+            true,
+            r#", "consumer_pull": "strict", "strict_max_wait_ms": 0"#,
+        ));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("sinks.orders.delivery.priority_lanes.strict_max_wait_ms: must be between 1 and 600000"),
+            "{errs:?}"
+        );
+    }
 }

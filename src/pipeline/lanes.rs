@@ -302,6 +302,7 @@ mod tests {
                     subjects: Vec::new(),
                 },
             ],
+            ..PriorityLanesConfig::default()
         })
     }
 
@@ -600,9 +601,80 @@ pub fn pull_order(lane_of: &[usize], weights: &[u32], cursor: usize) -> Vec<usiz
     order
 }
 
+/// Per-lane consumer mode with `consumer_pull: "strict"`: the first lane's consumers
+/// first, then the other lanes in their weighted cycle (starting at position `cursor` of
+/// the cycle of lanes 1..), or, when `others_first`, those lanes before the first. An empty
+/// lane hands the pull to the next, as in [`pull_order`]. Pure.
+pub fn strict_pull_order(
+    lane_of: &[usize],
+    weights: &[u32],
+    cursor: usize,
+    others_first: bool,
+) -> Vec<usize> {
+    let first: Vec<usize> = (0..lane_of.len()).filter(|c| lane_of[*c] == 0).collect();
+    // The other lanes' cycle, as `pull_order` makes it, with the first lane left out.
+    let rest_weights: Vec<u32> = weights.iter().skip(1).copied().collect();
+    let rest_of: Vec<usize> = lane_of.iter().map(|l| l.wrapping_sub(1)).collect();
+    let rest: Vec<usize> = pull_order(&rest_of, &rest_weights, cursor)
+        .into_iter()
+        .filter(|c| lane_of[*c] != 0)
+        .collect();
+    match others_first {
+        false => first.into_iter().chain(rest).collect(),
+        true => rest.into_iter().chain(first).collect(),
+    }
+}
+
 #[cfg(test)]
 mod pull_order_tests {
     use super::*;
+
+    #[test]
+    fn strict_asks_the_first_lane_first_unless_the_others_are_due() {
+        // consumer 0: urgent; 1, 2: routine (weight 2); 3: bulk (weight 1).
+        let lane_of = [0, 1, 1, 2];
+        let weights = [1, 2, 1];
+        assert_eq!(
+            strict_pull_order(&lane_of, &weights, 0, false),
+            vec![0, 1, 2, 3]
+        );
+        assert_eq!(
+            strict_pull_order(&lane_of, &weights, 2, false),
+            vec![0, 3, 1, 2]
+        );
+        assert_eq!(
+            strict_pull_order(&lane_of, &weights, 0, true),
+            vec![1, 2, 3, 0]
+        );
+        // The others share by weight: routine first twice, bulk once, per cycle of three.
+        let firsts: Vec<usize> = (0..6)
+            .map(|c| lane_of[strict_pull_order(&lane_of, &weights, c, true)[0]])
+            .collect();
+        assert_eq!(firsts, vec![1, 1, 2, 1, 1, 2]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn strict_order_visits_every_consumer_once(
+            lane_of in proptest::collection::vec(0usize..4, 1..12),
+            weights in proptest::collection::vec(1u32..5, 1..5),
+            cursor in 0usize..100,
+            others_first in proptest::bool::ANY,
+        ) {
+            let order = strict_pull_order(&lane_of, &weights, cursor, others_first);
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            proptest::prop_assert_eq!(sorted, (0..lane_of.len()).collect::<Vec<_>>());
+            let first_lane = order.iter().position(|c| lane_of[*c] != 0);
+            if !others_first {
+                // Every first-lane consumer comes before every other one.
+                let last_first = order.iter().rposition(|c| lane_of[*c] == 0);
+                if let (Some(a), Some(b)) = (last_first, first_lane) {
+                    proptest::prop_assert!(a < b);
+                }
+            }
+        }
+    }
 
     #[test]
     fn lanes_take_turns_by_weight_across_pulls() {

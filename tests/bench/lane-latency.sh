@@ -5,7 +5,9 @@
 # usage: tests/bench/lane-latency.sh [ROUTINE] [URGENT]
 #   ROUTINE routine messages published first (default 90000)
 #   URGENT  urgent messages published behind them (default 10000)
-# env: JETSINK (binary, default target/release/jetsink), BATCH (default 500)
+# env: JETSINK (binary, default target/release/jetsink), BATCH (default 500),
+#      MODES (default "off in-batch per-lane strict": lanes off, in-batch lanes, per-lane
+#      consumers by weight, per-lane consumers with consumer_pull "strict")
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 JETSINK=${JETSINK:-target/release/jetsink}
@@ -33,12 +35,19 @@ run_mode() {
   nats-server -a 127.0.0.1 -p "$port" -js -sd "$dir/js" >/dev/null 2>&1 &
   server_pid=$!
   sleep 0.5
-  local lanes
-  if [ "$mode" = per-lane ]; then
-    lanes='[{"name":"urgent","weight":3,"subjects":["work.urgent"]},{"name":"routine","weight":1,"subjects":["work.routine"]}]'
-  else
-    lanes='[{"name":"urgent","weight":3,"priorities":["urgent"]},{"name":"routine","weight":1,"priorities":["routine"]}]'
-  fi
+  local lanes enabled=true pull=""
+  case "$mode" in
+    per-lane)
+      lanes='[{"name":"urgent","weight":3,"subjects":["work.urgent"]},{"name":"routine","weight":1,"subjects":["work.routine"]}]' ;;
+    strict)
+      lanes='[{"name":"urgent","weight":3,"subjects":["work.urgent"]},{"name":"routine","weight":1,"subjects":["work.routine"]}]'
+      pull=', "consumer_pull": "strict"' ;;
+    off)
+      lanes='[{"name":"urgent","weight":3,"priorities":["urgent"]},{"name":"routine","weight":1,"priorities":["routine"]}]'
+      enabled=false ;;
+    *)
+      lanes='[{"name":"urgent","weight":3,"priorities":["urgent"]},{"name":"routine","weight":1,"priorities":["routine"]}]' ;;
+  esac
   cat > "$dir/c.json" <<JSON
 {"nats": {"servers": ["nats://127.0.0.1:$port"]}, "http": {"enabled": false},
  "logging": {"level": "warn"},
@@ -46,7 +55,7 @@ run_mode() {
    "source": {"stream": "WORK", "consumer": "jetsink", "create_stream": {"subjects": ["work.>"]}},
    "message_metadata": {"priority": {"default": "routine"},
                         "rules": [{"subject": "work.urgent", "priority": "urgent"}]},
-   "delivery": {"batch_size": $BATCH, "priority_lanes": {"enabled": true, "default_lane": "routine", "lanes": $lanes}},
+   "delivery": {"batch_size": $BATCH, "priority_lanes": {"enabled": $enabled, "default_lane": "routine"$pull, "lanes": $lanes}},
    "destination": {"type": "sqlite", "path": "$dir/w.db", "table": "events"}}}}
 JSON
   # Bind stream and consumers, then stop, so the backlog builds up unread.
@@ -55,6 +64,8 @@ JSON
   sleep 1.5; kill "$first"; wait "$first" 2>/dev/null || true
   "$JETSINK" publish --server "nats://127.0.0.1:$port" --subject work.routine --count "$ROUTINE" --size 200 >/dev/null
   "$JETSINK" publish --server "nats://127.0.0.1:$port" --subject work.urgent --count "$URGENT" --size 200 >/dev/null
+  local started
+  started=$(date +%s.%N)
   "$JETSINK" run --config "$dir/c.json" 2>"$dir/log2" &
   daemon_pid=$!
   local total=$((ROUTINE + URGENT))
@@ -63,15 +74,17 @@ JSON
 try: print(sqlite3.connect('$dir/w.db').execute('select count(*) from events').fetchone()[0])
 except Exception: print(0)")
     [ "$n" -ge "$total" ] && break
-    sleep 0.2
+    sleep 0.05
   done
+  local wall
+  wall=$(python3 -c "import time; print(f'{time.time() - $started:.2f}')")
   kill "$daemon_pid"; wait "$daemon_pid" 2>/dev/null || true; daemon_pid=""
-  python3 - "$dir/w.db" "$mode" <<'PY'
+  python3 - "$dir/w.db" "$mode" "$wall" "$total" <<'PY'
 import sqlite3, sys, datetime
 def t(s):
     s = s.rstrip('Z'); base, frac = s.split('.')
     return datetime.datetime.fromisoformat(base).timestamp() + int(frac) / 1e9
-db, mode = sys.argv[1], sys.argv[2]
+db, mode, wall, total = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 c = sqlite3.connect(db)
 rows = c.execute("select subject, published_at, written_at, rowid from events").fetchall()
 def pct(xs, q):
@@ -79,9 +92,11 @@ def pct(xs, q):
 for subj in ("work.urgent", "work.routine"):
     lat = [(t(w) - t(p)) * 1000 for s, p, w, _ in rows if s == subj]
     print(f"{mode:9} {subj:13} n={len(lat):6} p50={pct(lat,.5):8.0f} ms  p99={pct(lat,.99):8.0f} ms")
+print(f"{mode:9} drained {total} in {wall:.2f} s ({total / wall:.0f} msg/s, from daemon start, SQLite polled every 50 ms)")
 PY
 }
 
 echo "routine=$ROUTINE urgent=$URGENT (urgent published after the routine backlog), batch=$BATCH, $($JETSINK --version)"
-run_mode in-batch
-run_mode per-lane
+for mode in ${MODES:-off in-batch per-lane strict}; do
+  run_mode "$mode"
+done

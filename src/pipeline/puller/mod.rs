@@ -18,16 +18,13 @@ use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::response::Response;
 use async_nats::jetstream::{self};
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::batch::{Prepare, Prepared};
 use super::keeper::Slot;
-use super::lanes;
 use super::retry::backoff;
-use crate::config::buckets::BucketPull;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
 use crate::nats::{bind, fetch_any, fetch_batch, fetch_each, Drops, FetchLimits, Needs, Pin};
@@ -40,29 +37,13 @@ const REBIND_AFTER: u32 = 3;
 
 mod ahead;
 mod interleave;
+mod order;
 mod paused;
 
 pub(super) use ahead::Ahead;
 use ahead::PendingPull;
 use interleave::interleave;
-
-/// In which order a pull visits the consumers.
-enum Order {
-    /// One consumer.
-    Single,
-    /// Random subject buckets: a fresh random order each pull; with `concurrent`, every
-    /// bucket pulled at once and interleaved (`source.buckets.pull`).
-    Buckets { concurrent: bool },
-    /// Per-lane consumers: lanes take turns by weight across pulls.
-    Lanes {
-        /// The lane of each consumer.
-        of_consumer: Vec<usize>,
-        /// Lane weights.
-        weights: Vec<u32>,
-        /// Position in the weighted cycle of lanes.
-        cursor: usize,
-    },
-}
+use order::Order;
 
 /// What [`Puller::next`] got.
 pub(super) enum Pulled {
@@ -148,32 +129,7 @@ impl Puller {
             max_bytes: spec.delivery.max_batch_bytes,
             wait: Duration::from_millis(spec.delivery.batch_timeout_ms),
         };
-        let of_consumer: Option<Vec<usize>> = spec
-            .consumer_bindings()
-            .into_iter()
-            .map(|(_, lane)| lane)
-            .collect();
-        let order = match of_consumer {
-            _ if consumers.len() == 1 => Order::Single,
-            Some(of_consumer) => Order::Lanes {
-                of_consumer,
-                weights: spec
-                    .delivery
-                    .priority_lanes
-                    .lanes
-                    .iter()
-                    .map(|l| l.weight)
-                    .collect(),
-                cursor: usize::MAX,
-            },
-            None => Order::Buckets {
-                concurrent: spec
-                    .source
-                    .buckets
-                    .as_ref()
-                    .is_some_and(|b| b.pull == BucketPull::Concurrent),
-            },
-        };
+        let order = Order::for_sink(&spec, consumers.len());
         let pinned = spec.source.pinned.as_ref().map(|p| {
             let gauge = metrics.pinned();
             gauge.set(0);
@@ -290,33 +246,20 @@ impl Puller {
         let prepare = self.prepare.clone();
         let limits = self.limits;
         let drops = self.drops.clone();
-        let order = match &mut self.order {
-            Order::Single => {
-                let consumer = self.consumers[0].clone();
-                let js = self.js.clone();
-                let pin = self.pinned.as_ref().map(|p| p.pin.clone());
-                return tokio::spawn(async move {
-                    let messages =
-                        fetch_batch(&js, &consumer, limits, &drops, pin.as_deref()).await?;
-                    into.put(prepare.prepare(messages)).await;
-                    Ok(())
-                });
-            }
-            Order::Lanes {
-                of_consumer,
-                weights,
-                cursor,
-            } => {
-                *cursor = cursor.wrapping_add(1);
-                lanes::pull_order(of_consumer, weights, *cursor)
-            }
-            Order::Buckets { .. } => {
-                let mut order: Vec<usize> = (0..self.consumers.len()).collect();
-                order.shuffle(&mut self.rng);
-                order
-            }
-        };
-        let concurrent = matches!(self.order, Order::Buckets { concurrent: true });
+        if self.order.is_single() {
+            let consumer = self.consumers[0].clone();
+            let js = self.js.clone();
+            let pin = self.pinned.as_ref().map(|p| p.pin.clone());
+            return tokio::spawn(async move {
+                let messages = fetch_batch(&js, &consumer, limits, &drops, pin.as_deref()).await?;
+                into.put(prepare.prepare(messages)).await;
+                Ok(())
+            });
+        }
+        let order = self
+            .order
+            .next(self.consumers.len(), &mut self.rng, Instant::now());
+        let concurrent = self.order.concurrent();
         // A consumer paused in the server would only hold its pull.
         let order: Vec<usize> = order
             .into_iter()
