@@ -9,31 +9,12 @@
 
 use crate::common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::HeaderMap;
 use common::*;
 use serde_json::json;
-
-/// Creates the jetsink layout in SQLite with a trigger that refuses poison payloads.
-fn poison_table(db: &Path) {
-    std::fs::create_dir_all(db.parent().expect("db dir")).expect("create db dir");
-    let conn = rusqlite::Connection::open(db).expect("open sqlite");
-    conn.execute_batch(
-        "CREATE TABLE events (idempotency_key TEXT PRIMARY KEY NOT NULL, stream TEXT NOT NULL,
-           stream_sequence INTEGER NOT NULL, consumer_sequence INTEGER NOT NULL,
-           subject TEXT NOT NULL, delivered INTEGER NOT NULL, published_at TEXT NOT NULL,
-           written_at TEXT NOT NULL, message_id TEXT, headers TEXT NOT NULL, priority TEXT,
-           lane TEXT, classification TEXT, labels TEXT NOT NULL DEFAULT '[]',
-           payload BLOB NOT NULL);
-         CREATE TRIGGER refuse_poison BEFORE INSERT ON events
-           WHEN instr(CAST(NEW.payload AS TEXT), 'POISON') > 0
-           BEGIN SELECT RAISE(ABORT, 'poison payload refused'); END;",
-    )
-    .expect("poison table");
-}
 
 /// Every message of stream DLQ, in order.
 async fn dlq_messages(js: &jetstream::Context) -> Vec<jetstream::message::StreamMessage> {

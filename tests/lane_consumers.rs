@@ -9,30 +9,26 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn urgent_messages_behind_a_routine_backlog_commit_early_with_per_lane_consumers() {
+/// Publishes 3,000 routine messages (`work.routine`) and then `urgent` urgent ones
+/// (`work.urgent`), drains them into SQLite (`data/w.db`, batch 100) with `priority_lanes`
+/// (two lanes `urgent` and `routine` with subjects), waits until both lane consumers have
+/// nothing pending and stops the daemon cleanly. Returns the server and the directory.
+async fn drain_lane_backlog(
+    urgent: usize,
+    priority_lanes: serde_json::Value,
+) -> (NatsServer, tempfile::TempDir) {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     create_stream(&js, "WORK", "work.>").await;
     publish_n(&js, "work.routine", 3_000).await;
-    publish_n(&js, "work.urgent", 30).await;
+    publish_n(&js, "work.urgent", urgent).await;
     let mut cfg = config(
         &server,
         "WORK",
         "work.>",
         json!({"type": "sqlite", "path": "data/w.db", "table": "events"}),
-        json!({
-            "batch_size": 100,
-            "priority_lanes": {
-                "enabled": true,
-                "default_lane": "routine",
-                "lanes": [
-                    {"name": "urgent", "weight": 3, "subjects": ["work.urgent"]},
-                    {"name": "routine", "weight": 1, "subjects": ["work.routine"]}
-                ]
-            }
-        }),
+        json!({"batch_size": 100, "priority_lanes": priority_lanes}),
     );
     cfg["sinks"]["main"]["source"]
         .as_object_mut()
@@ -40,8 +36,9 @@ async fn urgent_messages_behind_a_routine_backlog_commit_early_with_per_lane_con
         .remove("subjects");
     let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
     let db = dir.path().join("data/w.db");
-    eventually(Duration::from_secs(60), "every message", || async {
-        sqlite_count(&db, "events") == 3_030
+    let total = (3_000 + urgent) as u64;
+    d.eventually(Duration::from_secs(60), "every message", || async {
+        sqlite_count(&db, "events") == total
     })
     .await;
     for name in ["jetsink-lane-urgent-0", "jetsink-lane-routine-0"] {
@@ -51,6 +48,24 @@ async fn urgent_messages_behind_a_routine_backlog_commit_early_with_per_lane_con
         .await;
     }
     d.stop_cleanly();
+    (server, dir)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn urgent_messages_behind_a_routine_backlog_commit_early_with_per_lane_consumers() {
+    let (_server, dir) = drain_lane_backlog(
+        30,
+        json!({
+            "enabled": true,
+            "default_lane": "routine",
+            "lanes": [
+                {"name": "urgent", "weight": 3, "subjects": ["work.urgent"]},
+                {"name": "routine", "weight": 1, "subjects": ["work.routine"]}
+            ]
+        }),
+    )
+    .await;
+    let db = dir.path().join("data/w.db");
     let conn = rusqlite::Connection::open(&db).unwrap();
     let (urgent, last_urgent_position): (i64, i64) = conn
         .query_row(
@@ -81,42 +96,21 @@ async fn urgent_messages_behind_a_routine_backlog_commit_early_with_per_lane_con
 /// when the urgent lane answers empty.
 #[tokio::test(flavor = "multi_thread")]
 async fn strict_lane_pulls_write_the_whole_urgent_backlog_before_any_routine_message() {
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let js = server.js().await;
-    create_stream(&js, "WORK", "work.>").await;
-    publish_n(&js, "work.routine", 3_000).await;
-    publish_n(&js, "work.urgent", 500).await;
-    let mut cfg = config(
-        &server,
-        "WORK",
-        "work.>",
-        json!({"type": "sqlite", "path": "data/w.db", "table": "events"}),
+    let (_server, dir) = drain_lane_backlog(
+        500,
         json!({
-            "batch_size": 100,
-            "priority_lanes": {
-                "enabled": true,
-                "default_lane": "routine",
-                "consumer_pull": "strict",
-                "strict_max_wait_ms": 600_000,
-                "lanes": [
-                    {"name": "urgent", "subjects": ["work.urgent"]},
-                    {"name": "routine", "weight": 3, "subjects": ["work.routine"]}
-                ]
-            }
+            "enabled": true,
+            "default_lane": "routine",
+            "consumer_pull": "strict",
+            "strict_max_wait_ms": 600_000,
+            "lanes": [
+                {"name": "urgent", "subjects": ["work.urgent"]},
+                {"name": "routine", "weight": 3, "subjects": ["work.routine"]}
+            ]
         }),
-    );
-    cfg["sinks"]["main"]["source"]
-        .as_object_mut()
-        .unwrap()
-        .remove("subjects");
-    let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
-    let db = dir.path().join("data/w.db");
-    d.eventually(Duration::from_secs(60), "every message", || async {
-        sqlite_count(&db, "events") == 3_500
-    })
+    )
     .await;
-    d.stop_cleanly();
+    let db = dir.path().join("data/w.db");
     let conn = rusqlite::Connection::open(&db).unwrap();
     let (urgent, last_urgent, first_routine): (i64, i64, i64) = conn
         .query_row(

@@ -281,7 +281,7 @@ pub(super) fn is_size_limit(e: &async_nats::Error) -> bool {
 }
 
 /// Shortest long poll of an idle round over several consumers.
-pub(super) const IDLE_ROUND_MIN: Duration = Duration::from_millis(100);
+const IDLE_ROUND_MIN: Duration = Duration::from_millis(100);
 
 /// Pulls from several consumers (random subject buckets): a no-wait pull from each in
 /// `order` until one has messages, so buckets are read at independent rates and each
@@ -306,6 +306,20 @@ pub async fn fetch_any(
             Err(e) => last_err = Some(e),
         }
     }
+    idle_round(js, consumers, order, limits, drops, last_err).await
+}
+
+/// When every bucket answered empty: a short long poll on the first of `order`, so an idle
+/// sink sleeps in the server. `last_err`, a bucket's failed pull, is reported in place of
+/// this poll's own failure.
+pub(super) async fn idle_round(
+    js: &Context,
+    consumers: &[PullConsumer],
+    order: &[usize],
+    limits: FetchLimits,
+    drops: &Drops,
+    last_err: Option<async_nats::Error>,
+) -> Result<Vec<Message>, async_nats::Error> {
     let Some(first) = order.first().and_then(|i| consumers.get(*i)) else {
         return Ok(Vec::new());
     };
@@ -315,10 +329,9 @@ pub async fn fetch_any(
     let wait = (limits.wait / consumers.len().max(1) as u32)
         .max(IDLE_ROUND_MIN)
         .min(limits.wait);
-    match fetch_batch(js, first, FetchLimits { wait, ..limits }, drops, None).await {
-        Ok(m) => Ok(m),
-        Err(e) => Err(last_err.unwrap_or(e)),
-    }
+    fetch_batch(js, first, FetchLimits { wait, ..limits }, drops, None)
+        .await
+        .map_err(|e| last_err.unwrap_or(e))
 }
 
 #[cfg(test)]

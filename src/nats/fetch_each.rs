@@ -18,7 +18,7 @@ use async_nats::Message;
 use futures::future::join_all;
 
 use super::connect::Drops;
-use super::fetch::{fetch_batch, is_size_limit, no_wait, FetchLimits, IDLE_ROUND_MIN};
+use super::fetch::{idle_round, is_size_limit, no_wait, FetchLimits};
 
 /// How many messages and bytes each of `n` buckets is asked for out of `limits`: the
 /// batch split as evenly as it goes, the first buckets of the round taking the remainder,
@@ -86,17 +86,8 @@ pub async fn fetch_each(
     if !groups.is_empty() {
         return Ok(groups);
     }
-    let Some(first) = order.first().and_then(|i| consumers.get(*i)) else {
-        return Ok(Vec::new());
-    };
-    let wait = (limits.wait / consumers.len().max(1) as u32)
-        .max(IDLE_ROUND_MIN)
-        .min(limits.wait);
-    match fetch_batch(js, first, FetchLimits { wait, ..limits }, drops, None).await {
-        Ok(m) if m.is_empty() => Ok(Vec::new()),
-        Ok(m) => Ok(vec![m]),
-        Err(e) => Err(last_err.unwrap_or(e)),
-    }
+    let m = idle_round(js, consumers, order, limits, drops, last_err).await?;
+    Ok(if m.is_empty() { Vec::new() } else { vec![m] })
 }
 
 #[cfg(test)]
