@@ -54,8 +54,12 @@ impl TestDatabase for Pg {
     const USER: &'static str = "postgres";
     const JSON_PAYLOAD: &'static str = "jsonb";
     const BYTES_PAYLOAD: &'static str = "bytea";
-    const WRITE_PATHS: &'static [&'static str] =
-        &[r#"{"copy_threshold": 0}"#, r#"{"copy_threshold": 2}"#];
+    // The multi-row INSERT, COPY straight into the table, COPY through the staging table.
+    const WRITE_PATHS: &'static [&'static str] = &[
+        r#"{"copy_threshold": 0}"#,
+        r#"{"copy_threshold": 2}"#,
+        r#"{"copy_threshold": 2, "direct_copy": false}"#,
+    ];
     // 100 rows take the COPY path (threshold 64), 10 rows the multi-row INSERT; rewrites of
     // 80 and 30 rows take one path each.
     const IDEMPOTENCY_EXTRA: &'static str = r#"{"copy_threshold": 64}"#;
@@ -278,6 +282,42 @@ async fn upsert_with_one_key_twice_in_a_batch_keeps_the_last() {
         assert_eq!(row.get::<_, i64>(1), 3);
         assert_eq!(db.count("events").await, 3);
     }
+}
+
+/// Records, per row the table receives, which statement wrote it: `current_query()` in a
+/// row trigger is the top-level statement's text.
+const RECORD_STATEMENT: &str = "CREATE TABLE seen (key text, how text); \
+     CREATE FUNCTION record_statement() RETURNS trigger AS $$ BEGIN \
+     INSERT INTO seen VALUES (NEW.idempotency_key, left(current_query(), 4)); RETURN NEW; END $$ \
+     LANGUAGE plpgsql; \
+     CREATE TRIGGER record AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION record_statement();";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn direct_copy_writes_a_batch_with_one_copy_and_a_redelivered_one_with_insert() {
+    let db = Pg::create("direct").await;
+    db.exec(&format!("{}; {RECORD_STATEMENT}", jetsink_layout_sql()))
+        .await;
+    let seen = |how: &'static str| {
+        let db = &db;
+        async move { db.count(&format!("seen WHERE how = '{how}'")).await }
+    };
+    let mut sink = opened(db.config(json!({}))).await;
+    sink.write_batch(&json_batch(1..=5)).await.unwrap();
+    assert_eq!((seen("COPY").await, seen("INSE").await), (5, 0));
+    // A redelivery: 1..=5 are stored, so the COPY is refused as a whole (and leaves
+    // nothing behind) and the multi-row INSERT writes 6 and 7 only.
+    sink.write_batch(&json_batch(1..=7)).await.unwrap();
+    assert_eq!((seen("COPY").await, seen("INSE").await), (5, 2));
+    assert_eq!(db.count("events").await, 7);
+    // The next batch goes by COPY again: a duplicate does not turn it off.
+    sink.write_batch(&json_batch(8..=9)).await.unwrap();
+    assert_eq!(seen("COPY").await, 7);
+    // A single message, and every batch with direct_copy off, take the INSERT.
+    sink.write_batch(&json_batch(10..=10)).await.unwrap();
+    let mut off = opened(db.config(json!({"direct_copy": false}))).await;
+    off.write_batch(&json_batch(11..=14)).await.unwrap();
+    assert_eq!((seen("COPY").await, seen("INSE").await), (7, 7));
+    assert_eq!(db.count("events").await, 14);
 }
 
 fn jetsink_layout_sql() -> &'static str {

@@ -64,21 +64,41 @@ pub async fn run(opts: Options) -> Result<Report, BenchError> {
         std::process::id(),
         OffsetDateTime::now_utc().unix_timestamp_nanos() % 1_000_000_000_000
     );
-    let stream_name = format!("JETSINK_BENCH_{id}");
-    let prefix = format!("jetsink.bench.{id}");
-    js.create_stream(jetstream::stream::Config {
-        name: stream_name.clone(),
-        subjects: vec![format!("{prefix}.>")],
-        storage: jetstream::stream::StorageType::File,
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| BenchError::Nats(format!("creating stream {stream_name}: {e}")))?;
-    let result = measure(&opts, &client, &js, &stream_name, &prefix).await;
-    if let Err(e) = js.delete_stream(&stream_name).await {
-        tracing::warn!(stream = %stream_name, error = %e, "could not delete the benchmark stream");
+    measure(&opts, &client, &js, &id).await
+}
+
+/// A fresh stream for one run: a destination that outlives the passes (a configured
+/// table) then never receives a key an earlier run wrote, so every run writes new rows
+/// instead of the later ones measuring redeliveries.
+struct RunStream {
+    name: String,
+    prefix: String,
+}
+
+impl RunStream {
+    async fn create(
+        js: &jetstream::Context,
+        id: &str,
+        run: usize,
+    ) -> Result<RunStream, BenchError> {
+        let name = format!("JETSINK_BENCH_{id}_R{run}");
+        let prefix = format!("jetsink.bench.{id}.r{run}");
+        js.create_stream(jetstream::stream::Config {
+            name: name.clone(),
+            subjects: vec![format!("{prefix}.>")],
+            storage: jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| BenchError::Nats(format!("creating stream {name}: {e}")))?;
+        Ok(RunStream { name, prefix })
     }
-    result
+
+    async fn delete(&self, js: &jetstream::Context) {
+        if let Err(e) = js.delete_stream(&self.name).await {
+            tracing::warn!(stream = %self.name, error = %e, "could not delete the benchmark stream");
+        }
+    }
 }
 
 /// The processes whose CPU time the passes report.
@@ -116,36 +136,21 @@ async fn measure(
     opts: &Options,
     client: &async_nats::Client,
     js: &jetstream::Context,
-    stream: &str,
-    prefix: &str,
+    id: &str,
 ) -> Result<Report, BenchError> {
     let server_version = client.server_info().version;
     let watched = watched(opts, client);
     let bar = progress_bar(opts);
-    let mut publish_rate = None;
-    if opts.rate.is_none() {
-        bar.set_message("prefilling");
-        let r = publish(js, &plan(format!("{prefix}.data"), opts, None))
-            .await
-            .map_err(|e| BenchError::Nats(e.to_string()))?;
-        publish_rate = Some(r.rate());
-    }
+    let mut publish_rates = Vec::new();
     let mut passes = Vec::new();
     let (mut ratios, mut to_destination) = (Vec::new(), Vec::new());
     let mut verified = Vec::new();
     for run in 1..=opts.runs {
-        let subject = |pass: &str| match opts.rate {
-            Some(_) => format!("{prefix}.run{run}.{pass}"),
-            None => format!("{prefix}.data"),
-        };
-        bar.set_message(format!("run {run}/{}: ceiling", opts.runs));
-        let ceiling =
-            ceiling::pass(opts, js, stream, &subject("ceiling"), run, &watched, &bar).await?;
-        bar.set_message(format!("run {run}/{}: destination", opts.runs));
-        let alone = direct::pass(opts, stream, run, &watched, &bar).await?;
-        bar.set_message(format!("run {run}/{}: pipeline", opts.runs));
-        let (pipeline, check) =
-            pipeline::pass(opts, js, stream, &subject("pipeline"), run, &watched, &bar).await?;
+        let stream = RunStream::create(js, id, run).await?;
+        let measured = one_run(opts, js, &stream, run, &watched, &bar).await;
+        stream.delete(js).await;
+        let (rate, ceiling, alone, (pipeline, check)) = measured?;
+        publish_rates.extend(rate);
         ratios.push(pipeline.msgs_per_sec / ceiling.msgs_per_sec.max(1e-9));
         verified.push(check);
         passes.push(ceiling);
@@ -155,6 +160,7 @@ async fn measure(
         }
         passes.push(pipeline);
     }
+    let publish_rate = (!publish_rates.is_empty()).then(|| median(&publish_rates));
     bar.finish_and_clear();
     let rate_of = |kind: &str| -> Vec<f64> {
         passes
@@ -183,6 +189,43 @@ async fn measure(
         passes,
         verified: verified.join("; "),
     })
+}
+
+/// What one run measured: the prefill rate (none with `--rate`), the ceiling, the
+/// destination alone (none for `discard`), the pipeline and its verification.
+type RunResult = (Option<f64>, Pass, Option<Pass>, (Pass, String));
+
+/// The passes of one run on its own stream: prefill (unless `--rate`), ceiling,
+/// destination alone, pipeline.
+async fn one_run(
+    opts: &Options,
+    js: &jetstream::Context,
+    stream: &RunStream,
+    run: usize,
+    watched: &Watched,
+    bar: &indicatif::ProgressBar,
+) -> Result<RunResult, BenchError> {
+    let prefix = &stream.prefix;
+    let mut rate = None;
+    if opts.rate.is_none() {
+        bar.set_message(format!("run {run}/{}: prefilling", opts.runs));
+        let r = publish(js, &plan(format!("{prefix}.data"), opts, None))
+            .await
+            .map_err(|e| BenchError::Nats(e.to_string()))?;
+        rate = Some(r.rate());
+    }
+    let subject = |pass: &str| match opts.rate {
+        Some(_) => format!("{prefix}.{pass}"),
+        None => format!("{prefix}.data"),
+    };
+    let name = &stream.name;
+    bar.set_message(format!("run {run}/{}: ceiling", opts.runs));
+    let ceiling = ceiling::pass(opts, js, name, &subject("ceiling"), run, watched, bar).await?;
+    bar.set_message(format!("run {run}/{}: destination", opts.runs));
+    let alone = direct::pass(opts, name, run, watched, bar).await?;
+    bar.set_message(format!("run {run}/{}: pipeline", opts.runs));
+    let pipeline = pipeline::pass(opts, js, name, &subject("pipeline"), run, watched, bar).await?;
+    Ok((rate, ceiling, alone, pipeline))
 }
 
 fn progress_bar(opts: &Options) -> indicatif::ProgressBar {

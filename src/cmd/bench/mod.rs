@@ -1,15 +1,16 @@
 //! `jetsink bench`: measures the real pipeline against the bare-consumer ceiling of the
 //! same server and machine, in one run, and checks that nothing was lost.
 //!
-//! A fresh, uniquely named file-storage stream is prefilled (or, with `--rate`, fed at a
-//! fixed offered load during each pass). The **ceiling** pass is a bare pull consumer that
+//! Each run gets a fresh, uniquely named file-storage stream, prefilled (or, with `--rate`,
+//! fed at a fixed offered load during each pass), so a table that outlives the runs
+//! receives new keys in every run. The **ceiling** pass is a bare pull consumer that
 //! fetches the same batch size and ACKs each message, flushing once per batch. The
 //! **destination** pass writes the same rows straight into the destination, with no NATS
 //! (its own limit on this machine). The **pipeline** pass runs
 //! [`crate::pipeline::Runner`] with the chosen destination: the code path of `jetsink run`,
 //! not a special fast path. Passes alternate `runs` times because the machine is noisy; the
 //! report gives medians, each run's ratios and the CPU seconds per 100,000 messages spent by
-//! jetsink, nats-server and the database server. The stream is deleted at the end,
+//! jetsink, nats-server and the database server. Each run's stream is deleted after it,
 //! whatever happened.
 //!
 //! This file is the command (its flags, the destination they describe, the printing of

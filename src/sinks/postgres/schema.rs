@@ -11,7 +11,9 @@ use postgres_protocol::escape::escape_identifier;
 use tokio_postgres::types::Type;
 
 use super::config::PostgresPayloadType;
-use crate::sinks::database::columns::{Family, PlannedColumn, Source, TablePlan, ValueKind};
+use crate::sinks::database::columns::{
+    Family, PlannedColumn, Source, TableColumn, TablePlan, ValueKind,
+};
 use crate::sinks::database::config::WriteMode;
 
 /// The temporary table the `COPY` path stages rows in, one per session.
@@ -125,7 +127,7 @@ pub(crate) enum Wire {
 }
 
 impl Wire {
-    /// The SQL type name.
+    /// The SQL type name, which is also the type's `pg_type.typname`.
     pub(crate) fn sql(self) -> &'static str {
         match self {
             Wire::Text => "text",
@@ -175,6 +177,9 @@ pub(crate) struct WriteSql {
     pub copy: String,
     /// `INSERT ... SELECT` from the staging table.
     pub insert_from_stage: String,
+    /// Binary `COPY` straight into the table (insert_ignore mode, when every column takes
+    /// its wire type as it is: see [`copies_natively`]).
+    pub copy_direct: String,
 }
 
 /// Builds the write SQL for `plan` into `table` (already quoted). `wires[i]` and `plan`'s
@@ -260,7 +265,31 @@ pub(crate) fn write_sql(
             names.join(", "),
             exprs.join(", ")
         ),
+        copy_direct: format!(
+            "COPY {table} ({}) FROM STDIN (FORMAT binary)",
+            names.join(", ")
+        ),
     }
+}
+
+/// Whether every planned column's base type is exactly its wire's type, so binary `COPY`
+/// can fill the table itself: binary `COPY` applies no cast, and a wire sent to another
+/// type (an `int8` into an `integer` column, text into `uuid`) would be refused or, for
+/// two types with the same binary layout, stored wrongly. `bases[i]` belongs to
+/// `columns[i]`, as read from the catalog.
+pub(crate) fn copies_natively(
+    plan: &TablePlan,
+    wires: &[Wire],
+    columns: &[TableColumn],
+    bases: &[String],
+) -> bool {
+    plan.columns.iter().zip(wires).all(|(p, w)| {
+        columns
+            .iter()
+            .zip(bases)
+            .find(|(t, _)| t.name == p.name)
+            .is_some_and(|(_, base)| base == w.sql())
+    })
 }
 
 /// Whether the plan writes the payload as the jetsink layout's `payload` column, and with

@@ -3,8 +3,9 @@
 //! lifecycle around it is [`DatabaseSink`](crate::sinks::database::DatabaseSink)'s.
 //!
 //! Opening creates the default table only the first time (see `table`). A batch is
-//! written as one statement in autocommit, or through `COPY` from `copy_threshold` rows
-//! (see `write`); either way it commits as a whole or not at all. When the database
+//! written as one statement in autocommit (a binary `COPY` into the table, or a multi-row
+//! `INSERT`), or through a staging table from `copy_threshold` rows (see `write`); either
+//! way it commits as a whole or not at all. When the database
 //! refuses the batch for content, it cannot say which row, so the error carries no index and
 //! the runner bisects the batch; content jetsink can check itself (JSON, UTF-8) is refused
 //! with the exact index before anything is sent.
@@ -106,6 +107,15 @@ impl Dialect for Postgres {
                 Err(e) => return Err(db(e)),
             }
         };
+        let direct = if c.direct_copy
+            && c.mode == WriteMode::InsertIgnore
+            && c.copy_threshold > 0
+            && schema::copies_natively(&plan, &wires, &columns, &bases)
+        {
+            Some(client.prepare(&sql.copy_direct).await.map_err(db)?)
+        } else {
+            None
+        };
         Ok(Conn {
             client,
             driver,
@@ -113,6 +123,7 @@ impl Dialect for Postgres {
             wires,
             insert,
             copy,
+            direct,
         })
     }
 

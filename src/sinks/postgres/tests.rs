@@ -232,6 +232,45 @@ fn write_sql_binds_every_value_and_quotes_every_name() {
 }
 
 #[test]
+fn copy_goes_straight_into_a_table_only_when_no_column_needs_a_cast() {
+    for payload in ["bytea", "jsonb"] {
+        let (plan, wires) = layout_plan(payload);
+        let (table, bases): (Vec<TableColumn>, Vec<String>) =
+            layout_columns(payload).into_iter().unzip();
+        assert!(schema::copies_natively(&plan, &wires, &table, &bases));
+        let sql = write_sql("\"events\"", &plan, &wires, WriteMode::InsertIgnore);
+        assert!(sql
+            .copy_direct
+            .starts_with("COPY \"events\" (\"idempotency_key\", \"stream\", "));
+        assert!(sql
+            .copy_direct
+            .ends_with(", \"payload\") FROM STDIN (FORMAT binary)"));
+        // A column of another type than its wire's (`integer` for an int8, `varchar` for
+        // text) would need the cast binary COPY does not apply.
+        for (column, base) in [("delivered", "int4"), ("subject", "varchar")] {
+            let mut other = bases.clone();
+            let at = table.iter().position(|c| c.name == column).unwrap();
+            other[at] = base.into();
+            assert!(!schema::copies_natively(&plan, &wires, &table, &other), "{column}");
+        }
+    }
+}
+
+#[test]
+fn a_refused_copy_is_written_again_by_insert_only_when_the_rows_or_the_table_were_refused() {
+    use super::write::{after_refused_copy, AfterCopy};
+    for rows in ["23505", "23514", "22P02", "22001"] {
+        assert_eq!(after_refused_copy(rows), AfterCopy::Insert, "{rows}");
+    }
+    for table in ["42809", "0A000"] {
+        assert_eq!(after_refused_copy(table), AfterCopy::InsertFromNowOn, "{table}");
+    }
+    for server in ["57014", "40P01", "53100", "08006", "42501", "XX000"] {
+        assert_eq!(after_refused_copy(server), AfterCopy::Fail, "{server}");
+    }
+}
+
+#[test]
 fn mapped_columns_with_odd_names_are_quoted_and_cast_to_their_type() {
     let columns = [
         ("Order Id".to_string(), "/id".to_string()),

@@ -1,7 +1,9 @@
-//! The two ways a batch reaches the table, each committing as a whole or not at all: one
-//! `INSERT ... SELECT FROM unnest(...)` in autocommit, or from `copy_threshold` rows binary
-//! `COPY` into the session's staging table and one `INSERT ... SELECT` from it in an
-//! explicit transaction; and the empty write that checks the privileges at open.
+//! The ways a batch reaches the table, each committing as a whole or not at all: binary
+//! `COPY` straight into the table in autocommit (`direct_copy`), falling back to the
+//! multi-row `INSERT` when the table refuses it; one `INSERT ... SELECT FROM unnest(...)`
+//! in autocommit; or from `copy_threshold` rows binary `COPY` into the session's staging
+//! table and one `INSERT ... SELECT` from it in an explicit transaction; and the empty
+//! write that checks the privileges at open.
 
 use futures::SinkExt;
 use time::OffsetDateTime;
@@ -61,30 +63,99 @@ pub(super) async fn write_batch(
     let single = (batch.len() == 1).then_some(0);
     let db = |e: tokio_postgres::Error| classify(&e, Phase::Write, single);
     let use_copy = copy_threshold > 0 && encoded.rows >= copy_threshold as usize;
-    match (&conn.copy, use_copy) {
+    let mut forgo = false;
+    if let (Some(direct), true) = (&conn.direct, encoded.rows >= 2) {
+        let data = copy_data(&encoded, &conn.wires).map_err(refused)?;
+        let copied = match conn.client.copy_in(direct).await {
+            Ok(sink) => feed(sink, data).await,
+            Err(e) => Err(e),
+        };
+        match copied {
+            Ok(()) => return Ok(()),
+            // The server refused the rows, most often because one is stored already (a
+            // redelivery): the multi-row INSERT below skips those and says what else is
+            // wrong. Nothing of the COPY remains: it was one statement in autocommit.
+            Err(e) if e.code().is_some() => {
+                let code = e.code().map(|c| c.code()).unwrap_or_default();
+                match after_refused_copy(code) {
+                    AfterCopy::Insert => {}
+                    AfterCopy::InsertFromNowOn => {
+                        tracing::warn!(sqlstate = code, "postgres refused COPY into the table; this connection writes with INSERT from now on");
+                        forgo = true;
+                    }
+                    AfterCopy::Fail => return Err(db(e)),
+                }
+            }
+            Err(e) => return Err(db(e)),
+        }
+    }
+    let written = match (&conn.copy, use_copy) {
         (Some((copy, from_stage)), true) => {
             let data = copy_data(&encoded, &conn.wires).map_err(refused)?;
-            let tx = conn.client.transaction().await.map_err(db)?;
-            let sink = tx.copy_in::<_, bytes::Bytes>(copy).await.map_err(db)?;
-            futures::pin_mut!(sink);
-            let mut data = data.freeze();
-            while !data.is_empty() {
-                let chunk = data.split_to(data.len().min(COPY_CHUNK));
-                sink.as_mut().feed(chunk).await.map_err(db)?;
-            }
-            sink.as_mut().finish().await.map_err(db)?;
-            tx.execute(from_stage, &[]).await.map_err(db)?;
-            tx.commit().await.map_err(db)?;
+            staged(&mut conn.client, copy, from_stage, data).await
         }
         _ => {
             let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
                 encoded.columns.iter().map(|c| c.as_param()).collect();
             // One statement in autocommit: it commits as a whole before it returns.
-            conn.client
-                .execute(&conn.insert, &params)
-                .await
-                .map_err(db)?;
+            conn.client.execute(&conn.insert, &params).await.map(drop)
         }
+    };
+    drop(encoded);
+    if forgo {
+        conn.direct = None;
     }
-    Ok(())
+    written.map_err(db)
+}
+
+/// Binary `COPY` of `data` into the staging table and one `INSERT ... SELECT` from it, in
+/// one transaction.
+async fn staged(
+    client: &mut Client,
+    copy: &Statement,
+    from_stage: &Statement,
+    data: bytes::BytesMut,
+) -> Result<(), tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    feed(tx.copy_in(copy).await?, data).await?;
+    tx.execute(from_stage, &[]).await?;
+    tx.commit().await
+}
+
+/// Sends `data` into a started `COPY ... FROM STDIN`, in 1 MiB messages, and ends it.
+async fn feed(
+    sink: tokio_postgres::CopyInSink<bytes::Bytes>,
+    data: bytes::BytesMut,
+) -> Result<(), tokio_postgres::Error> {
+    futures::pin_mut!(sink);
+    let mut data = data.freeze();
+    while !data.is_empty() {
+        let chunk = data.split_to(data.len().min(COPY_CHUNK));
+        sink.as_mut().feed(chunk).await?;
+    }
+    sink.as_mut().finish().await.map(drop)
+}
+
+/// What follows a direct `COPY` the server refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AfterCopy {
+    /// The rows were refused (SQLSTATE classes 22 and 23), most often one that is stored
+    /// already: the multi-row INSERT writes the batch, skipping those, or names what else
+    /// is wrong with it.
+    Insert,
+    /// The table cannot be filled by `COPY` (a view, a feature it lacks): the INSERT writes
+    /// this batch and every later one on the connection.
+    InsertFromNowOn,
+    /// The server failed (a timeout, a lost connection, a full disk): the error is the
+    /// batch's, classified like the INSERT's would be.
+    Fail,
+}
+
+/// What follows a direct `COPY` refused with `sqlstate`.
+pub(super) fn after_refused_copy(sqlstate: &str) -> AfterCopy {
+    match sqlstate {
+        "42809" | "0A000" => AfterCopy::InsertFromNowOn,
+        s if s.starts_with("22") || s.starts_with("23") => AfterCopy::Insert,
+        _ => AfterCopy::Fail,
+    }
 }
