@@ -82,6 +82,27 @@ impl Drop for DropUser {
 }
 
 impl TestDatabase for My {
+    type WriteLock = Conn;
+
+    async fn lock_writes(&self, table: &str) -> Conn {
+        let mut c = self.conn().await;
+        // Held by this session until it ends, which dropping the connection does.
+        c.query_drop(format!("LOCK TABLES {table} READ"))
+            .await
+            .expect("lock the table");
+        c
+    }
+
+    async fn record_connections(&self, table: &str) {
+        self.exec("CREATE TABLE seen (seq BIGINT UNSIGNED, conn BIGINT UNSIGNED)")
+            .await;
+        self.exec(&format!(
+            "CREATE TRIGGER record_connection AFTER INSERT ON {table} FOR EACH ROW \
+             INSERT INTO seen VALUES (NEW.stream_sequence, CONNECTION_ID())"
+        ))
+        .await;
+    }
+
     type Config = MysqlConfig;
     type Sink = MysqlSink;
     type UserGuard = DropUser;

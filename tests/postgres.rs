@@ -44,6 +44,30 @@ impl Drop for DropRole {
 }
 
 impl TestDatabase for Pg {
+    type WriteLock = tokio_postgres::Client;
+
+    async fn lock_writes(&self, table: &str) -> tokio_postgres::Client {
+        let c = self.client().await;
+        // SHARE conflicts with the ROW EXCLUSIVE lock INSERT and COPY take; it is held
+        // until the transaction ends, which dropping the client does.
+        c.batch_execute(&format!("BEGIN; LOCK TABLE {table} IN SHARE MODE"))
+            .await
+            .expect("lock the table");
+        c
+    }
+
+    async fn record_connections(&self, table: &str) {
+        self.exec(&format!(
+            "CREATE TABLE seen (seq bigint, conn int); \
+             CREATE FUNCTION record_connection() RETURNS trigger AS $$ BEGIN \
+             INSERT INTO seen VALUES (NEW.stream_sequence, pg_backend_pid()); RETURN NEW; END $$ \
+             LANGUAGE plpgsql; \
+             CREATE TRIGGER record_connection AFTER INSERT ON {table} FOR EACH ROW \
+             EXECUTE FUNCTION record_connection();"
+        ))
+        .await;
+    }
+
     type Config = PostgresConfig;
     type Sink = PostgresSink;
     type UserGuard = DropRole;

@@ -4,10 +4,14 @@
 # does, so two builds can be compared where wall-clock ratios are too noisy. A script for
 # people, not part of `cargo test`.
 #
-# usage: tests/bench/callgrind-drain.sh [file|sqlite] [MESSAGES]
-#   destination file (fsync per batch, default) or sqlite (synchronous=full)
+# usage: tests/bench/callgrind-drain.sh [file|sqlite|postgres|mysql] [MESSAGES]
+#   destination file (fsync per batch, default), sqlite (synchronous=full), postgres (the
+#               server on 127.0.0.1:5432, user postgres, database postgres) or mysql
+#               (127.0.0.1:3306, root without password, database test); each run writes a
+#               fresh table of its own, dropped at the end
 #   MESSAGES    backlog to drain (default 50000; 200-byte JSON payloads, batch 500)
-# env: JETSINK (binary, default target/profiling/jetsink: the release build with line
+# env: DEST_EXTRA (more destination settings for postgres or mysql, as JSON members after
+#      a comma: DEST_EXTRA=', "connections": 2'), JETSINK (binary, default target/profiling/jetsink: the release build with line
 #      tables, which the stripped release binary lacks), OUT (callgrind output file,
 #      default callgrind.<destination>.out in the current directory)
 # needs: nats-server, valgrind, curl
@@ -17,7 +21,8 @@ N=${2:-50000}
 JETSINK=$(realpath "${JETSINK:-target/profiling/jetsink}")
 OUT=$(realpath -m "${OUT:-callgrind.$DEST.out}")
 [ -x "$JETSINK" ] || { echo "build first: cargo build --profile profiling" >&2; exit 2; }
-case "$DEST" in file|sqlite) ;; *) echo "destination must be file or sqlite" >&2; exit 2 ;; esac
+case "$DEST" in file|sqlite|postgres|mysql) ;; *) echo "destination must be file, sqlite, postgres or mysql" >&2; exit 2 ;; esac
+table="callgrind_$$"
 
 work=$(mktemp -d)
 server_pid=""
@@ -26,6 +31,10 @@ cleanup() {
   [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null || true
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
   rm -rf "$work"
+  case "$DEST" in
+    postgres) psql -h 127.0.0.1 -U postgres -qc "DROP TABLE IF EXISTS $table" >/dev/null 2>&1 || true ;;
+    mysql) mysql -h 127.0.0.1 -u root test -e "DROP TABLE IF EXISTS $table" >/dev/null 2>&1 || true ;;
+  esac
 }
 trap cleanup EXIT
 
@@ -36,11 +45,12 @@ nats-server -a 127.0.0.1 -p "$port" -js -sd "$work/js" >/dev/null 2>&1 &
 server_pid=$!
 sleep 0.5
 
-if [ "$DEST" = file ]; then
-  destination="{\"type\": \"file\", \"directory\": \"$work/out\", \"fsync\": true}"
-else
-  destination="{\"type\": \"sqlite\", \"path\": \"$work/out/drain.db\", \"synchronous\": \"full\"}"
-fi
+case "$DEST" in
+  file) destination="{\"type\": \"file\", \"directory\": \"$work/out\", \"fsync\": true}" ;;
+  sqlite) destination="{\"type\": \"sqlite\", \"path\": \"$work/out/drain.db\", \"synchronous\": \"full\"}" ;;
+  postgres) destination="{\"type\": \"postgres\", \"host\": \"127.0.0.1\", \"user\": \"postgres\", \"table\": \"$table\"${DEST_EXTRA:-}}" ;;
+  mysql) destination="{\"type\": \"mysql\", \"host\": \"127.0.0.1\", \"user\": \"root\", \"database\": \"test\", \"table\": \"$table\"${DEST_EXTRA:-}}" ;;
+esac
 cat > "$work/c.json" <<JSON
 {"nats": {"servers": ["nats://127.0.0.1:$port"]}, "http": {"listen": "127.0.0.1:$http"},
  "logging": {"level": "warn"},
@@ -77,7 +87,8 @@ n = int(sys.argv[1])
 stages = ["ConnectionHandler::process", "Runner::pull", "Puller::spawn", "Stages::prepare",
           "Prepare::prepare", "reply::parse", "envelope::normalize", "Runner::settle",
           "Settler::settle", "Settler::write", "write_blocking", "record::encode", "PayloadEncoding::of",
-          "bind_row", "Runner::committed", "AckQueue::committed", "Runner::run"]
+          "bind_row", "DatabaseSink::write", "Writer::write", "write_batch", "encode::encode",
+          "copy_data", "encode::row", "Runner::committed", "AckQueue::committed", "Runner::run"]
 best = {}
 def plain(name):
     # "<T as Trait>::f" -> "T::f", then drop generic arguments: "Settler<Acks>::settle"

@@ -29,6 +29,8 @@ pub trait TestDatabase: Sized {
     type Sink: Sink;
     /// Drops a user created by [`TestDatabase::create_reader`] when dropped.
     type UserGuard;
+    /// Keeps every other connection from writing a table until it is dropped.
+    type WriteLock;
 
     /// The destination `type` (`postgres`, `mysql`), also how its errors name it.
     const KIND: &'static str;
@@ -82,6 +84,11 @@ pub trait TestDatabase: Sized {
     /// Row `order_id = 42` of `orders`: amount as text, customer, paid, tags, subject, seq,
     /// note.
     async fn order_42(&self) -> OrderRow;
+    /// Creates `seen (seq, conn)` and a trigger on `table` that records, for every row
+    /// inserted, its stream sequence and the server's id of the connection that wrote it.
+    async fn record_connections(&self, table: &str);
+    /// Locks `table` against writes from every other connection, until the lock is dropped.
+    async fn lock_writes(&self, table: &str) -> Self::WriteLock;
 
     /// The destination object of a daemon config, with `extra` keys merged in.
     fn destination(&self, extra: Value) -> Value {
@@ -147,6 +154,7 @@ macro_rules! conformance_suite {
             start_up_exits_78_for_a_wrong_table_and_69_for_an_unreachable_server,
             bench_of_a_configured_sink_verifies_every_stored_key,
             locate_finds_a_written_key_and_a_message_id_and_not_an_absent_one,
+            a_batch_spread_over_two_connections_commits_each_run_on_its_own,
         );
     };
 }
@@ -595,41 +603,65 @@ pub async fn sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once<D: Te
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     let (stream, subjects) = (format!("{}CRASH", D::STREAM), format!("{}crash.>", D::KIND));
+    let subject = format!("{}crash.x", D::KIND);
     create_stream(&js, &stream, &subjects).await;
-    publish_n(&js, &format!("{}crash.x", D::KIND), N).await;
-    let mut cfg = config(
-        &server,
-        &stream,
-        &subjects,
-        db.destination(json!({})),
-        json!({"batch_size": 200, "batch_timeout_ms": 200}),
-    );
-    cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(2000);
-    let path = write_config(dir.path(), &cfg);
-    for round in 1..=3i64 {
+    // Each kill comes while the daemon holds messages it has not written: a lock on the
+    // table holds its writes, and 500 more are published behind the lock, so there is work
+    // left whatever the daemon had drained.
+    const BEHIND_THE_LOCK: usize = 500;
+    publish_n(&js, &subject, N - 3 * BEHIND_THE_LOCK).await;
+    for round in 1..=4usize {
+        // Rounds alternate one connection and a batch spread over two (runs committed
+        // apart), so a kill lands between the runs of a batch too.
+        let connections = if round % 2 == 0 { 2 } else { 1 };
+        let mut cfg = config(
+            &server,
+            &stream,
+            &subjects,
+            db.destination(json!({"connections": connections})),
+            json!({"batch_size": 200, "batch_timeout_ms": 200}),
+        );
+        cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(2000);
+        let path = write_config(dir.path(), &cfg);
         let mut daemon = Daemon::start(&path, dir.path());
-        let target = round * N as i64 / 4;
+        if round == 4 {
+            eventually(Duration::from_secs(60), "every row", || async {
+                db.count("events").await == N as i64
+            })
+            .await;
+            eventually(Duration::from_secs(20), "consumer drained", || async {
+                consumer_state(&js, &stream, "jetsink").await == (0, 0)
+            })
+            .await;
+            daemon.stop_cleanly();
+            break;
+        }
+        let target = (round * N / 4) as i64;
         eventually(
             Duration::from_secs(60),
             "progress before the kill",
             || async { db.count("events").await >= target },
         )
         .await;
+        let lock = db.lock_writes("events").await;
+        publish_n(&js, &subject, BEHIND_THE_LOCK).await;
+        // The rows stand still under the lock; a delivered sequence above their count is a
+        // message the daemon holds and has not written.
+        eventually(
+            Duration::from_secs(30),
+            "a delivered message not yet written",
+            || async {
+                let rows = db.count("events").await;
+                let s = js.get_stream(&stream).await.expect("stream");
+                s.consumer_info("jetsink")
+                    .await
+                    .is_ok_and(|i| i.delivered.stream_sequence as i64 > rows)
+            },
+        )
+        .await;
         daemon.kill();
+        drop(lock);
     }
-    assert!(
-        db.count("events").await < N as i64,
-        "the kills must happen mid-drain for this test to mean anything"
-    );
-    let mut daemon = Daemon::start(&path, dir.path());
-    eventually(Duration::from_secs(60), "every row", || async {
-        db.count("events").await == N as i64
-    })
-    .await;
-    eventually(Duration::from_secs(20), "consumer drained", || async {
-        consumer_state(&js, &stream, "jetsink").await == (0, 0)
-    })
-    .await;
     // N rows, N distinct keys, every sequence in 1..=N: each message exactly once.
     assert_eq!(
         db.count("(SELECT DISTINCT idempotency_key FROM events) k")
@@ -641,7 +673,6 @@ pub async fn sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once<D: Te
             .await,
         N as i64
     );
-    daemon.stop_cleanly();
 }
 
 pub async fn table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_returns<
@@ -834,4 +865,42 @@ pub async fn bench_of_a_configured_sink_verifies_every_stored_key<D: TestDatabas
         600,
         "300 rows from the pipeline pass and 300 from the destination-only pass"
     );
+}
+
+pub async fn a_batch_spread_over_two_connections_commits_each_run_on_its_own<D: TestDatabase>() {
+    let db = D::create("spread").await;
+    let mut sink = opened::<D>(db.config(json!({"connections": 2}))).await;
+    db.record_connections("events").await;
+    let connections = |range: &str| format!("(SELECT DISTINCT conn FROM seen WHERE {range}) AS d");
+    sink.write_batch(&json_batch(1..=200)).await.unwrap();
+    assert_eq!(db.count("events").await, 200);
+    // Two runs in batch order, each on one connection of its own.
+    assert_eq!(db.count(&connections("seq <= 200")).await, 2);
+    assert_eq!(db.count(&connections("seq <= 100")).await, 1);
+    assert_eq!(db.count(&connections("seq > 100 AND seq <= 200")).await, 1);
+    // One idempotency key twice: the batch stays on one connection, and the key gets
+    // one row, as without connections.
+    let mut twice = json_batch(201..=400);
+    twice[150].idempotency_key = twice[10].idempotency_key.clone();
+    sink.write_batch(&twice).await.unwrap();
+    assert_eq!(db.count(&connections("seq > 200")).await, 1);
+    assert_eq!(db.count("events").await, 399);
+    // A batch too small to cut takes one connection.
+    sink.write_batch(&json_batch(401..=500)).await.unwrap();
+    assert_eq!(db.count(&connections("seq > 400")).await, 1);
+    // A message refused in the second run is named by its place in the batch.
+    let cfg = json!({"connections": 2, "payload_type": D::JSON_PAYLOAD, "table": "j"});
+    let mut json_sink = opened::<D>(db.config(cfg)).await;
+    let mut batch = json_batch(1..=200);
+    batch[150].payload = Bytes::from_static(b"{not json");
+    match json_sink.write_batch(&batch).await {
+        Err(SinkError::Permanent {
+            index: Some(150), ..
+        }) => {}
+        other => panic!("expected a permanent error at batch index 150, got {other:?}"),
+    }
+    // Rewriting what a run committed changes nothing.
+    batch.remove(150);
+    json_sink.write_batch(&batch).await.unwrap();
+    assert_eq!(db.count("j").await, 199);
 }

@@ -43,6 +43,16 @@ pub struct CpuUse {
     pub database: Option<f64>,
 }
 
+impl CpuUse {
+    /// The rate at which the measured processes together would keep `cores` CPUs busy:
+    /// the most a pass costing this much CPU per message could reach on this machine,
+    /// whatever it waits on. `None` unless nats-server runs here (its share is measured).
+    pub fn bound(&self, cores: usize) -> Option<f64> {
+        let total = self.jetsink + self.nats_server? + self.database.unwrap_or(0.0);
+        (total > 0.0).then(|| cores as f64 * 100_000.0 / total)
+    }
+}
+
 /// A reading of the watched processes' CPU seconds.
 #[derive(Debug, Clone, Default)]
 pub struct Reading {
@@ -222,5 +232,19 @@ mod tests {
         assert_eq!(u.jetsink, 0.5);
         assert_eq!(u.nats_server, Some(2.0));
         assert_eq!(u.database, None);
+    }
+
+    #[test]
+    fn the_cpu_bound_is_the_rate_that_keeps_every_core_busy() {
+        let cost = |nats| CpuUse {
+            jetsink: 0.5,
+            nats_server: nats,
+            database: Some(0.5),
+        };
+        // 2 CPU seconds per 100,000 messages on 2 cores: 100,000 msg/s at most.
+        assert_eq!(cost(Some(1.0)).bound(2), Some(100_000.0));
+        assert_eq!(cost(Some(1.0)).bound(1), Some(50_000.0));
+        // A server elsewhere: its share is unknown, so no bound is claimed.
+        assert_eq!(cost(None).bound(2), None);
     }
 }

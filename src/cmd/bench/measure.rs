@@ -51,6 +51,11 @@ pub struct Report {
     pub median_ratio: f64,
     /// Median of the per-run pipeline / destination-only ratios.
     pub median_ratio_to_destination: Option<f64>,
+    /// Per run, the pipeline's rate over its CPU bound ([`super::cpu::CpuUse::bound`] on
+    /// this machine's cores); empty when nats-server runs elsewhere.
+    pub ratios_to_cpu_bound: Vec<f64>,
+    /// The CPUs the bound counts.
+    pub cores: usize,
     /// What the verification found.
     pub verified: String,
 }
@@ -145,6 +150,8 @@ async fn measure(
     let mut passes = Vec::new();
     let (mut ratios, mut to_destination) = (Vec::new(), Vec::new());
     let mut verified = Vec::new();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut to_cpu_bound = Vec::new();
     for run in 1..=opts.runs {
         let stream = RunStream::create(js, id, run).await?;
         let measured = one_run(opts, js, &stream, run, &watched, &bar).await;
@@ -152,6 +159,7 @@ async fn measure(
         let (rate, ceiling, alone, (pipeline, check)) = measured?;
         publish_rates.extend(rate);
         ratios.push(pipeline.msgs_per_sec / ceiling.msgs_per_sec.max(1e-9));
+        to_cpu_bound.extend(pipeline.cpu.bound(cores).map(|b| pipeline.msgs_per_sec / b));
         verified.push(check);
         passes.push(ceiling);
         if let Some(alone) = alone {
@@ -187,6 +195,8 @@ async fn measure(
         ratios,
         ratios_to_destination: to_destination,
         passes,
+        ratios_to_cpu_bound: to_cpu_bound,
+        cores,
         verified: verified.join("; "),
     })
 }
@@ -295,6 +305,13 @@ impl Report {
         if let (Some(d), Some(r)) = (self.median_destination, self.median_ratio_to_destination) {
             out.push_str(&format!(
                 "destination alone (no NATS): {d:.0} msg/s; pipeline/destination {r:.3}\n"
+            ));
+        }
+        if !self.ratios_to_cpu_bound.is_empty() {
+            out.push_str(&format!(
+                "pipeline / its CPU bound on {} cores (jetsink + nats-server + database CPU per message): {:.3}\n",
+                self.cores,
+                median(&self.ratios_to_cpu_bound)
             ));
         }
         out.push_str(&format!("verified: {}\n", self.verified));

@@ -117,6 +117,7 @@ pub(crate) struct DatabaseKeys<'a> {
     pub(crate) payload_type_given: bool,
     pub(crate) connect_timeout_ms: u64,
     pub(crate) statement_timeout_ms: u64,
+    pub(crate) connections: u32,
 }
 
 /// Borrows the shared settings of a database config (`self` in a `problems` method):
@@ -138,6 +139,7 @@ macro_rules! database_keys {
             payload_type_given: $c.payload_type.is_some(),
             connect_timeout_ms: $c.connect_timeout_ms,
             statement_timeout_ms: $c.statement_timeout_ms,
+            connections: $c.connections,
         }
     };
 }
@@ -236,7 +238,23 @@ pub(crate) fn database_problems(k: &DatabaseKeys<'_>) -> Vec<(String, String)> {
             ),
         );
     }
+    if !(1..=MAX_CONNECTIONS).contains(&k.connections) {
+        push(
+            "connections",
+            format!(
+                "must be between 1 and {MAX_CONNECTIONS}, got {}",
+                k.connections
+            ),
+        );
+    }
     out
+}
+
+/// Most connections one database sink spreads a batch over.
+pub(crate) const MAX_CONNECTIONS: u32 = 16;
+
+pub(crate) fn one_connection() -> u32 {
+    1
 }
 
 pub(crate) fn is_sql_identifier(s: &str) -> bool {

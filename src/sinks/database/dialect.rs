@@ -12,7 +12,7 @@ use super::settings::DatabaseSettings;
 use super::util::Phase;
 use crate::envelope::Envelope;
 use crate::sinks::contract::{Located, Probe, SinkError};
-use crate::sinks::database::columns::Mapping;
+use crate::sinks::database::columns::{Mapping, TablePlan};
 
 /// What one database engine decides; everything else is [`DatabaseSink`]'s.
 ///
@@ -73,6 +73,9 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         query: &Query<'_>,
         stream: &str,
     ) -> impl Future<Output = Result<Located, SinkError>> + Send;
+
+    /// The plan the connection writes by, as checked against the table when it connected.
+    fn plan(conn: &Self::Conn) -> &TablePlan;
 
     /// Whether the server or the network closed the connection, so that even a content
     /// error must drop it. `false` when the engine cannot tell.

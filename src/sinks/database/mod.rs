@@ -19,6 +19,7 @@ mod dialect;
 pub mod locate;
 pub mod settings;
 mod sink;
+mod spread;
 pub(crate) mod tls_files;
 pub mod util;
 

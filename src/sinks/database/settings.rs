@@ -31,10 +31,12 @@ pub trait DatabaseSettings {
     fn columns(&self) -> Option<&BTreeMap<String, String>>;
     /// The time limits, with `write_grace` added to the statement timeout for a write.
     fn limits(&self, write_grace: Duration) -> Limits;
+    /// How many connections a batch may be spread over (`connections`).
+    fn connections(&self) -> usize;
 }
 
 /// Implements [`DatabaseSettings`] for a config type with the shared field names
-/// (`mode`, `columns`, `connect_timeout_ms`, `statement_timeout_ms`) and a `target()`.
+/// (`mode`, `columns`, `connect_timeout_ms`, `statement_timeout_ms`, `connections`) and a `target()`.
 macro_rules! database_settings {
     ($config:ty) => {
         impl $crate::sinks::database::settings::DatabaseSettings for $config {
@@ -46,6 +48,9 @@ macro_rules! database_settings {
             }
             fn columns(&self) -> Option<&std::collections::BTreeMap<String, String>> {
                 self.columns.as_ref()
+            }
+            fn connections(&self) -> usize {
+                self.connections as usize
             }
             fn limits(
                 &self,

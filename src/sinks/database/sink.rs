@@ -1,7 +1,10 @@
 //! [`DatabaseSink`]: the [`Sink`] skeleton every network database destination shares.
 //!
 //! A sink is driven by one task, one call at a time, so it holds one connection rather than
-//! a pool, opened lazily: at start-up by `open`, later by the first call after a failure.
+//! a pool — or, with `connections` above 1, one per run a large batch is cut into, each run
+//! written on its own connection at the same time (see `spread`): the batch commits as
+//! several transactions and is ACKed after the last. Connections are opened at start-up by
+//! `open`, later by the first call after a failure.
 //! After any failure that is not about a message's content (and after any failure once the
 //! connection is closed) the connection is dropped, so the next call reconnects and checks
 //! the table again instead of inheriting a half-finished transaction or a broken socket.
@@ -17,6 +20,7 @@ use async_trait::async_trait;
 use super::dialect::Dialect;
 use super::locate::Query;
 use super::settings::{DatabaseSettings, Limits};
+use super::spread;
 use super::util::Phase;
 use crate::envelope::Envelope;
 use crate::sinks::contract::{Located, Probe, Sink, SinkError, Wanted};
@@ -51,10 +55,85 @@ pub struct DatabaseSink<D: Dialect> {
     limits: Limits,
     /// The parsed mapping, or why it does not parse (reported at open).
     mapping: Result<Mapping, ColumnsRefused>,
-    conn: Option<D::Conn>,
+    /// One slot per connection a batch may be spread over (`connections`, at least one).
+    /// The first also takes every batch that is not spread, the health checks and counts.
+    conns: Vec<Option<D::Conn>>,
     /// Whether an open has ever succeeded: from then on nothing is created and schema
     /// errors are outages, not configuration errors.
     opened_once: bool,
+}
+
+/// What writing on any one connection needs, borrowed from the sink while its connection
+/// slots are borrowed apart, one per run of a spread batch.
+struct Writer<'a, D: Dialect> {
+    dialect: &'a D,
+    mapping: &'a Result<Mapping, ColumnsRefused>,
+    limits: Limits,
+    phase: Phase,
+}
+
+impl<D: Dialect> Writer<'_, D> {
+    /// Connects, checks (and in [`Phase::Open`] creates) the table, and prepares statements.
+    async fn connect(&self) -> Result<D::Conn, SinkError> {
+        let mapping = self.mapping.clone().map_err(|e| SinkError::Misconfigured {
+            message: e.to_string(),
+        })?;
+        let limit = self.limits.connect;
+        bounded(limit, self.dialect.connect(&mapping, self.phase), || {
+            format!(
+                "{}: connecting and checking the table took longer than {} ms",
+                D::NAME,
+                limit.as_millis()
+            )
+        })
+        .await
+    }
+
+    /// Writes and commits `run` on the connection in `slot`, connecting first when it has
+    /// none. After a failure that is not about content, or once the connection is closed,
+    /// the connection is dropped, so the next call reconnects.
+    async fn write(&self, slot: &mut Option<D::Conn>, run: &[Envelope]) -> Result<(), SinkError> {
+        if slot.is_none() {
+            *slot = Some(self.connect().await?);
+        }
+        let Some(conn) = slot.as_mut() else {
+            return Err(not_open::<D>());
+        };
+        let limit = self.limits.write;
+        let result = bounded(limit, self.dialect.write(conn, run), || {
+            format!(
+                "{}: the batch was not committed within {} ms",
+                D::NAME,
+                limit.as_millis()
+            )
+        })
+        .await;
+        if let Err(e) = &result {
+            let closed = slot.as_ref().is_none_or(D::is_closed);
+            if closed || !matches!(e, SinkError::Permanent { .. }) {
+                *slot = None;
+            }
+        }
+        result
+    }
+}
+
+fn not_open<D: Dialect>() -> SinkError {
+    SinkError::transient(format!("{} connection is not open", D::NAME))
+}
+
+/// A run's error as the batch's: an index into the run becomes one into the batch.
+fn in_batch(e: SinkError, start: usize) -> SinkError {
+    match e {
+        SinkError::Permanent {
+            index: Some(i),
+            message,
+        } => SinkError::Permanent {
+            index: Some(start + i),
+            message,
+        },
+        other => other,
+    }
 }
 
 impl<D: Dialect> DatabaseSink<D> {
@@ -70,47 +149,40 @@ impl<D: Dialect> DatabaseSink<D> {
             target: config.target(),
             mode: config.mode(),
             limits: config.limits(D::WRITE_GRACE),
+            conns: (0..config.connections().max(1)).map(|_| None).collect(),
             dialect: D::new(config),
             mapping,
-            conn: None,
             opened_once: false,
         }
     }
 
-    fn phase(&self) -> Phase {
-        if self.opened_once {
-            Phase::Write
-        } else {
-            Phase::Open
+    fn writer(&self) -> Writer<'_, D> {
+        Writer {
+            dialect: &self.dialect,
+            mapping: &self.mapping,
+            limits: self.limits,
+            phase: if self.opened_once {
+                Phase::Write
+            } else {
+                Phase::Open
+            },
         }
     }
 
-    fn not_open() -> SinkError {
-        SinkError::transient(format!("{} connection is not open", D::NAME))
-    }
-
-    /// Connects, checks (and the first time creates) the table, and prepares statements.
-    async fn connect(&mut self) -> Result<(), SinkError> {
-        if let Some(old) = self.conn.take() {
+    /// (Re)connects slot `slot`: checks (and the first time creates) the table, and
+    /// prepares statements.
+    async fn connect(&mut self, slot: usize) -> Result<(), SinkError> {
+        if let Some(old) = self.conns[slot].take() {
             D::retire(old);
         }
-        let phase = self.phase();
-        let mapping = self.mapping.clone().map_err(|e| SinkError::Misconfigured {
-            message: e.to_string(),
-        })?;
-        let limit = self.limits.connect;
-        let conn = bounded(limit, self.dialect.connect(&mapping, phase), || {
-            format!(
-                "{}: connecting and checking the table took longer than {} ms",
-                D::NAME,
-                limit.as_millis()
-            )
-        })
-        .await
-        .map_err(|e| e.with_context(&self.target))?;
-        self.conn = Some(conn);
+        let conn = self
+            .writer()
+            .connect()
+            .await
+            .map_err(|e| e.with_context(&self.target))?;
+        self.conns[slot] = Some(conn);
         if !self.opened_once {
-            tracing::info!(destination = %self.target, mode = self.mode.as_str(), "{} destination open", D::NAME);
+            tracing::info!(destination = %self.target, mode = self.mode.as_str(), connections = self.conns.len(), "{} destination open", D::NAME);
         }
         self.opened_once = true;
         Ok(())
@@ -120,41 +192,47 @@ impl<D: Dialect> DatabaseSink<D> {
         if batch.is_empty() {
             return Ok(());
         }
-        if self.conn.is_none() {
-            self.connect().await?;
+        if self.conns[0].is_none() {
+            self.connect(0).await?;
         }
-        let limit = self.limits.write;
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(Self::not_open());
+        let cut = self.conns[0]
+            .as_ref()
+            .is_some_and(|c| D::plan(c).keyed_by_message());
+        let runs = spread::runs(batch, self.conns.len(), cut);
+        let writer = Writer {
+            dialect: &self.dialect,
+            mapping: &self.mapping,
+            limits: self.limits,
+            phase: Phase::Write,
         };
-        let result = bounded(limit, self.dialect.write(conn, batch), || {
-            format!(
-                "{}: the batch was not committed within {} ms",
-                D::NAME,
-                limit.as_millis()
-            )
-        })
-        .await;
-        if let Err(e) = &result {
-            let closed = self.conn.as_ref().is_none_or(D::is_closed);
-            if closed || !matches!(e, SinkError::Permanent { .. }) {
-                self.conn = None;
-            }
-        }
-        result.map_err(|e| e.with_context(&self.target))
+        let written = if let [_] = runs.as_slice() {
+            writer.write(&mut self.conns[0], batch).await
+        } else {
+            let each = self
+                .conns
+                .iter_mut()
+                .zip(&runs)
+                .map(|(slot, run)| writer.write(slot, &batch[run.clone()]));
+            let results = futures::future::join_all(each).await;
+            runs.iter()
+                .zip(results)
+                .find_map(|(run, r)| r.err().map(|e| in_batch(e, run.start)))
+                .map_or(Ok(()), Err)
+        };
+        written.map_err(|e| e.with_context(&self.target))
     }
 
     async fn check(&mut self) -> Result<(), SinkError> {
         let limit = self.limits.health;
-        let Some(conn) = self.conn.as_mut() else {
-            return self.connect().await;
+        let Some(conn) = self.conns[0].as_mut() else {
+            return self.connect(0).await;
         };
         let result = bounded(limit, self.dialect.ping(conn), || {
             format!("{}: health check timed out", D::NAME)
         })
         .await;
         if result.is_err() {
-            self.conn = None;
+            self.conns[0] = None;
         }
         result.map_err(|e| e.with_context(&self.target))
     }
@@ -175,7 +253,10 @@ async fn bounded<T>(
 #[async_trait]
 impl<D: Dialect> Sink for DatabaseSink<D> {
     async fn open(&mut self) -> Result<(), SinkError> {
-        self.connect().await
+        for slot in 0..self.conns.len() {
+            self.connect(slot).await?;
+        }
+        Ok(())
     }
 
     async fn write_batch(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
@@ -208,10 +289,10 @@ impl<D: Dialect> Sink for DatabaseSink<D> {
             return Ok(None);
         };
         let (key, stream_column) = (key.to_string(), stream_column.to_string());
-        if self.conn.is_none() {
-            self.connect().await?;
+        if self.conns[0].is_none() {
+            self.connect(0).await?;
         }
-        let conn = self.conn.as_mut().ok_or_else(Self::not_open)?;
+        let conn = self.conns[0].as_mut().ok_or_else(not_open::<D>)?;
         let count = self
             .dialect
             .count_keys(conn, &key, &stream_column, stream)
@@ -247,7 +328,7 @@ impl<D: Dialect> std::fmt::Debug for DatabaseSink<D> {
         f.debug_struct("DatabaseSink")
             .field("engine", &D::NAME)
             .field("target", &self.target)
-            .field("open", &self.conn.is_some())
+            .field("open", &self.conns.iter().filter(|c| c.is_some()).count())
             .finish()
     }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::sinks::database::config::{
     database_keys, database_problems, default_db_connect_timeout_ms, default_statement_timeout_ms,
-    default_table, describe_table, yes, DatabaseTlsConfig, WriteMode,
+    default_table, describe_table, one_connection, yes, DatabaseTlsConfig, WriteMode,
 };
 use crate::sinks::settings::{DestinationSettings, ServerProcess};
 
@@ -67,6 +67,15 @@ pub struct MysqlConfig {
     /// milliseconds. Default 30000.
     #[serde(default = "default_statement_timeout_ms")]
     pub statement_timeout_ms: u64,
+    /// Connections one batch is spread over: from 2, a batch of at least 128 messages is
+    /// cut into that many runs, each written and committed on its own connection at the
+    /// same time, and the batch is ACKed once every run has committed. Rows of one batch
+    /// may then become visible in two or more steps; batches still follow one another.
+    /// A batch is written on one connection anyway when its table's unique key comes from
+    /// anything but `$idempotency_key`, `$stream` and `$stream_sequence`, or when one
+    /// idempotency key appears twice in it. 1 to 16. Default 1.
+    #[serde(default = "one_connection")]
+    pub connections: u32,
 }
 
 /// Storage type of the default MySQL table's `payload` column.

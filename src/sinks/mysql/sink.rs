@@ -406,6 +406,10 @@ impl Dialect for Mysql {
     }
 
     /// Closes politely in the background; a broken connection just drops.
+    fn plan(live: &Live) -> &TablePlan {
+        &live.plan
+    }
+
     fn retire(live: Live) {
         tokio::spawn(async move {
             let _ = live.conn.disconnect().await;

@@ -22,7 +22,7 @@ use super::table;
 use super::write::{dry_run, write_batch};
 use crate::envelope::Envelope;
 use crate::sinks::contract::{Located, Probe, SinkError};
-use crate::sinks::database::columns::Mapping;
+use crate::sinks::database::columns::{Mapping, TablePlan};
 use crate::sinks::database::config::WriteMode;
 use crate::sinks::database::locate::Query;
 use crate::sinks::database::util::Phase;
@@ -205,6 +205,10 @@ impl Dialect for Postgres {
 
     async fn locate(&self, query: &Query<'_>, stream: &str) -> Result<Located, SinkError> {
         super::locate::locate(&self.config, &self.table_sql, query, stream).await
+    }
+
+    fn plan(conn: &Conn) -> &TablePlan {
+        &conn.plan
     }
 
     fn is_closed(conn: &Conn) -> bool {

@@ -251,7 +251,10 @@ fn copy_goes_straight_into_a_table_only_when_no_column_needs_a_cast() {
             let mut other = bases.clone();
             let at = table.iter().position(|c| c.name == column).unwrap();
             other[at] = base.into();
-            assert!(!schema::copies_natively(&plan, &wires, &table, &other), "{column}");
+            assert!(
+                !schema::copies_natively(&plan, &wires, &table, &other),
+                "{column}"
+            );
         }
     }
 }
@@ -263,7 +266,11 @@ fn a_refused_copy_is_written_again_by_insert_only_when_the_rows_or_the_table_wer
         assert_eq!(after_refused_copy(rows), AfterCopy::Insert, "{rows}");
     }
     for table in ["42809", "0A000"] {
-        assert_eq!(after_refused_copy(table), AfterCopy::InsertFromNowOn, "{table}");
+        assert_eq!(
+            after_refused_copy(table),
+            AfterCopy::InsertFromNowOn,
+            "{table}"
+        );
     }
     for server in ["57014", "40P01", "53100", "08006", "42501", "XX000"] {
         assert_eq!(after_refused_copy(server), AfterCopy::Fail, "{server}");

@@ -60,6 +60,21 @@ pub struct TablePlan {
 }
 
 impl TablePlan {
+    /// Whether the unique key is made only of what tells messages apart
+    /// (`$idempotency_key`, `$stream`, `$stream_sequence`): then two messages of one batch
+    /// with distinct idempotency keys never write the same row, and the batch may be spread
+    /// over connections by idempotency key. A key read from the payload or a header may
+    /// join two messages in one row, whose winner only one connection decides.
+    pub fn keyed_by_message(&self) -> bool {
+        use super::source::Field;
+        self.columns.iter().filter(|c| c.key).all(|c| {
+            matches!(
+                c.source,
+                Source::Field(Field::IdempotencyKey | Field::Stream | Field::StreamSequence)
+            )
+        })
+    }
+
     /// Whether any column reads the payload as JSON.
     pub fn needs_document(&self) -> bool {
         self.columns
