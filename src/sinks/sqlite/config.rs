@@ -25,6 +25,14 @@ pub struct SqliteConfig {
     /// Default 5000.
     #[serde(default = "default_busy_timeout_ms")]
     pub busy_timeout_ms: u64,
+    /// Page size of a database file jetsink creates, in bytes: a power of two from 512 to
+    /// 65536. An existing database keeps its own (SQLite cannot change it in WAL mode).
+    /// Default 32768: with SQLite's own default of 4096 a batch of 4 KiB payloads splits a
+    /// page every row or two, and was written about 1.6 times as fast with 32 KiB pages,
+    /// 200-byte payloads as fast; 65536 writes 4 KiB payloads faster still but small ones
+    /// slower (every commit writes the last, partly filled pages again, whole).
+    #[serde(default = "default_page_size")]
+    pub page_size: u32,
 }
 
 /// SQLite durability level.
@@ -71,6 +79,15 @@ impl DestinationSettings for SqliteConfig {
                 ),
             ));
         }
+        if !(512..=65_536).contains(&self.page_size) || !self.page_size.is_power_of_two() {
+            out.push((
+                "page_size".into(),
+                format!(
+                    "must be a power of two from 512 to 65536, got {}",
+                    self.page_size
+                ),
+            ));
+        }
         if self.busy_timeout_ms > 600_000 {
             out.push((
                 "busy_timeout_ms".into(),
@@ -96,6 +113,9 @@ impl DestinationSettings for SqliteConfig {
 
 fn default_sqlite_path() -> String {
     "data/jetsink.db".into()
+}
+fn default_page_size() -> u32 {
+    32_768
 }
 fn default_busy_timeout_ms() -> u64 {
     5_000

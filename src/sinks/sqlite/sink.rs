@@ -96,6 +96,15 @@ pub(super) fn configure(conn: &Connection, config: &SqliteConfig) -> Result<(), 
     let ms = config.busy_timeout_ms.min(i32::MAX as u64);
     conn.busy_timeout(Duration::from_millis(ms))
         .map_err(|e| classify(&e, None))?;
+    // Only a database with no page yet takes a page size; it must precede the switch to
+    // WAL, which writes the first page.
+    let pages: i64 = conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .map_err(|e| classify(&e, None))?;
+    if pages == 0 {
+        conn.execute_batch(&format!("PRAGMA page_size={}", config.page_size))
+            .map_err(|e| classify(&e, None))?;
+    }
     let mode = journal_mode_wal(conn, Duration::from_millis(ms)).map_err(|e| classify(&e, None))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(SinkError::transient(format!(

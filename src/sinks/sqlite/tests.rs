@@ -24,6 +24,7 @@ fn config(path: &Path, table: &str) -> SqliteConfig {
         table: table.to_string(),
         synchronous: SqliteSynchronous::Full,
         busy_timeout_ms: 5_000,
+        page_size: 32_768,
     }
 }
 
@@ -763,4 +764,56 @@ fn connections_switching_one_rollback_database_to_wal_together_all_succeed() {
             .unwrap();
         assert_eq!(mode, "wal");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_database_gets_the_page_size_and_an_existing_one_keeps_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let page_size = |path: &Path| -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap()
+    };
+    for wanted in [32_768u32, 65_536, 8_192] {
+        let path = dir.path().join(format!("new-{wanted}.db"));
+        let mut sink = SqliteSink::new(SqliteConfig {
+            page_size: wanted,
+            ..config(&path, TABLE)
+        });
+        sink.open().await.unwrap();
+        sink.write_batch(&batch(1..=3)).await.unwrap();
+        assert_eq!(page_size(&path), i64::from(wanted));
+    }
+    // A database created before, with SQLite's default, is written as it is.
+    let path = dir.path().join("old.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE other (x INTEGER)")
+        .unwrap();
+    assert_eq!(page_size(&path), 4_096);
+    let mut sink = SqliteSink::new(config(&path, TABLE));
+    sink.open().await.unwrap();
+    sink.write_batch(&batch(1..=3)).await.unwrap();
+    assert_eq!(page_size(&path), 4_096);
+}
+
+#[test]
+fn a_page_size_sqlite_cannot_take_is_refused_by_name() {
+    use crate::sinks::settings::DestinationSettings;
+    let path = Path::new("/tmp/x.db");
+    for bad in [0u32, 256, 1_000, 131_072] {
+        let problems = SqliteConfig {
+            page_size: bad,
+            ..config(path, TABLE)
+        }
+        .problems();
+        assert!(
+            problems
+                .iter()
+                .any(|(k, m)| k == "page_size" && m.contains(&bad.to_string())),
+            "{bad}: {problems:?}"
+        );
+    }
+    assert!(config(path, TABLE).problems().is_empty());
 }
