@@ -379,4 +379,31 @@ mod tests {
         assert!(!plan.columns[1].key);
         assert!(plan.needs_document());
     }
+
+    #[test]
+    fn only_a_key_of_message_identity_lets_a_batch_be_spread() {
+        let table = vec![
+            tc("k", Family::Text),
+            tc("s", Family::Text),
+            tc("q", Family::Integer),
+            tc("order", Family::Integer),
+            tc("h", Family::Text),
+        ];
+        let plan_with = |keys: &[&str]| {
+            let m = mapping(&[
+                ("k", "$idempotency_key"),
+                ("s", "$stream"),
+                ("q", "$stream_sequence"),
+                ("order", "/order/id"),
+                ("h", "$header:Trace-Id"),
+            ]);
+            plan_table(&m, &table, &[key("pk", true, keys)], false).unwrap()
+        };
+        assert!(plan_with(&["k"]).keyed_by_message());
+        assert!(plan_with(&["s", "q"]).keyed_by_message());
+        // Two messages may carry one order id or one header value: one row, one winner.
+        assert!(!plan_with(&["order"]).keyed_by_message());
+        assert!(!plan_with(&["h"]).keyed_by_message());
+        assert!(!plan_with(&["s", "order"]).keyed_by_message());
+    }
 }
