@@ -72,7 +72,27 @@ struct Writer<'a, D: Dialect> {
     phase: Phase,
 }
 
-impl<D: Dialect> Writer<'_, D> {
+impl<'a, D: Dialect> Writer<'a, D> {
+    /// A writer for the sink's parts; `opened_once` decides the [`Phase`].
+    fn new(
+        dialect: &'a D,
+        mapping: &'a Result<Mapping, ColumnsRefused>,
+        limits: Limits,
+        opened_once: bool,
+    ) -> Writer<'a, D> {
+        let phase = if opened_once {
+            Phase::Write
+        } else {
+            Phase::Open
+        };
+        Writer {
+            dialect,
+            mapping,
+            limits,
+            phase,
+        }
+    }
+
     /// Connects, checks (and in [`Phase::Open`] creates) the table, and prepares statements.
     async fn connect(&self) -> Result<D::Conn, SinkError> {
         let mapping = self.mapping.clone().map_err(|e| SinkError::Misconfigured {
@@ -156,27 +176,13 @@ impl<D: Dialect> DatabaseSink<D> {
         }
     }
 
-    fn writer(&self) -> Writer<'_, D> {
-        Writer {
-            dialect: &self.dialect,
-            mapping: &self.mapping,
-            limits: self.limits,
-            phase: if self.opened_once {
-                Phase::Write
-            } else {
-                Phase::Open
-            },
-        }
-    }
-
     /// (Re)connects slot `slot`: checks (and the first time creates) the table, and
     /// prepares statements.
     async fn connect(&mut self, slot: usize) -> Result<(), SinkError> {
         if let Some(old) = self.conns[slot].take() {
             D::retire(old);
         }
-        let conn = self
-            .writer()
+        let conn = Writer::new(&self.dialect, &self.mapping, self.limits, self.opened_once)
             .connect()
             .await
             .map_err(|e| e.with_context(&self.target))?;
@@ -199,12 +205,8 @@ impl<D: Dialect> DatabaseSink<D> {
             .as_ref()
             .is_some_and(|c| D::plan(c).keyed_by_message());
         let runs = spread::runs(batch, self.conns.len(), cut);
-        let writer = Writer {
-            dialect: &self.dialect,
-            mapping: &self.mapping,
-            limits: self.limits,
-            phase: Phase::Write,
-        };
+        // Slot 0 is open, so this is the write phase.
+        let writer = Writer::new(&self.dialect, &self.mapping, self.limits, self.opened_once);
         let written = if let [_] = runs.as_slice() {
             writer.write(&mut self.conns[0], batch).await
         } else {

@@ -283,13 +283,23 @@ pub(crate) fn copies_natively(
     columns: &[TableColumn],
     bases: &[String],
 ) -> bool {
-    plan.columns.iter().zip(wires).all(|(p, w)| {
-        columns
-            .iter()
-            .zip(bases)
-            .find(|(t, _)| t.name == p.name)
-            .is_some_and(|(_, base)| base == w.sql())
-    })
+    plan.columns
+        .iter()
+        .zip(wires)
+        .all(|(p, w)| base_of(&p.name, columns, bases) == Some(w.sql()))
+}
+
+/// The catalog's base type name of column `name`; `bases[i]` belongs to `columns[i]`.
+pub(crate) fn base_of<'a>(
+    name: &str,
+    columns: &[TableColumn],
+    bases: &'a [String],
+) -> Option<&'a str> {
+    columns
+        .iter()
+        .zip(bases)
+        .find(|(t, _)| t.name == name)
+        .map(|(_, b)| b.as_str())
 }
 
 /// Whether the plan writes the payload as the jetsink layout's `payload` column, and with

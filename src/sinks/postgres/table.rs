@@ -163,14 +163,6 @@ fn check_payload_type(
 pub(super) fn wires(plan: &TablePlan, columns: &[TableColumn], bases: &[String]) -> Vec<Wire> {
     plan.columns
         .iter()
-        .map(|p| {
-            let base = columns
-                .iter()
-                .zip(bases)
-                .find(|(t, _)| t.name == p.name)
-                .map(|(_, b)| b.as_str())
-                .unwrap_or("");
-            schema::wire(p, base)
-        })
+        .map(|p| schema::wire(p, schema::base_of(&p.name, columns, bases).unwrap_or("")))
         .collect()
 }

@@ -485,6 +485,27 @@ fn config_problems_and_target_never_show_a_password() {
 }
 
 #[test]
+fn connections_outside_1_to_16_are_refused_by_name_on_both_engines() {
+    use crate::sinks::mysql::MysqlConfig;
+    use crate::sinks::postgres::PostgresConfig;
+    use crate::sinks::settings::DestinationSettings;
+    for (n, ok) in [(0, false), (1, true), (16, true), (17, false)] {
+        let pg: PostgresConfig =
+            serde_json::from_value(serde_json::json!({ "connections": n })).unwrap();
+        let my: MysqlConfig =
+            serde_json::from_value(serde_json::json!({ "database": "d", "connections": n }))
+                .unwrap();
+        for problems in [pg.problems(), my.problems()] {
+            let named = problems.iter().any(|(k, m)| {
+                k == "connections" && m == &format!("must be between 1 and 16, got {n}")
+            });
+            assert_eq!(named, !ok, "{n}: {problems:?}");
+        }
+        assert!(pg.direct_copy);
+    }
+}
+
+#[test]
 fn copy_data_is_postgres_binary_copy_format() {
     use super::encode::copy_data;
     let (plan, wires) = layout_plan("bytea");

@@ -64,10 +64,13 @@ pub(super) async fn write_batch(
     let db = |e: tokio_postgres::Error| classify(&e, Phase::Write, single);
     let use_copy = copy_threshold > 0 && encoded.rows >= copy_threshold as usize;
     let mut forgo = false;
+    // The COPY data, built once for both COPY paths.
+    let mut data = None;
     if let (Some(direct), true) = (&conn.direct, encoded.rows >= 2) {
-        let data = copy_data(&encoded, &conn.wires).map_err(refused)?;
+        let rows = copy_data(&encoded, &conn.wires).map_err(refused)?.freeze();
+        data = Some(rows.clone());
         let copied = match conn.client.copy_in(direct).await {
-            Ok(sink) => feed(sink, data).await,
+            Ok(sink) => feed(sink, rows).await,
             Err(e) => Err(e),
         };
         match copied {
@@ -91,8 +94,11 @@ pub(super) async fn write_batch(
     }
     let written = match (&conn.copy, use_copy) {
         (Some((copy, from_stage)), true) => {
-            let data = copy_data(&encoded, &conn.wires).map_err(refused)?;
-            staged(&mut conn.client, copy, from_stage, data).await
+            let rows = match data {
+                Some(rows) => rows,
+                None => copy_data(&encoded, &conn.wires).map_err(refused)?.freeze(),
+            };
+            staged(&mut conn.client, copy, from_stage, rows).await
         }
         _ => {
             let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
@@ -114,7 +120,7 @@ async fn staged(
     client: &mut Client,
     copy: &Statement,
     from_stage: &Statement,
-    data: bytes::BytesMut,
+    data: bytes::Bytes,
 ) -> Result<(), tokio_postgres::Error> {
     let tx = client.transaction().await?;
     feed(tx.copy_in(copy).await?, data).await?;
@@ -125,10 +131,9 @@ async fn staged(
 /// Sends `data` into a started `COPY ... FROM STDIN`, in 1 MiB messages, and ends it.
 async fn feed(
     sink: tokio_postgres::CopyInSink<bytes::Bytes>,
-    data: bytes::BytesMut,
+    mut data: bytes::Bytes,
 ) -> Result<(), tokio_postgres::Error> {
     futures::pin_mut!(sink);
-    let mut data = data.freeze();
     while !data.is_empty() {
         let chunk = data.split_to(data.len().min(COPY_CHUNK));
         sink.as_mut().feed(chunk).await?;
