@@ -204,6 +204,13 @@ pub fn rfc3339_bytes(t: OffsetDateTime) -> [u8; RFC3339_LEN] {
 }
 
 impl Envelope {
+    /// The trace id of the producer's W3C `traceparent` header, when it has a valid one
+    /// among the headers as stored (an encrypted `traceparent` is not read): destinations
+    /// that keep a message's metadata store it, so a row leads back to its trace.
+    pub fn trace_id(&self) -> Option<&str> {
+        crate::shared::traceparent::find(&self.headers).map(|t| t.trace_id)
+    }
+
     /// `Some("aes256gcm-v1")` when `payload` holds a sealed value; `None` in clear, where
     /// each destination keeps its own encoding of the bytes.
     pub fn payload_encoding(&self) -> Option<&'static str> {

@@ -12,7 +12,8 @@
 //! - [`metadata_value`]: the rules one metadata value obeys, for the config checks and the
 //!   runtime alike;
 //! - [`prometheus_text`]: the Prometheus text exposition format read into samples, for
-//!   `metrics show` and the metrics snapshot file (pure).
+//!   `metrics show` and the metrics snapshot file (pure);
+//! - [`traceparent`]: the W3C `traceparent` header a producer sets, read (pure).
 
 pub mod idempotency;
 pub mod issue;
@@ -22,3 +23,4 @@ pub mod nats_security;
 pub mod prometheus_text;
 pub mod server_url;
 pub mod subject_match;
+pub mod traceparent;
