@@ -19,7 +19,8 @@
 //! ([`record::FIELDS`]): `idempotency_key`, `stream`, `stream_sequence`,
 //! `consumer_sequence`, `subject`, `delivered`, `published_at`, `written_at` (RFC 3339 UTC
 //! with nanoseconds), `message_id` (string or null), `headers` (name → list of values),
-//! `payload_encoding` and `payload`. A payload that is valid JSON is embedded as a value
+//! `priority`, `lane`, `classification` (string or null), `labels` (list), `trace_id` (the
+//! trace id of a valid W3C `traceparent` header, or null), `payload_encoding` and `payload`. A payload that is valid JSON is embedded as a value
 //! (`json`; line breaks between its tokens become spaces), other UTF-8 text is a string
 //! (`utf8`, also for an empty payload), anything else is standard padded `base64`.
 //!

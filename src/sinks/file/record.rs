@@ -17,7 +17,7 @@ use serde::de::IgnoredAny;
 use crate::envelope::{rfc3339_bytes, Envelope};
 
 /// The keys of every record, in the order they are written.
-pub const FIELDS: [&str; 16] = [
+pub const FIELDS: [&str; 17] = [
     "idempotency_key",
     "stream",
     "stream_sequence",
@@ -32,6 +32,7 @@ pub const FIELDS: [&str; 16] = [
     "lane",
     "classification",
     "labels",
+    "trace_id",
     "payload_encoding",
     "payload",
 ];
@@ -140,6 +141,9 @@ fn encode_fields(envelope: &Envelope, written_at: &str, out: &mut Vec<u8>) -> io
     optional(out, envelope.classification.as_deref())?;
     out.extend_from_slice(b",\"labels\":");
     serde_json::to_writer(&mut *out, &envelope.labels)?;
+    // The producer's trace, so a record leads back to it; 32 hex digits, never escaped.
+    out.extend_from_slice(b",\"trace_id\":");
+    optional(out, envelope.trace_id())?;
     out.extend_from_slice(b",\"payload_encoding\":");
     string(out, encoding.as_str())?;
     out.extend_from_slice(b",\"payload\":");

@@ -294,9 +294,34 @@ fn record_has_every_field_in_column_order() {
     assert_eq!(r["payload_encoding"], "json");
     assert_eq!(r["payload"], serde_json::json!({"k": 1}));
 
+    assert_eq!(r["trace_id"], Value::Null, "no traceparent header");
+
     e.message_id = None;
     let r = parse_line(&encode_one(&e));
     assert_eq!(r["message_id"], Value::Null);
+}
+
+#[test]
+fn record_holds_the_trace_id_of_a_valid_traceparent_only() {
+    let mut e = envelope(7, "x");
+    e.headers = vec![(
+        "TraceParent".into(),
+        vec!["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()],
+    )];
+    let line = encode_one(&e);
+    let r = parse_line(&line);
+    assert_eq!(r["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    // Placed right after `labels`, as FIELDS says.
+    let text = String::from_utf8(line).unwrap();
+    assert!(
+        text.contains(
+            r#","labels":[],"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","payload_encoding":"#
+        ),
+        "{text}"
+    );
+    // An invalid value (uppercase hex) is treated as absent.
+    e.headers[0].1 = vec!["00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01".into()];
+    assert_eq!(parse_line(&encode_one(&e))["trace_id"], Value::Null);
 }
 
 #[test]
@@ -767,11 +792,17 @@ async fn rotation_by_size_keeps_every_line_once_in_name_order() {
     }
     let names = files(dir);
     assert!(names.len() > 5, "only {} files", names.len());
+    let longest = batch(100..=100).iter().map(|e| encode_one(e).len()).max();
+    let longest = longest.unwrap() as u64;
     for path in &names {
         let len = fs::metadata(path).unwrap().len();
         assert!(len > 0);
         // A file is closed at the first batch that reaches the limit.
-        assert!(len < 2_000 + 4 * 300, "{} is {len} bytes", path.display());
+        assert!(
+            len < 2_000 + 4 * longest,
+            "{} is {len} bytes",
+            path.display()
+        );
     }
     assert_eq!(sequences(&records(dir)), (1..=100).collect::<Vec<u64>>());
 }
