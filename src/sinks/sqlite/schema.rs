@@ -13,7 +13,7 @@ use super::classify::classify;
 use crate::sinks::contract::SinkError;
 
 /// The columns jetsink writes, in the order of the insert's parameters.
-pub(crate) const COLUMNS: [&str; 15] = [
+pub(crate) const COLUMNS: [&str; 16] = [
     "idempotency_key",
     "stream",
     "stream_sequence",
@@ -28,16 +28,19 @@ pub(crate) const COLUMNS: [&str; 15] = [
     "lane",
     "classification",
     "labels",
+    "trace_id",
     "payload",
 ];
 
 /// Message-metadata columns added after the first release, with the definition that
-/// `ALTER TABLE ... ADD COLUMN` gives a table that lacks them.
-pub(crate) const ADDED_COLUMNS: [(&str, &str); 4] = [
+/// `ALTER TABLE ... ADD COLUMN` gives a table that lacks them. `trace_id` is the trace id of
+/// a valid W3C `traceparent` header (NULL otherwise), so a row leads back to its trace.
+pub(crate) const ADDED_COLUMNS: [(&str, &str); 5] = [
     ("priority", "TEXT"),
     ("lane", "TEXT"),
     ("classification", "TEXT"),
     ("labels", "TEXT NOT NULL DEFAULT '[]'"),
+    ("trace_id", "TEXT"),
 ];
 
 /// Quotes `name` as an SQL identifier (`"name"`, inner quotes doubled).
@@ -63,6 +66,7 @@ pub(crate) fn create_table_sql(table: &str) -> String {
          \x20   lane TEXT,\n\
          \x20   classification TEXT,\n\
          \x20   labels TEXT NOT NULL DEFAULT '[]',\n\
+         \x20   trace_id TEXT,\n\
          \x20   payload BLOB NOT NULL\n\
          )",
         quote_ident(table)
@@ -75,7 +79,7 @@ pub(crate) fn insert_sql(table: &str) -> String {
 }
 
 /// The idempotent insert of `rows` envelopes in one statement; parameters are numbered
-/// row after row (`?1`..`?15` for the first row, `?16`.. for the second).
+/// row after row (`?1`..`?16` for the first row, `?17`.. for the second).
 pub(crate) fn insert_rows_sql(table: &str, rows: usize) -> String {
     let n = COLUMNS.len();
     let values: Vec<String> = (0..rows)

@@ -298,7 +298,7 @@ fn statements_quote_the_table_name() {
         "{sql}"
     );
     assert!(
-        sql.ends_with("?15) ON CONFLICT(idempotency_key) DO NOTHING"),
+        sql.ends_with("?16) ON CONFLICT(idempotency_key) DO NOTHING"),
         "{sql}"
     );
     assert!(schema::create_table_sql("order").contains("\"order\""));
@@ -351,6 +351,81 @@ async fn writes_every_column_and_reads_back_exact_values_and_types() {
     }
     assert_eq!(rows[1].message_id.as_deref(), Some("id-2"));
     assert_eq!(rows[0].published_at, "2023-11-14T22:13:20.123456790Z");
+}
+
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+fn trace_ids(path: &Path) -> Vec<(i64, Option<String>)> {
+    let conn = Connection::open(path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT stream_sequence, trace_id FROM jetsink_events ORDER BY stream_sequence")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_valid_traceparent_stores_its_trace_id_and_none_or_an_invalid_one_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut sink = opened(&path).await;
+    // 20 rows: past the first multi-row statement, so every chunk binds the column.
+    let mut envelopes = batch(1..=20);
+    for e in envelopes.iter_mut().filter(|e| e.stream_sequence % 3 == 0) {
+        e.headers
+            .push(("traceparent".into(), vec![TRACEPARENT.into()]));
+    }
+    envelopes[0]
+        .headers
+        .push(("traceparent".into(), vec!["00-not-a-trace".into()]));
+    sink.write_batch(&envelopes).await.unwrap();
+    for (seq, trace_id) in trace_ids(&path) {
+        let expected = (seq % 3 == 0).then(|| "4bf92f3577b34da6a3ce929d0e0e4736".to_string());
+        assert_eq!(trace_id, expected, "row {seq}");
+    }
+    assert_eq!(trace_ids(&path).len(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_from_before_trace_ids_gains_the_column_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let previous = schema::create_table_sql(TABLE).replace("    trace_id TEXT,\n", "");
+    assert!(!previous.contains("trace_id"), "{previous}");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(&previous).unwrap();
+        conn.execute_batch(
+            "INSERT INTO jetsink_events (idempotency_key, stream, stream_sequence, \
+             consumer_sequence, subject, delivered, published_at, written_at, headers, payload) \
+             VALUES ('ORDERS:1', 'ORDERS', 1, 1, 's', 1, 't', 't', '{}', x'00')",
+        )
+        .unwrap();
+    }
+    // What validate --online reports, changing nothing.
+    let mut probe = SqliteSink::new(config(&path, TABLE));
+    match probe.probe().await.unwrap() {
+        crate::sinks::contract::Probe::WouldCreate(what) => {
+            assert!(what.starts_with("columns trace_id of table"), "{what}")
+        }
+        other => panic!("expected the column to be added, got {other:?}"),
+    }
+    let mut sink = opened(&path).await;
+    let mut e = envelope(2);
+    e.headers
+        .push(("traceparent".into(), vec![TRACEPARENT.into()]));
+    sink.write_batch(&[e]).await.unwrap();
+    assert_eq!(
+        trace_ids(&path),
+        [
+            (1, None),
+            (2, Some("4bf92f3577b34da6a3ce929d0e0e4736".to_string()))
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
