@@ -58,6 +58,7 @@ pub fn cell<'a>(
             Field::Labels => {
                 Cell::Json(serde_json::to_string(&envelope.labels).unwrap_or_else(|_| "[]".into()))
             }
+            Field::TraceId => envelope.trace_id().map_or(Cell::Null, text),
             Field::Payload => Cell::Bytes(&envelope.payload[..]),
         },
         Source::Header(name) => envelope
@@ -201,6 +202,7 @@ mod tests {
         assert_eq!(get("$idempotency_key"), "Text(\"ORDERS:7\")");
         assert_eq!(get("$priority"), "Null");
         assert_eq!(get("$labels"), "Json(\"[\\\"l\\\"]\")");
+        assert_eq!(get("$trace_id"), "Null", "no traceparent header");
         assert_eq!(get("$header:X-TRACE"), "Text(\"t2\")");
         assert_eq!(get("$header:absent"), "Null");
         assert_eq!(get("/order/id"), "Value(Number(5))");
@@ -214,6 +216,29 @@ mod tests {
             cell(&Source::Field(Field::Payload), &e, None, now),
             Cell::Bytes(&e.payload[..])
         );
+    }
+
+    #[test]
+    fn trace_id_is_the_trace_of_a_valid_traceparent_and_null_otherwise() {
+        let mut e = envelope();
+        let now = OffsetDateTime::now_utc();
+        let source = parse_source("$trace_id").unwrap();
+        assert_eq!(
+            source.kind(),
+            crate::sinks::database::columns::ValueKind::Text
+        );
+        e.headers.push((
+            "traceparent".into(),
+            vec!["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()],
+        ));
+        assert_eq!(
+            cell(&source, &e, None, now),
+            Cell::Text(Cow::Borrowed("4bf92f3577b34da6a3ce929d0e0e4736"))
+        );
+        // All-zero trace ids are invalid (W3C): treated as absent.
+        e.headers.last_mut().unwrap().1 =
+            vec!["00-00000000000000000000000000000000-00f067aa0ba902b7-01".into()];
+        assert_eq!(cell(&source, &e, None, now), Cell::Null);
     }
 
     #[test]

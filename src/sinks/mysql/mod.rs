@@ -13,6 +13,7 @@
 //!
 //! [`Dialect`]: crate::sinks::database::Dialect
 
+mod catalog;
 mod classify;
 pub mod config;
 mod encode;
@@ -22,6 +23,7 @@ mod sink;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod upgrade;
 
 pub use classify::{class_of, classify, row_of, Class, Rows};
 pub use config::{MysqlConfig, MysqlPayloadType};

@@ -55,10 +55,27 @@ pub(crate) fn create_table_sql(table: &str, payload: MysqlPayloadType) -> String
          \x20   lane VARCHAR(255) NULL,\n\
          \x20   classification VARCHAR(255) NULL,\n\
          \x20   labels JSON NOT NULL,\n\
+         \x20   trace_id VARCHAR(32) NULL,\n\
          \x20   payload {payload} NOT NULL,\n\
          \x20   PRIMARY KEY (idempotency_key)\n\
          ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
         quote_ident(table)
+    )
+}
+
+/// Columns added to the jetsink layout after the first release of this destination, with
+/// the definition `ALTER TABLE ... ADD COLUMN` gives a default table that lacks them.
+/// `trace_id` is the trace id of a valid W3C `traceparent` header (32 lowercase hex
+/// digits), NULL otherwise.
+pub(crate) const ADDED_COLUMNS: [(&str, &str); 1] = [("trace_id", "VARCHAR(32) NULL")];
+
+/// The `ALTER TABLE` that adds `name` with `definition` to `table` (already quoted).
+/// MySQL has no `ADD COLUMN IF NOT EXISTS` (MariaDB has): a column another connection
+/// added a moment before is error 1060, which the caller takes as done.
+pub(crate) fn add_column_sql(table: &str, name: &str, definition: &str) -> String {
+    format!(
+        "ALTER TABLE {table} ADD COLUMN {} {definition}",
+        quote_ident(name)
     )
 }
 

@@ -15,11 +15,13 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
 use time::OffsetDateTime;
 
+use super::catalog::{read_columns, read_keys};
 use super::classify::{classify, Rows};
 use super::config::{MysqlConfig, MysqlPayloadType};
 use super::encode;
 use super::schema;
 use super::tls;
+use super::upgrade;
 use crate::envelope::Envelope;
 use crate::sinks::contract::{Located, Probe, SinkError};
 use crate::sinks::database::cells::parse_documents;
@@ -107,20 +109,40 @@ impl Mysql {
             }
         } else {
             let keys = read_keys(conn, &self.config.table).await.map_err(db)?;
-            let plan = plan_table(mapping, &columns, &keys, true).map_err(|problem| {
-                SinkError::Misconfigured {
-                    message: format!("table {} cannot be used: {problem}", self.config.table),
-                }
-            })?;
-            self.check_payload_type(&plan)?;
+            // Columns added to the layout since are added by open (see `upgrade`).
+            let missing = upgrade::missing_added(&self.config, &columns);
+            let plan = self.plan(&mapping.without(&missing), &columns, &keys)?;
             // Preparing checks the INSERT (and UPDATE) privileges and writes nothing.
             let sql = schema::insert_sql(&self.table_sql, &plan, 1, self.config.mode);
             conn.prep(sql).await.map_err(db)?;
+            if !missing.is_empty() {
+                return Ok(Probe::WouldCreate(format!(
+                    "columns {} of table {}",
+                    missing.join(", "),
+                    self.config.table
+                )));
+            }
             Ok(Probe::Ready(format!(
                 "table {} fits and this user may write it",
                 self.config.table
             )))
         }
+    }
+
+    /// The plan for writing `mapping` into the table, which fits it and `payload_type`.
+    fn plan(
+        &self,
+        mapping: &Mapping,
+        columns: &[TableColumn],
+        keys: &[UniqueKey],
+    ) -> Result<TablePlan, SinkError> {
+        let plan = plan_table(mapping, columns, keys, true).map_err(|problem| {
+            SinkError::Misconfigured {
+                message: format!("table {} cannot be used: {problem}", self.config.table),
+            }
+        })?;
+        self.check_payload_type(&plan)?;
+        Ok(plan)
     }
 
     fn check_payload_type(&self, plan: &TablePlan) -> Result<(), SinkError> {
@@ -221,64 +243,6 @@ async fn write_batch(
     tx.commit().await.map_err(|e| db(e, None))
 }
 
-async fn read_columns(
-    conn: &mut Conn,
-    table: &str,
-) -> Result<Vec<TableColumn>, mysql_async::Error> {
-    type Row = (String, String, String, String, Option<String>, String);
-    let rows: Vec<Row> = conn.exec(schema::COLUMNS_SQL, (table,)).await?;
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
-    // MariaDB's JSON columns are LONGTEXT guarded by json_valid(); MySQL has no such view
-    // column and reports JSON directly, so a failing query just means "none".
-    let checks: Vec<String> = conn
-        .exec(schema::CHECKS_SQL, (table,))
-        .await
-        .unwrap_or_default();
-    let json_checked: Vec<String> = checks
-        .iter()
-        .filter_map(|c| schema::json_checked_column(c))
-        .collect();
-    Ok(rows
-        .into_iter()
-        .map(|(name, data_type, column_type, nullable, default, extra)| {
-            let checked = json_checked.iter().any(|c| c.eq_ignore_ascii_case(&name));
-            TableColumn {
-                family: schema::family(&data_type, &column_type, checked),
-                type_name: column_type,
-                not_null: nullable.eq_ignore_ascii_case("NO"),
-                has_default: default.is_some()
-                    || extra.to_ascii_lowercase().contains("auto_increment"),
-                generated: schema::is_generated(&extra),
-                name,
-            }
-        })
-        .collect())
-}
-
-async fn read_keys(conn: &mut Conn, table: &str) -> Result<Vec<UniqueKey>, mysql_async::Error> {
-    let rows: Vec<(String, Option<String>)> = conn.exec(schema::KEYS_SQL, (table,)).await?;
-    let mut keys: Vec<UniqueKey> = Vec::new();
-    let mut functional: Vec<String> = Vec::new();
-    for (index, column) in rows {
-        let Some(column) = column else {
-            functional.push(index);
-            continue;
-        };
-        match keys.iter_mut().find(|k| k.name == index) {
-            Some(k) => k.columns.push(column),
-            None => keys.push(UniqueKey {
-                primary: index == "PRIMARY",
-                name: index,
-                columns: vec![column],
-            }),
-        }
-    }
-    keys.retain(|k| !functional.contains(&k.name));
-    Ok(keys)
-}
-
 impl Dialect for Mysql {
     type Config = MysqlConfig;
     type Conn = Live;
@@ -344,12 +308,20 @@ impl Dialect for Mysql {
                 .map_err(db)?;
         }
         let keys = read_keys(&mut conn, &self.config.table).await.map_err(db)?;
-        let plan = plan_table(mapping, &columns, &keys, true).map_err(|problem| {
-            SinkError::Misconfigured {
-                message: format!("table {} cannot be used: {problem}", self.config.table),
-            }
-        })?;
-        self.check_payload_type(&plan)?;
+        // Planned without the columns the layout gained since first, so a table that
+        // cannot be written anyway is refused before anything alters it.
+        let missing = upgrade::missing_added(&self.config, &columns);
+        let mut plan = self.plan(&mapping.without(&missing), &columns, &keys)?;
+        let lock_wait_s = self.config.statement_timeout_ms.div_ceil(1000).max(1);
+        if !missing.is_empty()
+            && upgrade::add_columns(&mut conn, &self.table_sql, &missing, lock_wait_s, phase)
+                .await?
+        {
+            columns = read_columns(&mut conn, &self.config.table)
+                .await
+                .map_err(db)?;
+            plan = self.plan(mapping, &columns, &keys)?;
+        }
         // Preparing the statement checks the table and the INSERT (and UPDATE) privileges.
         let sql = schema::insert_sql(&self.table_sql, &plan, 1, self.config.mode);
         conn.prep(sql).await.map_err(db)?;

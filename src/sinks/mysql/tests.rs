@@ -220,7 +220,17 @@ fn identifiers_are_quoted_with_inner_backticks_doubled() {
 }
 
 fn layout_plan() -> crate::sinks::database::columns::TablePlan {
-    let table: Vec<TableColumn> = DEFAULT_LAYOUT
+    let table = layout_columns();
+    let keys = [UniqueKey {
+        name: "PRIMARY".into(),
+        primary: true,
+        columns: vec!["idempotency_key".into()],
+    }];
+    plan_table(&Mapping::default_layout(), &table, &keys, true).unwrap()
+}
+
+fn layout_columns() -> Vec<TableColumn> {
+    DEFAULT_LAYOUT
         .iter()
         .map(|(c, _)| TableColumn {
             name: c.to_string(),
@@ -236,20 +246,14 @@ fn layout_plan() -> crate::sinks::database::columns::TablePlan {
             has_default: false,
             generated: false,
         })
-        .collect();
-    let keys = [UniqueKey {
-        name: "PRIMARY".into(),
-        primary: true,
-        columns: vec!["idempotency_key".into()],
-    }];
-    plan_table(&Mapping::default_layout(), &table, &keys, true).unwrap()
+        .collect()
 }
 
 #[test]
 fn insert_sql_uses_placeholders_and_a_no_op_update_for_insert_ignore() {
     let plan = layout_plan();
     let sql = insert_sql("`events`", &plan, 2, WriteMode::InsertIgnore);
-    let one = format!("({})", vec!["?"; 15].join(","));
+    let one = format!("({})", vec!["?"; 16].join(","));
     assert!(sql.starts_with("INSERT INTO `events` (`idempotency_key`, `stream`, "));
     assert!(sql.contains(&format!("VALUES {one},{one} ON DUPLICATE KEY UPDATE")));
     assert!(sql.ends_with("ON DUPLICATE KEY UPDATE `idempotency_key` = `idempotency_key`"));
@@ -271,6 +275,46 @@ fn default_ddl_matches_the_layout() {
     assert!(ddl.contains("published_at DATETIME(6) NOT NULL"));
     assert!(ddl.contains("payload LONGBLOB NOT NULL"));
     assert!(schema::create_table_sql("e", MysqlPayloadType::Json).contains("payload JSON NOT NULL"));
+}
+
+#[test]
+fn a_table_from_before_the_trace_id_gets_it_added_with_the_new_tables_definition() {
+    use super::upgrade::missing_added;
+    let ddl = schema::create_table_sql("events", MysqlPayloadType::Blob);
+    for (name, definition) in schema::ADDED_COLUMNS {
+        assert!(ddl.contains(&format!("    {name} {definition},")), "{ddl}");
+    }
+    assert_eq!(
+        schema::add_column_sql("`ev``x`", "trace_id", "VARCHAR(32) NULL"),
+        "ALTER TABLE `ev``x` ADD COLUMN `trace_id` VARCHAR(32) NULL"
+    );
+    let older: Vec<TableColumn> = layout_columns()
+        .into_iter()
+        .filter(|c| c.name != "trace_id")
+        .collect();
+    let default: super::MysqlConfig = serde_json::from_value(json!({})).unwrap();
+    assert_eq!(missing_added(&default, &older), ["trace_id"]);
+    assert!(missing_added(&default, &layout_columns()).is_empty());
+    // Column names compare as MySQL compares them.
+    let mut upper = layout_columns();
+    for c in &mut upper {
+        c.name = c.name.to_uppercase();
+    }
+    assert!(missing_added(&default, &upper).is_empty());
+    // A table of the user's own (`columns`) is never altered.
+    let mapped: super::MysqlConfig =
+        serde_json::from_value(json!({"columns": {"id": "$stream_sequence"}})).unwrap();
+    assert!(missing_added(&mapped, &older).is_empty());
+    // Without it, the rest of the layout still plans, and writes no trace_id.
+    let keys = [UniqueKey {
+        name: "PRIMARY".into(),
+        primary: true,
+        columns: vec!["idempotency_key".into()],
+    }];
+    let mapping = Mapping::default_layout().without(&["trace_id"]);
+    let plan = plan_table(&mapping, &older, &keys, true).unwrap();
+    assert_eq!(plan.columns.len(), DEFAULT_LAYOUT.len() - 1);
+    assert!(!insert_sql("`events`", &plan, 1, WriteMode::InsertIgnore).contains("trace_id"));
 }
 
 #[test]

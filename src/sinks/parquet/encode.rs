@@ -267,6 +267,7 @@ fn default_leaves(
         optional(|e| e.lane.as_deref()),
         optional(|e| e.classification.as_deref()),
         labels(&rows),
+        optional(|e| e.trace_id()),
         Leaf::required(Values::Bytes(
             rows.iter()
                 .map(|e| ByteArray::from(e.payload.clone()))

@@ -22,7 +22,8 @@ use crate::sinks::database::columns::{Field, Source};
 /// The jetsink layout: the file destination's record fields, typed. Sequences and counts
 /// are signed 64-bit (what Spark, Athena and DuckDB read natively; JetStream sequences
 /// stay below 2^63), times are UTC microseconds, headers a map of name to its list of
-/// values, labels a list, the payload the stored bytes (sealed with `encryption`).
+/// values, labels a list, `trace_id` the trace id of a valid W3C `traceparent` header (null
+/// without one), the payload the stored bytes (sealed with `encryption`).
 pub const DEFAULT_SCHEMA: &str = "message jetsink_event {
   required binary idempotency_key (STRING);
   required binary stream (STRING);
@@ -51,13 +52,14 @@ pub const DEFAULT_SCHEMA: &str = "message jetsink_event {
       required binary element (STRING);
     }
   }
+  optional binary trace_id (STRING);
   required binary payload;
 }";
 
 /// Which envelope field each column of the jetsink layout holds, in column order: the
 /// database destinations' default layout, so an archive and a table have the same columns
 /// (the schema test pins both the names and the Parquet types).
-pub const DEFAULT_SOURCES: [(&str, Field); 15] = crate::sinks::database::columns::DEFAULT_LAYOUT;
+pub const DEFAULT_SOURCES: [(&str, Field); 16] = crate::sinks::database::columns::DEFAULT_LAYOUT;
 
 /// Key-value metadata key: the layout's version (`1`).
 pub const VERSION_KEY: &str = "jetsink.schema";
@@ -150,13 +152,15 @@ mod tests {
                 "lane",
                 "classification",
                 "labels.list.element",
+                "trace_id",
                 "payload",
             ]
         );
         let columns: serde_json::Value =
             serde_json::from_str(&columns_metadata(&Layout::Default)).unwrap();
         assert_eq!(columns["stream_sequence"], "$stream_sequence");
-        assert_eq!(columns.as_object().unwrap().len(), 15);
+        assert_eq!(columns["trace_id"], "$trace_id");
+        assert_eq!(columns.as_object().unwrap().len(), 16);
     }
 
     #[test]

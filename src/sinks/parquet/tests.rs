@@ -34,6 +34,9 @@ fn envelope(seq: u64, payload: &str, headers: &[(&str, &str)]) -> Envelope {
     )
 }
 
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
 fn options(layout: Layout, rows: usize) -> Arc<Options> {
     Arc::new(Options {
         codec: Codec::Zstd,
@@ -69,7 +72,7 @@ fn the_jetsink_layout_round_trips_every_field_in_row_groups() {
             &[("Nats-Msg-Id", "m1"), ("Trace", "a"), ("Trace", "b")],
         ),
         envelope(2, "\u{0}binary", &[]),
-        envelope(3, "", &[("X", "1")]),
+        envelope(3, "", &[("X", "1"), ("traceparent", TRACEPARENT)]),
     ];
     batch[1].labels = vec!["red".into(), "blue".into()];
     batch[1].priority = Some("high".into());
@@ -94,7 +97,12 @@ fn the_jetsink_layout_round_trips_every_field_in_row_groups() {
     assert_eq!(rows[1]["priority"], "high");
     assert_eq!(rows[1]["labels"], json!(["red", "blue"]));
     assert_eq!(rows[2]["payload"], "");
-    assert_eq!(rows[2]["headers"], json!({"X": ["1"]}));
+    assert_eq!(
+        rows[2]["headers"],
+        json!({"X": ["1"], "traceparent": [TRACEPARENT]})
+    );
+    assert_eq!(rows[2]["trace_id"], TRACE_ID);
+    assert_eq!(rows[0]["trace_id"], Value::Null, "no traceparent header");
     let mut keys = HashSet::new();
     let bytes = encode(&batch, options(Layout::Default, 100)).unwrap();
     assert!(stream_keys(bytes.clone(), "ORDERS", &mut keys).unwrap());
@@ -134,6 +142,7 @@ fn a_mapping_writes_typed_columns_from_json_payloads() {
             ("at", "$published_at"),
             ("body", "$payload"),
             ("doc", "/order"),
+            ("trace", "$trace_id"),
         ],
         &[
             ("id", ColumnType::Int64),
@@ -149,7 +158,11 @@ fn a_mapping_writes_typed_columns_from_json_payloads() {
             r#"{"order":{"id":7,"total":19.5},"paid":true,"day":"2026-11-30"}"#,
             &[],
         ),
-        envelope(2, r#"{"order":{"id":"8"}}"#, &[]),
+        envelope(
+            2,
+            r#"{"order":{"id":"8"}}"#,
+            &[("traceparent", TRACEPARENT)],
+        ),
     ];
     let bytes = encode(&batch, options(layout, 100)).unwrap();
     let rows = read(bytes.clone());
@@ -165,6 +178,8 @@ fn a_mapping_writes_typed_columns_from_json_payloads() {
     );
     assert_eq!(rows[1]["id"], 8, "a numeric string fits an int64 column");
     assert_eq!(rows[1]["total"], Value::Null, "a missing value is null");
+    assert_eq!(rows[0]["trace"], Value::Null, "no traceparent: null");
+    assert_eq!(rows[1]["trace"], TRACE_ID);
     let mut keys = HashSet::new();
     assert!(stream_keys(bytes, "ORDERS", &mut keys).unwrap());
     assert_eq!(keys.len(), 2);

@@ -54,8 +54,24 @@ pub(crate) fn create_table_sql(table: &str, payload: PostgresPayloadType) -> Str
          \x20   lane text,\n\
          \x20   classification text,\n\
          \x20   labels jsonb NOT NULL DEFAULT '[]',\n\
+         \x20   trace_id text,\n\
          \x20   payload {payload} NOT NULL\n\
          )"
+    )
+}
+
+/// Columns added to the jetsink layout after the first release of this destination, with
+/// the definition `ALTER TABLE ... ADD COLUMN` gives a default table that lacks them (as
+/// the SQLite destination does for its own). `trace_id` is the trace id of a valid W3C
+/// `traceparent` header, NULL otherwise.
+pub(crate) const ADDED_COLUMNS: [(&str, &str); 1] = [("trace_id", "text")];
+
+/// The `ALTER TABLE` that adds `name` with `definition` to `table` (already quoted). `IF
+/// NOT EXISTS`: another connection of the same sink may have added it a moment before.
+pub(crate) fn add_column_sql(table: &str, name: &str, definition: &str) -> String {
+    format!(
+        "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {} {definition}",
+        quote_ident(name)
     )
 }
 

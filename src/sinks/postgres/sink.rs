@@ -2,7 +2,8 @@
 //! the dry run of the privileges, and handing batches to the write paths. The connection
 //! lifecycle around it is [`DatabaseSink`](crate::sinks::database::DatabaseSink)'s.
 //!
-//! Opening creates the default table only the first time (see `table`). A batch is
+//! Opening creates the default table only the first time, and adds to an existing one the
+//! columns the layout gained since (see `table`). A batch is
 //! written as one statement in autocommit (a binary `COPY` into the table, or a multi-row
 //! `INSERT`), or through a staging table from `copy_threshold` rows (see `write`); either
 //! way it commits as a whole or not at all. When the database
@@ -82,9 +83,19 @@ impl Dialect for Postgres {
         self.warn_on_async_commit(&client, phase).await?;
 
         let oid = table::resolve(&client, c, &self.table_sql, mapping, phase).await?;
-        let (columns, bases) = table::read_columns(&client, oid).await.map_err(db)?;
+        let (mut columns, mut bases) = table::read_columns(&client, oid).await.map_err(db)?;
         let keys = table::read_keys(&client, oid).await.map_err(db)?;
-        let plan = table::plan(c, &self.table_sql, mapping, &columns, &keys)?;
+        // Planned without the columns the layout gained since first, so a table that
+        // cannot be written anyway is refused before anything alters it.
+        let missing = table::missing_added(c, mapping, &columns);
+        let older = mapping.without(&missing);
+        let mut plan = table::plan(c, &self.table_sql, &older, &columns, &keys)?;
+        if !missing.is_empty()
+            && table::add_columns(&client, &self.table_sql, &missing, phase).await?
+        {
+            (columns, bases) = table::read_columns(&client, oid).await.map_err(db)?;
+            plan = table::plan(c, &self.table_sql, mapping, &columns, &keys)?;
+        }
         let wires = table::wires(&plan, &columns, &bases);
         let sql = schema::write_sql(&self.table_sql, &plan, &wires, c.mode);
         let insert = client.prepare(&sql.insert).await.map_err(db)?;
@@ -142,7 +153,10 @@ impl Dialect for Postgres {
         };
         let (columns, _) = table::read_columns(&client, oid).await.map_err(db)?;
         let keys = table::read_keys(&client, oid).await.map_err(db)?;
-        table::plan(&self.config, &self.table_sql, mapping, &columns, &keys)?;
+        // Columns added to the layout since are added by open (see `table::add_columns`).
+        let missing = table::missing_added(&self.config, mapping, &columns);
+        let older = mapping.without(&missing);
+        table::plan(&self.config, &self.table_sql, &older, &columns, &keys)?;
         let privilege = if self.config.mode == WriteMode::Upsert {
             "INSERT, UPDATE"
         } else {
@@ -163,6 +177,13 @@ impl Dialect for Postgres {
                     self.table_sql
                 ),
             });
+        }
+        if !missing.is_empty() {
+            return Ok(Probe::WouldCreate(format!(
+                "columns {} of table {}",
+                missing.join(", "),
+                self.table_sql
+            )));
         }
         Ok(Probe::Ready(format!(
             "table {} fits and this role may write it",

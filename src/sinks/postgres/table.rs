@@ -12,7 +12,7 @@ use super::config::{PostgresConfig, PostgresPayloadType};
 use super::schema::{self, Wire};
 use crate::sinks::contract::SinkError;
 use crate::sinks::database::columns::{
-    plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey,
+    lacking, plan_table, Family, Mapping, TableColumn, TablePlan, UniqueKey,
 };
 use crate::sinks::database::util::Phase;
 
@@ -77,6 +77,53 @@ pub(super) async fn resolve(
     lookup(client, table_sql).await.map_err(db)?.ok_or_else(|| {
         SinkError::transient(format!("table {table_sql} vanished right after creation"))
     })
+}
+
+/// The columns added to the jetsink layout since the first release
+/// ([`schema::ADDED_COLUMNS`]) that the table lacks, when the sink writes that layout.
+pub(super) fn missing_added(
+    config: &PostgresConfig,
+    mapping: &Mapping,
+    columns: &[TableColumn],
+) -> Vec<&'static str> {
+    if !is_default_layout(config, mapping) {
+        return Vec::new();
+    }
+    let names: Vec<&'static str> = schema::ADDED_COLUMNS.iter().map(|(n, _)| *n).collect();
+    lacking(&names, columns, false)
+}
+
+/// Adds `missing` (from [`missing_added`]) to a jetsink-layout table from an earlier
+/// version, as the SQLite destination does, so the table keeps being written after an
+/// upgrade; the caller has planned the table without them first, so a table that would
+/// be refused anyway is left unchanged. `false` when this role may not alter the table
+/// (only its owner may): it keeps writing it without them, with a warning at open,
+/// because they hold metadata and an upgrade must not stop a working deployment.
+pub(super) async fn add_columns(
+    client: &Client,
+    table_sql: &str,
+    missing: &[&str],
+    phase: Phase,
+) -> Result<bool, SinkError> {
+    let added = schema::ADDED_COLUMNS
+        .iter()
+        .filter(|(n, _)| missing.contains(n));
+    for (name, definition) in added {
+        let sql = schema::add_column_sql(table_sql, name, definition);
+        match client.batch_execute(&sql).await {
+            Ok(()) => {
+                tracing::info!(table = %table_sql, column = *name, "adding message-metadata column to an existing table")
+            }
+            Err(e) if e.code().map(|s| s.code()) == Some("42501") => {
+                if phase == Phase::Open {
+                    tracing::warn!(table = %table_sql, columns = %missing.join(", "), "this role may not add the new message-metadata columns to the table (only its owner may): writing it without them");
+                }
+                return Ok(false);
+            }
+            Err(e) => return Err(classify(&e, phase, None)),
+        }
+    }
+    Ok(true)
 }
 
 /// The table's columns, and the base type name of each (for its wire type).

@@ -181,11 +181,12 @@ fn the_layout_travels_natively_and_text_is_cast() {
             Text,
             Text,
             Jsonb,
+            Text,
             Bytea
         ]
     );
     let (_, wires) = layout_plan("jsonb");
-    assert_eq!(wires[14], Jsonb);
+    assert_eq!(wires[15], Jsonb);
 }
 
 #[test]
@@ -203,7 +204,7 @@ fn write_sql_binds_every_value_and_quotes_every_name() {
     assert!(sql.insert.contains(
         "FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::int8[], \
          $7::timestamptz[], $8::timestamptz[], $9::text[], $10::jsonb[], $11::text[], \
-         $12::text[], $13::text[], $14::jsonb[], $15::bytea[]) AS u(c0, c1, c2"
+         $12::text[], $13::text[], $14::jsonb[], $15::text[], $16::bytea[]) AS u(c0, c1, c2"
     ));
     assert!(sql
         .insert
@@ -213,12 +214,12 @@ fn write_sql_binds_every_value_and_quotes_every_name() {
         .ends_with("ON CONFLICT (\"idempotency_key\") DO NOTHING"));
     assert_eq!(
         sql.copy,
-        "COPY pg_temp.jetsink_stage (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14) FROM STDIN (FORMAT binary)"
+        "COPY pg_temp.jetsink_stage (c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15) FROM STDIN (FORMAT binary)"
     );
     assert!(sql.create_stage.contains(
         "CREATE TEMP TABLE jetsink_stage (c0 text, c1 text, c2 int8, c3 int8, c4 text, c5 int8, \
          c6 timestamptz, c7 timestamptz, c8 text, c9 jsonb, c10 text, c11 text, c12 text, \
-         c13 jsonb, c14 bytea) ON COMMIT DELETE ROWS"
+         c13 jsonb, c14 text, c15 bytea) ON COMMIT DELETE ROWS"
     ));
     assert!(sql
         .insert_from_stage
@@ -319,6 +320,37 @@ fn default_ddl_matches_the_layout() {
         schema::create_table_sql("\"e\"", PostgresPayloadType::Bytea)
             .contains("payload bytea NOT NULL")
     );
+}
+
+#[test]
+fn a_table_from_before_the_trace_id_gets_it_added_with_the_new_tables_definition() {
+    use super::config::PostgresConfig;
+    use super::table::missing_added;
+    let ddl = schema::create_table_sql("\"events\"", PostgresPayloadType::Bytea);
+    for (name, definition) in schema::ADDED_COLUMNS {
+        assert!(ddl.contains(&format!("    {name} {definition},")), "{ddl}");
+    }
+    assert_eq!(
+        schema::add_column_sql("\"public\".\"events\"", "trace_id", "text"),
+        "ALTER TABLE \"public\".\"events\" ADD COLUMN IF NOT EXISTS \"trace_id\" text"
+    );
+    let table: Vec<TableColumn> = layout_columns("bytea")
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    let older: Vec<TableColumn> = table
+        .iter()
+        .filter(|c| c.name != "trace_id")
+        .cloned()
+        .collect();
+    let layout = Mapping::default_layout();
+    let default: PostgresConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+    assert_eq!(missing_added(&default, &layout, &older), ["trace_id"]);
+    assert!(missing_added(&default, &layout, &table).is_empty());
+    // A user's own table (`columns`) is never altered, even one mapped like the layout.
+    let mapped: PostgresConfig =
+        serde_json::from_value(serde_json::json!({"columns": {"id": "$stream_sequence"}})).unwrap();
+    assert!(missing_added(&mapped, &layout, &older).is_empty());
 }
 
 fn envelope(seq: u64, payload: &'static [u8]) -> Envelope {
@@ -528,12 +560,45 @@ fn copy_data_is_postgres_binary_copy_format() {
         "payload then the -1 trailer"
     );
     let body = &data[19..];
-    assert_eq!(&body[..2], &15i16.to_be_bytes());
+    assert_eq!(&body[..2], &16i16.to_be_bytes());
     // idempotency_key "S:7" as text
     assert_eq!(&body[2..6], &3i32.to_be_bytes());
     assert_eq!(&body[6..9], b"S:7");
     // message_id (9th column) is NULL: length -1 somewhere in the row
     assert!(body.windows(4).any(|w| w == (-1i32).to_be_bytes()));
+}
+
+#[test]
+fn copy_data_carries_the_trace_id_before_the_payload_or_null_without_one() {
+    use super::encode::copy_data;
+    let (plan, wires) = layout_plan("bytea");
+    let mut traced = envelope(7, b"\x01\x02");
+    traced.headers.push((
+        "traceparent".into(),
+        vec!["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()],
+    ));
+    let plain = envelope(8, b"\x03\x04");
+    let batch = vec![traced, plain];
+    let docs = [None, None];
+    let enc = encode(
+        &batch,
+        &docs,
+        &plan,
+        &wires,
+        OffsetDateTime::UNIX_EPOCH,
+        false,
+    )
+    .unwrap();
+    let data = copy_data(&enc, &wires).unwrap();
+    let mut traced_tail = 32i32.to_be_bytes().to_vec();
+    traced_tail.extend_from_slice(b"4bf92f3577b34da6a3ce929d0e0e4736");
+    traced_tail.extend_from_slice(&2i32.to_be_bytes());
+    traced_tail.extend_from_slice(b"\x01\x02");
+    assert!(data.windows(traced_tail.len()).any(|w| w == traced_tail));
+    let mut plain_tail = (-1i32).to_be_bytes().to_vec();
+    plain_tail.extend_from_slice(&2i32.to_be_bytes());
+    plain_tail.extend_from_slice(b"\x03\x04");
+    assert!(data.ends_with(&[&plain_tail[..], b"\xff\xff"].concat()));
 }
 
 #[test]

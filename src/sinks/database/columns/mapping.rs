@@ -7,7 +7,7 @@ use super::source::{parse_source, Field, Source};
 
 /// The columns of the jetsink table layout and where their values come from, in table
 /// order.
-pub const DEFAULT_LAYOUT: [(&str, Field); 15] = [
+pub const DEFAULT_LAYOUT: [(&str, Field); 16] = [
     ("idempotency_key", Field::IdempotencyKey),
     ("stream", Field::Stream),
     ("stream_sequence", Field::StreamSequence),
@@ -22,6 +22,7 @@ pub const DEFAULT_LAYOUT: [(&str, Field); 15] = [
     ("lane", Field::Lane),
     ("classification", Field::Classification),
     ("labels", Field::Labels),
+    ("trace_id", Field::TraceId),
     ("payload", Field::Payload),
 ];
 
@@ -84,6 +85,20 @@ impl Mapping {
         ))
     }
 
+    /// This mapping without the columns named in `names`: the jetsink layout for a table
+    /// from an earlier version that lacks columns added to the layout since and that this
+    /// user may not alter, so it is still written, without them.
+    pub fn without(&self, names: &[&str]) -> Mapping {
+        Mapping {
+            columns: self
+                .columns
+                .iter()
+                .filter(|(c, _)| !names.contains(&c.as_str()))
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// The column that stores `field` as it is, if one does.
     pub fn column_of(&self, field: Field) -> Option<&str> {
         self.columns
@@ -132,6 +147,23 @@ mod tests {
         let m =
             Mapping::parse(&[("x".to_string(), "/x".to_string())].into_iter().collect()).unwrap();
         assert!(m.needs_document());
+    }
+
+    #[test]
+    fn the_layout_holds_the_trace_id_and_can_be_written_without_it() {
+        let layout = Mapping::default_layout();
+        assert_eq!(layout.column_of(Field::TraceId), Some("trace_id"));
+        let older = layout.without(&["trace_id"]);
+        assert_eq!(older.columns.len(), layout.columns.len() - 1);
+        assert_eq!(older.column_of(Field::TraceId), None);
+        assert_eq!(older.column_of(Field::Labels), Some("labels"));
+        let mapped = Mapping::parse(
+            &[("t".to_string(), "$trace_id".to_string())]
+                .into_iter()
+                .collect(),
+        )
+        .unwrap();
+        assert_eq!(mapped.column_of(Field::TraceId), Some("t"));
     }
 
     mod generated {

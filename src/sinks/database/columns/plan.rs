@@ -237,6 +237,24 @@ pub fn plan_table(
     }
 }
 
+/// Which of `names` the table has no column for. `fold_case`: column names match
+/// case-insensitively (MySQL).
+pub fn lacking<'a>(names: &[&'a str], columns: &[TableColumn], fold_case: bool) -> Vec<&'a str> {
+    names
+        .iter()
+        .copied()
+        .filter(|n| {
+            !columns.iter().any(|c| {
+                if fold_case {
+                    c.name.eq_ignore_ascii_case(n)
+                } else {
+                    c.name == *n
+                }
+            })
+        })
+        .collect()
+}
+
 /// Picks the unique key that makes writes idempotent: every column of it mapped, from
 /// values a redelivery repeats. The primary key is preferred, then the narrowest key.
 pub fn choose_key<'k>(
@@ -306,6 +324,15 @@ mod tests {
                 .collect(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn lacking_names_the_columns_a_table_has_not() {
+        let table = [tc("Labels", Family::Json), tc("payload", Family::Bytes)];
+        let names = ["labels", "trace_id", "payload"];
+        assert_eq!(lacking(&names, &table, false), ["labels", "trace_id"]);
+        assert_eq!(lacking(&names, &table, true), ["trace_id"]);
+        assert!(lacking(&[], &table, true).is_empty());
     }
 
     #[test]

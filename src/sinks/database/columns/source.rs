@@ -37,12 +37,15 @@ pub enum Field {
     Classification,
     /// `$labels`: normalized labels as a JSON array.
     Labels,
+    /// `$trace_id`: the trace id of a valid W3C `traceparent` header (NULL without one), so
+    /// a row leads back to the producer's trace.
+    TraceId,
     /// `$payload`: the payload bytes.
     Payload,
 }
 
 /// Every field with its config spelling (without the `$`).
-pub const FIELDS: [(&str, Field); 16] = [
+pub const FIELDS: [(&str, Field); 17] = [
     ("subject", Field::Subject),
     ("stream", Field::Stream),
     ("consumer", Field::Consumer),
@@ -58,6 +61,7 @@ pub const FIELDS: [(&str, Field); 16] = [
     ("lane", Field::Lane),
     ("classification", Field::Classification),
     ("labels", Field::Labels),
+    ("trace_id", Field::TraceId),
     ("payload", Field::Payload),
 ];
 
