@@ -22,6 +22,7 @@ use super::capture::Bounded;
 use super::classify::{classify, ended, Ended, Verdict};
 use super::config::ExecConfig;
 use crate::envelope::Envelope;
+use crate::shared::traceparent::{self, TRACEPARENT_HEADER, TRACESTATE_HEADER};
 use crate::sinks::contract::{CutShort, Feed, Outcome, Probe, Sink, SinkError, Written};
 
 /// How long a killed child may take to be reaped before jetsink stops waiting for it.
@@ -30,6 +31,28 @@ const REAP_WAIT: Duration = Duration::from_secs(5);
 /// How long a job stopped at the shutdown deadline gets between SIGTERM and SIGKILL: well
 /// inside the 5 s the daemon allows past the deadline before it gives up on its sinks.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Passes the producer's trace context to the job the way OpenTelemetry propagates it
+/// through a process's environment (`TRACEPARENT`, `TRACESTATE`), so a traced program
+/// continues the message's trace, and its trace id as `JETSINK_TRACE_ID`, the value the
+/// destinations that keep metadata store. Only a valid `traceparent` is passed (an invalid
+/// one is treated as absent, as everywhere in jetsink); set after `env` and `pass_env`, so
+/// a configured value never stands in for the message's own, and a configured
+/// `TRACESTATE` is removed rather than paired with another trace.
+fn trace_context(cmd: &mut Command, e: &Envelope) {
+    let Some(value) = traceparent::header(&e.headers, TRACEPARENT_HEADER) else {
+        return;
+    };
+    let Some(parsed) = traceparent::parse(value) else {
+        return;
+    };
+    cmd.env("TRACEPARENT", value.trim_matches(|c| c == ' ' || c == '\t'))
+        .env("JETSINK_TRACE_ID", parsed.trace_id);
+    match traceparent::header(&e.headers, TRACESTATE_HEADER) {
+        Some(state) => cmd.env("TRACESTATE", state),
+        None => cmd.env_remove("TRACESTATE"),
+    };
+}
 
 /// The `exec` destination.
 pub struct ExecSink {
@@ -111,6 +134,7 @@ impl ExecSink {
         if let Some(id) = &e.job_id {
             cmd.env("JETSINK_JOB_ID", id);
         }
+        trace_context(&mut cmd, e);
         if let Some(dir) = &self.config.working_dir {
             cmd.current_dir(dir);
         }

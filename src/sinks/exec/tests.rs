@@ -230,3 +230,48 @@ async fn a_missing_program_is_misconfigured_at_open() {
         Err(SinkError::Misconfigured { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_valid_traceparent_is_passed_as_the_opentelemetry_variables() {
+    let script = "printf '%s|%s|%s' \"${TRACEPARENT-unset}\" \"${TRACESTATE-unset}\" \"${JETSINK_TRACE_ID-unset}\"";
+    let mut c = cfg(&["/bin/sh", "-c", script]);
+    // A configured TRACESTATE must not be paired with a message's own trace.
+    c.env = BTreeMap::from([("TRACESTATE".to_string(), "configured=1".to_string())]);
+    let mut sink = ExecSink::new(c);
+    sink.open().await.unwrap();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut traced = job("", 1);
+    traced.headers.push(("traceparent".into(), vec![tp.into()]));
+    let mut with_state = job("", 2);
+    with_state
+        .headers
+        .push(("TraceParent".into(), vec![tp.into()]));
+    with_state
+        .headers
+        .push(("tracestate".into(), vec!["vendor=abc".into()]));
+    let mut invalid = job("", 3);
+    invalid
+        .headers
+        .push(("traceparent".into(), vec![tp.to_uppercase()]));
+    let plain = job("", 4);
+    let Written::Each(out) = sink.write(&[traced, with_state, invalid, plain]).await else {
+        panic!("the exec worker answers per message")
+    };
+    let texts: Vec<String> = out
+        .iter()
+        .map(|o| match o {
+            Outcome::Committed { output: Some(o) } => o.text.clone(),
+            o => panic!("{o:?}"),
+        })
+        .collect();
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    assert_eq!(
+        texts,
+        [
+            format!("{tp}|unset|{trace_id}"),
+            format!("{tp}|vendor=abc|{trace_id}"),
+            "unset|configured=1|unset".to_string(),
+            "unset|configured=1|unset".to_string(),
+        ]
+    );
+}
