@@ -25,6 +25,7 @@
 //!   command tree `main.rs` calls.
 //! - [`notify`]: systemd readiness, stopping and watchdog notifications.
 //! - [`logging`], [`exit`]: log setup and process exit codes.
+//! - [`telemetry`]: OpenTelemetry spans of every message's write, exported over OTLP.
 //! - [`files`]: the bounded reader of every file an operator names (config, keys, secrets).
 #![deny(missing_docs)]
 
@@ -50,3 +51,4 @@ pub mod pipeline;
 pub mod server;
 pub mod shared;
 pub mod sinks;
+pub mod telemetry;

@@ -44,6 +44,7 @@ mod mysql_tls;
 mod nats_atomic;
 mod nats_destination;
 mod nats_security;
+mod otlp;
 mod notify;
 mod parquet_archive;
 mod pause;

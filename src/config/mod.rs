@@ -28,6 +28,7 @@ pub mod shuffle;
 mod sink_checks;
 mod source;
 pub mod stream;
+pub mod telemetry;
 pub mod strict_json;
 pub mod validate;
 

@@ -10,6 +10,7 @@ use super::destination::DestinationConfig;
 use super::metadata;
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, MetricsConfig, SourceConfig};
+use super::telemetry::TelemetryConfig;
 use super::results::ResultsConfig;
 use crate::crypto::Encryption;
 use crate::shared::nats_security::{NatsConfig, NatsTls};
@@ -84,6 +85,8 @@ pub struct Config {
     pub logging: LoggingConfig,
     /// The metrics snapshot file; `None` when the section is absent.
     pub metrics: Option<MetricsConfig>,
+    /// Traces exported over OTLP; `otlp` is `None` when off.
+    pub telemetry: TelemetryConfig,
     /// Sinks in name order.
     pub sinks: Vec<SinkSpec>,
     /// What loading found that works but should be fixed, by JSON path: `validate`
@@ -122,6 +125,9 @@ impl Config {
                 api.max_timeout_ms,
                 api.max_waiting
             ));
+        }
+        if let Some(otlp) = &self.telemetry.otlp {
+            out.push_str(&format!("telemetry: {}\n", otlp.describe()));
         }
         for s in &self.sinks {
             s.summary(rates, &mut out);

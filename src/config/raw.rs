@@ -65,6 +65,10 @@ pub struct RawConfig {
     /// docs/operations.md.
     #[serde(default)]
     pub metrics: Option<MetricsConfig>,
+    /// OpenTelemetry traces of every message's write, exported over OTLP (opt-in). See
+    /// docs/operations.md.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
 }
 
 /// The `nats` section.
@@ -294,6 +298,7 @@ pub enum Jitter {
 
 pub use super::http::HttpConfig;
 pub use super::metrics::MetricsConfig;
+pub use super::telemetry::TelemetryConfig;
 
 /// Log settings.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]

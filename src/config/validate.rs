@@ -41,6 +41,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
         dead_letter,
         encryption,
         metrics,
+        telemetry,
     } = raw;
 
     let nats_cfg = check_nats(&nats, &mut issues);
@@ -49,6 +50,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
     if let Some(m) = &metrics {
         super::metrics::check(m, &mut issues);
     }
+    super::telemetry::check(&telemetry, &mut issues);
 
     let default_encryption = encryption
         .as_ref()
@@ -95,6 +97,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
             api,
             logging,
             metrics,
+            telemetry,
             sinks: specs,
             warnings: issues.1,
         })

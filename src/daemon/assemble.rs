@@ -41,6 +41,8 @@ pub struct Shared<'a> {
     pub health: &'a Health,
     /// Turns true on shutdown.
     pub shutdown: &'a watch::Receiver<bool>,
+    /// The trace exporter, with `telemetry.otlp`.
+    pub telemetry: Option<&'a crate::telemetry::Telemetry>,
 }
 
 /// Assembles every sink. Sinks that create their stream go first, so another sink may read
@@ -99,7 +101,8 @@ async fn one(
         },
         shared.shutdown.clone(),
     )
-    .with_results(results);
+    .with_results(results)
+    .with_tracer(shared.telemetry.map(|t| t.tracer(&spec.name)));
     out.background
         .push(watch.backlog(&bound, backlog, runner.pause(), runner.outstanding()));
     out.runners.push(runner);

@@ -102,6 +102,9 @@ pub enum DaemonError {
         /// The connection.
         label: String,
     },
+    /// The trace exporter (`telemetry.otlp`) could not be set up.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
     /// The runners did not settle within the largest `shutdown_timeout_ms` plus 5 s.
     #[error("shutdown did not finish in time; unacked messages will be redelivered")]
     ShutdownTimeout,
@@ -113,6 +116,7 @@ impl DaemonError {
         match self {
             DaemonError::Connect(ConnectError::Credentials { .. })
             | DaemonError::ApiToken(_)
+            | DaemonError::Telemetry(_)
             | DaemonError::Capacity { .. } => Kind::Config,
             DaemonError::Bind(e) if e.is_config() => Kind::Config,
             DaemonError::Open {
@@ -158,6 +162,7 @@ impl DaemonError {
             DaemonError::ApiToken(ApiError::Token { key, .. }) => Some(format!("api.{key}")),
             DaemonError::Open { setting, .. } => Some(setting.clone()),
             DaemonError::OwnStream(e) => Some(e.setting.clone()),
+            DaemonError::Telemetry(_) => Some("telemetry.otlp".into()),
             _ => None,
         }
     }

@@ -43,12 +43,17 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), D
     connect::stop_when_gone(&links, &stop);
     let health = Health::default();
     let endpoints = endpoints::bind(&config, &metrics).await?;
+    let telemetry = match &config.telemetry.otlp {
+        Some(otlp) => Some(crate::telemetry::Telemetry::start(otlp, &metrics)?),
+        None => None,
+    };
     let assembled = assemble::all(&assemble::Shared {
         config: &config,
         connections: &connections,
         metrics: &metrics,
         health: &health,
         shutdown: &shutdown,
+        telemetry: telemetry.as_ref(),
     })
     .await?;
     let served = endpoints::serve(
@@ -106,6 +111,10 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), D
             "listeners or consumer watchers still running {} s after the sinks stopped; exiting without them",
             WIND_DOWN.as_secs()
         );
+    }
+    // The spans of the last batches, once every sink has settled.
+    if let Some(t) = telemetry {
+        t.finish().await;
     }
     // The last snapshot, once every sink has settled: it holds the final counts.
     if let Some(writer) = snapshots {

@@ -290,6 +290,14 @@ impl Runner {
         self
     }
 
+    /// With `telemetry.otlp`: every message's write is traced with `tracer`.
+    pub fn with_tracer(mut self, tracer: Option<crate::telemetry::SinkTracer>) -> Runner {
+        if let Some(t) = tracer {
+            self.settler.set_tracer(t);
+        }
+        self
+    }
+
     /// For `jetsink replay`: a consumer that failed pulls is never bound again, since
     /// binding would recreate it from the sink's source settings, not the replay's start.
     pub fn without_rebinding(mut self) -> Runner {

@@ -20,7 +20,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::AckKind;
 use async_nats::Subject;
@@ -41,6 +41,7 @@ use crate::health::SinkHealth;
 use crate::jobs::ResultPublisher;
 use crate::pipeline::metrics::SinkMetrics;
 use crate::sinks::{CutShort, Sink, Written};
+use crate::telemetry::{BatchSpans, Outcome, SinkTracer};
 
 mod outcomes;
 mod stop;
@@ -75,9 +76,18 @@ struct InHand {
     envelopes: Vec<Envelope>,
     replies: Arc<Vec<Subject>>,
     ids: Vec<String>,
+    /// With `telemetry.otlp`: each message's span, from its first write to its outcome.
+    spans: Option<BatchSpans>,
 }
 
 impl InHand {
+    /// Ends the spans of the messages at `positions` (when traced).
+    fn traced(&self, positions: impl IntoIterator<Item = usize>, outcome: Outcome<'_>) {
+        if let Some(s) = &self.spans {
+            s.end(positions, outcome);
+        }
+    }
+
     /// The envelopes at `positions`, borrowed when they are one run of the batch.
     fn part(&self, positions: &[usize]) -> Cow<'_, [Envelope]> {
         match (positions.first(), positions.last()) {
@@ -117,6 +127,8 @@ pub(super) struct Settler<A: Acknowledger> {
     results: Option<ResultPublisher>,
     /// Fired when the shutdown deadline passes during a write ([`CutShort`]).
     cut: watch::Sender<bool>,
+    /// With `telemetry.otlp`: the sink's tracer. `None` does no tracing work at all.
+    tracer: Option<SinkTracer>,
 }
 
 /// What a [`Settler`] is built from besides its destination and acknowledger.
@@ -148,7 +160,13 @@ impl<A: Acknowledger> Settler<A> {
             suspects: Suspects::new(SUSPECTS),
             results: None,
             cut,
+            tracer: None,
         }
+    }
+
+    /// Traces every message's write with `tracer` (`telemetry.otlp`).
+    pub(super) fn set_tracer(&mut self, tracer: SinkTracer) {
+        self.tracer = Some(tracer);
     }
 
     /// Job-queue mode: publish every job's result, and wait for it to be stored, before
@@ -178,11 +196,12 @@ impl<A: Acknowledger> Settler<A> {
         let Batch { envelopes, replies } = batch;
         let replies = Arc::new(replies);
         self.keeper.hold(replies.clone()).await;
-        let hand = match self.results.clone() {
+        let mut hand = match self.results.clone() {
             None => InHand {
                 envelopes,
                 replies,
                 ids: Vec::new(),
+                spans: None,
             },
             // Job-queue mode: a job without a usable id is refused before it is written.
             Some(r) => self.sort_jobs(&r, envelopes, &replies).await,
@@ -190,6 +209,7 @@ impl<A: Acknowledger> Settler<A> {
         if hand.envelopes.is_empty() {
             return;
         }
+        hand.spans = self.tracer.as_ref().map(|t| t.batch(hand.envelopes.len()));
         let mut todo = vec![Part {
             positions: (0..hand.envelopes.len()).collect(),
             suspect: false,
@@ -237,11 +257,19 @@ impl<A: Acknowledger> Settler<A> {
         loop {
             let written = {
                 let envelopes = hand.part(&positions);
+                let wall = hand.spans.as_ref().map(|s| {
+                    let now = SystemTime::now();
+                    s.start(&hand.envelopes, &positions, now);
+                    (s, now)
+                });
                 let started = Instant::now();
                 let written = self.write(&envelopes, ahead, stop).await;
                 self.metrics
                     .write_seconds
                     .observe(started.elapsed().as_secs_f64());
+                if let Some((s, at)) = wall {
+                    s.wrote(&positions, at, verdict::batch_error(&written).as_deref());
+                }
                 written
             };
             self.count_errors(&written);

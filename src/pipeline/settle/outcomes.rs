@@ -18,6 +18,7 @@ use crate::jobs::{ResultPublisher, INVALID_JOB_ID};
 use crate::pipeline::acks::Acknowledger;
 use crate::pipeline::batch::{Refused, RefusedBy};
 use crate::sinks::{ErrorClass, Outcome, Output, SinkError, Written};
+use crate::telemetry::Outcome as Traced;
 
 impl<A: Acknowledger> Settler<A> {
     /// Counts one attempt's failures in `jetsink_sink_errors_total`: a failed batch once, a
@@ -84,9 +85,16 @@ impl<A: Acknowledger> Settler<A> {
             let kind = match v {
                 // Stopped by the shutdown deadline (or asked to run again while stopping):
                 // handed back at once, for another instance.
-                Verdict::Later(_) if stop.stopping() => self.disposal.abandoned(e).await,
-                Verdict::Later(message) => self.disposal.later(e, &message).await,
+                Verdict::Later(_) if stop.stopping() => {
+                    hand.traced([p], Traced::Abandoned);
+                    self.disposal.abandoned(e).await
+                }
+                Verdict::Later(message) => {
+                    hand.traced([p], Traced::HandedBack(&message));
+                    self.disposal.later(e, &message).await
+                }
                 Verdict::Refuse(class, message) => {
+                    hand.traced([p], Traced::Refused(&message));
                     *refused = true;
                     if class == RefusalClass::Unclassified {
                         self.suspects.remember(e);
@@ -133,6 +141,11 @@ impl<A: Acknowledger> Settler<A> {
             back = failed.into_iter().map(|(p, _)| *p).collect();
             ack = kept.into_iter().map(|(p, _)| *p).collect();
         }
+        hand.traced(
+            back.iter().copied(),
+            Traced::HandedBack("job result not stored"),
+        );
+        hand.traced(ack.iter().copied(), Traced::Committed);
         for p in back {
             let kind = self.disposal.result_failed(&hand.envelopes[p]);
             self.send(&hand.replies, p, kind).await;
@@ -144,6 +157,7 @@ impl<A: Acknowledger> Settler<A> {
 
     /// Hands back (or, on their last delivery, dead-letters) the messages at `positions`.
     pub(super) async fn abandon(&mut self, hand: &InHand, positions: &[usize]) {
+        hand.traced(positions.iter().copied(), Traced::Abandoned);
         let mut naks = Vec::with_capacity(positions.len());
         for &p in positions {
             match self.disposal.abandoned(&hand.envelopes[p]).await {
@@ -191,6 +205,7 @@ impl<A: Acknowledger> Settler<A> {
             envelopes: kept.0,
             replies,
             ids: kept.2,
+            spans: None,
         }
     }
 

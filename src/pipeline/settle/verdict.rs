@@ -79,6 +79,15 @@ pub(super) fn unclassified(written: &Written) -> bool {
     }
 }
 
+/// What a failed write of the whole part said, for its trace span; `None` when it
+/// committed, or when the destination answered message by message.
+pub(super) fn batch_error(written: &Written) -> Option<String> {
+    match written {
+        Written::Batch(Err(e)) => Some(e.to_string()),
+        _ => None,
+    }
+}
+
 /// The verdicts of one attempt of a part of `len` messages. `out`: an unclassified
 /// failure refuses now (the bound passed, or the part is a suspect); `held_out`: that is
 /// because the bound passed (or the part descends from one that was held out), not
