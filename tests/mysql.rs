@@ -114,7 +114,7 @@ impl TestDatabase for My {
     const JSON_PAYLOAD: &'static str = "json";
     const BYTES_PAYLOAD: &'static str = "blob";
     const WRITE_PATHS: &'static [&'static str] = &["{}"];
-    // 5000 rows of 15 columns need two statements (65,535 placeholders): one transaction.
+    // 5000 rows of 16 columns need two statements (65,535 placeholders): one transaction.
     const IDEMPOTENCY_EXTRA: &'static str = "{}";
     const BIG_BATCH: u64 = 5000;
     const REWRITE_CHUNK: usize = usize::MAX;
@@ -306,14 +306,16 @@ async fn default_table_is_created_and_rows_hold_every_field() {
         Option<String>,
         String,
         Vec<u8>,
+        Option<String>,
     );
     let rest: Vec<Rest> = c
         .query(
-            "SELECT headers, priority, lane, classification, labels, payload FROM events \
-             ORDER BY stream_sequence",
+            "SELECT headers, priority, lane, classification, labels, payload, trace_id \
+             FROM events ORDER BY stream_sequence",
         )
         .await
         .unwrap();
+    assert_eq!(rest[0].6, None, "no traceparent header");
     let headers: serde_json::Value = serde_json::from_str(&rest[0].0).unwrap();
     assert_eq!(
         headers,

@@ -118,6 +118,7 @@ fn assert_archive_holds_every_message(read: &Value, stream: &str, subject: &str)
             ("lane", "string"),
             ("classification", "string"),
             ("labels", "list<element: string not null>"),
+            ("trace_id", "string"),
             ("payload", "binary"),
         ] {
             assert_eq!(schema[column], ty, "{column} in {}", f["name"]);

@@ -215,7 +215,7 @@ async fn default_table_is_created_and_rows_hold_every_field() {
         .query(
             "SELECT idempotency_key, stream, stream_sequence, consumer_sequence, subject, delivered, \
              published_at, written_at, message_id, headers, priority, lane, classification, labels, \
-             payload FROM events ORDER BY stream_sequence",
+             payload, trace_id FROM events ORDER BY stream_sequence",
             &[],
         )
         .await
@@ -243,6 +243,11 @@ async fn default_table_is_created_and_rows_hold_every_field() {
     assert_eq!(r.get::<_, Vec<u8>>(14), br#"{"n":1}"#);
     assert_eq!(rows[1].get::<_, Vec<u8>>(14), b"\x00\xffnot json");
     assert_eq!(rows[2].get::<_, Option<String>>(8), None);
+    assert_eq!(
+        r.get::<_, Option<String>>(15),
+        None,
+        "no traceparent header"
+    );
     let types: Vec<String> = c
         .query(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute \
@@ -271,6 +276,7 @@ async fn default_table_is_created_and_rows_hold_every_field() {
             "text",
             "text",
             "jsonb",
+            "text",
             "bytea"
         ]
     );
@@ -349,7 +355,7 @@ fn jetsink_layout_sql() -> &'static str {
      stream_sequence bigint NOT NULL, consumer_sequence bigint NOT NULL, subject text NOT NULL, \
      delivered bigint NOT NULL, published_at timestamptz NOT NULL, written_at timestamptz NOT NULL, \
      message_id text, headers jsonb NOT NULL, priority text, lane text, classification text, \
-     labels jsonb NOT NULL DEFAULT '[]', payload bytea NOT NULL)"
+     labels jsonb NOT NULL DEFAULT '[]', trace_id text, payload bytea NOT NULL)"
 }
 
 #[tokio::test(flavor = "multi_thread")]

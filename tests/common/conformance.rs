@@ -13,10 +13,10 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use jetsink::envelope::Envelope;
-use jetsink::sinks::{Located, Sink, SinkError, Wanted};
+use jetsink::sinks::{Located, Probe, Sink, SinkError, Wanted};
 use serde_json::{json, Value};
 
-use super::database::{envelope, json_batch, misconfigured};
+use super::database::{envelope, json_batch, misconfigured, traced, TRACEPARENT, TRACE_ID};
 use super::*;
 
 /// One engine's test server: a database of its own per test (dropped with the value), the
@@ -155,6 +155,9 @@ macro_rules! conformance_suite {
             bench_of_a_configured_sink_verifies_every_stored_key,
             locate_finds_a_written_key_and_a_message_id_and_not_an_absent_one,
             a_batch_spread_over_two_connections_commits_each_run_on_its_own,
+            a_valid_traceparent_stores_its_trace_id_on_every_write_path_and_none_stores_null,
+            a_default_table_from_before_trace_ids_gains_the_column_and_keeps_its_rows,
+            a_message_published_with_a_traceparent_has_its_trace_id_in_the_row,
         );
     };
 }
@@ -593,7 +596,112 @@ pub async fn locate_finds_a_written_key_and_a_message_id_and_not_an_absent_one<D
     );
 }
 
+pub async fn a_valid_traceparent_stores_its_trace_id_on_every_write_path_and_none_stores_null<
+    D: TestDatabase,
+>() {
+    let db = D::create("trace").await;
+    for (i, path) in D::WRITE_PATHS.iter().enumerate() {
+        let table = format!("t{i}");
+        let mut cfg = extra(path);
+        cfg["table"] = json!(table);
+        let mut sink = opened::<D>(db.config(cfg)).await;
+        // Even sequences carry a valid traceparent; 3 an invalid one (uppercase hex),
+        // which is treated as absent.
+        let mut batch = json_batch(1..=6);
+        for e in batch.iter_mut().filter(|e| e.stream_sequence % 2 == 0) {
+            traced(e);
+        }
+        batch[2]
+            .headers
+            .push(("traceparent".into(), vec![TRACEPARENT.to_uppercase()]));
+        sink.write_batch(&batch).await.unwrap();
+        let traced_rows =
+            format!("{table} WHERE trace_id = '{TRACE_ID}' AND stream_sequence IN (2, 4, 6)");
+        assert_eq!(db.count(&traced_rows).await, 3, "{path}");
+        let null_rows = format!("{table} WHERE trace_id IS NULL AND stream_sequence IN (1, 3, 5)");
+        assert_eq!(db.count(&null_rows).await, 3, "{path}");
+    }
+}
+
+pub async fn a_default_table_from_before_trace_ids_gains_the_column_and_keeps_its_rows<
+    D: TestDatabase,
+>() {
+    let db = D::create("addcol").await;
+    let mut first = opened::<D>(db.config(json!({}))).await;
+    first.write_batch(&json_batch(1..=3)).await.unwrap();
+    drop(first);
+    db.exec("ALTER TABLE events DROP COLUMN trace_id").await;
+    // validate --online says what open will add, and changes nothing.
+    match D::sink(db.config(json!({}))).probe().await {
+        Ok(Probe::WouldCreate(what)) => assert!(what.contains("columns trace_id"), "{what}"),
+        other => panic!("expected the column to be added at open, got {other:?}"),
+    }
+    assert_eq!(db.count("events WHERE trace_id IS NULL").await, -1);
+    let mut sink = opened::<D>(db.config(json!({}))).await;
+    let mut batch = json_batch(4..=5);
+    traced(&mut batch[0]);
+    sink.write_batch(&batch).await.unwrap();
+    assert_eq!(db.count("events WHERE trace_id IS NULL").await, 4);
+    let row_4 = format!("events WHERE trace_id = '{TRACE_ID}' AND stream_sequence = 4");
+    assert_eq!(db.count(&row_4).await, 1);
+
+    // A user who may write the table but not alter it keeps writing it, without it.
+    db.exec("ALTER TABLE events DROP COLUMN trace_id").await;
+    let user = format!("{}_w", db.name());
+    let guard = db.create_reader(&user).await;
+    db.allow_writes(&user, true).await;
+    let mut limited = opened::<D>(db.config(json!({"user": user}))).await;
+    let mut batch = json_batch(6..=7);
+    traced(&mut batch[0]);
+    limited.write_batch(&batch).await.unwrap();
+    assert_eq!(db.count("events").await, 7);
+    assert_eq!(db.count("events WHERE trace_id IS NULL").await, -1);
+    // Privileges go with the database; the user itself is server-wide, so it goes last.
+    drop((sink, limited));
+    drop(db);
+    drop(guard);
+}
+
 // ---------------------------------------------------------------- the whole daemon
+
+pub async fn a_message_published_with_a_traceparent_has_its_trace_id_in_the_row<D: TestDatabase>() {
+    let db = D::create("tracepub").await;
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    let (stream, subjects) = (format!("{}TRACE", D::STREAM), format!("{}trace.>", D::KIND));
+    let subject = format!("{}trace.x", D::KIND);
+    create_stream(&js, &stream, &subjects).await;
+    let mut headers = HeaderMap::new();
+    headers.insert("traceparent", TRACEPARENT);
+    js.publish_with_headers(subject.clone(), headers, r#"{"n":1}"#.into())
+        .await
+        .expect("publish")
+        .await
+        .expect("puback");
+    js.publish(subject.clone(), r#"{"n":2}"#.into())
+        .await
+        .expect("publish")
+        .await
+        .expect("puback");
+    let cfg = config(
+        &server,
+        &stream,
+        &subjects,
+        db.destination(json!({})),
+        json!({"batch_timeout_ms": 200}),
+    );
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    eventually(Duration::from_secs(30), "2 rows", || async {
+        db.count("events").await == 2
+    })
+    .await;
+    let row_1 = format!("events WHERE stream_sequence = 1 AND trace_id = '{TRACE_ID}'");
+    assert_eq!(db.count(&row_1).await, 1);
+    let row_2 = "events WHERE stream_sequence = 2 AND trace_id IS NULL";
+    assert_eq!(db.count(row_2).await, 1);
+    daemon.stop_cleanly();
+}
 
 const N: usize = 10_000;
 

@@ -38,6 +38,16 @@ pub fn envelope(seq: u64, payload: &[u8]) -> Envelope {
     e
 }
 
+/// A valid W3C `traceparent`, and the trace id the destinations store for it.
+pub const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+pub const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+/// Gives `e` the header [`TRACEPARENT`].
+pub fn traced(e: &mut Envelope) {
+    e.headers
+        .push(("traceparent".into(), vec![TRACEPARENT.into()]));
+}
+
 /// Envelopes `seqs` with small JSON payloads.
 pub fn json_batch(seqs: std::ops::RangeInclusive<u64>) -> Vec<Envelope> {
     seqs.map(|s| envelope(s, format!("{{\"n\":{s}}}").as_bytes()))
