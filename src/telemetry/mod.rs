@@ -16,6 +16,8 @@
 mod export;
 mod http;
 pub mod spans;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 
