@@ -32,6 +32,17 @@ pub struct PublishPlan {
     /// Random subject buckets `(prefix, count)`: each message goes to `<prefix>.<i>` with
     /// `i` uniform in `0..count`, instead of `subject`.
     pub buckets: Option<(String, u32)>,
+    /// Each message carries a fresh random W3C `traceparent` (flagged sampled), as a
+    /// traced producer's would: what `telemetry.otlp` follows.
+    pub traceparent: bool,
+}
+
+/// A random valid `traceparent`: version 00, a trace id and a span id never all zero,
+/// flags "sampled".
+pub fn random_traceparent(rng: &mut impl rand::Rng) -> String {
+    let trace: u128 = rng.random_range(1..=u128::MAX);
+    let span: u64 = rng.random_range(1..=u64::MAX);
+    format!("00-{trace:032x}-{span:016x}-01")
 }
 
 /// Why publishing stopped.
@@ -103,10 +114,16 @@ pub async fn publish(
             Some((prefix, count)) => bucket_subject(prefix, random_bucket(*count, &mut rng)),
             None => plan.subject.clone(),
         };
-        let ack = js
-            .publish(subject, payload(n, plan.size))
-            .await
-            .map_err(|e| fail(done, &e))?;
+        let ack = match plan.traceparent {
+            false => js.publish(subject, payload(n, plan.size)).await,
+            true => {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("traceparent", random_traceparent(&mut rng).as_str());
+                js.publish_with_headers(subject, headers, payload(n, plan.size))
+                    .await
+            }
+        }
+        .map_err(|e| fail(done, &e))?;
         inflight.push_back(ack);
         if inflight.len() >= plan.window {
             if let Some(a) = inflight.pop_front() {
@@ -160,6 +177,10 @@ pub struct Args {
     /// Number of buckets for --bucket-prefix.
     #[arg(long, requires = "bucket_prefix", value_parser = clap::value_parser!(u32).range(2..=256))]
     buckets: Option<u32>,
+    /// Give every message a fresh random W3C traceparent header (sampled), as a traced
+    /// producer does.
+    #[arg(long)]
+    traceparent: bool,
 }
 
 /// `jetsink publish`: connects, publishes the plan and prints one summary line; a server
@@ -194,6 +215,7 @@ pub async fn execute(args: Args) -> u8 {
         rate: args.rate,
         window: args.window as usize,
         buckets: args.bucket_prefix.zip(args.buckets),
+        traceparent: args.traceparent,
     };
     match publish(&js, &plan).await {
         Ok(r) => {

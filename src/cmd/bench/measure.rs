@@ -334,6 +334,8 @@ mod tests {
             rate: None,
             target: Target::Discard,
             progress: false,
+            traceparent: false,
+            telemetry: None,
         };
         assert_eq!(
             server_host(&opts("nats://127.0.0.1:4222")).as_deref(),

@@ -35,6 +35,7 @@ pub use options::{Options, Server, Target};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
+use crate::config::telemetry::OtlpConfig;
 use crate::config::{Config, LogFormat, NatsConfig};
 use crate::exit;
 
@@ -78,6 +79,10 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Give every published message a random W3C traceparent header, as traced producers
+    /// do; with --config, that file's telemetry.otlp traces the pipeline pass.
+    #[arg(long)]
+    traceparent: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -104,7 +109,7 @@ enum BenchSync {
 /// `--json`); an unusable `--config`/`--sink` is exit 78, NATS trouble exit 69.
 pub async fn execute(args: Args) -> u8 {
     crate::logging::init("warn", LogFormat::Text);
-    let (target, nats) = match target(&args) {
+    let (target, nats, telemetry) = match target(&args) {
         Ok(t) => t,
         Err(code) => return code,
     };
@@ -122,6 +127,8 @@ pub async fn execute(args: Args) -> u8 {
         rate: args.rate,
         target,
         progress: !args.json && std::io::stderr().is_terminal(),
+        traceparent: args.traceparent,
+        telemetry,
     };
     match run(opts).await {
         Ok(report) => {
@@ -151,15 +158,18 @@ pub async fn execute(args: Args) -> u8 {
 /// The destination the flags name — a configured sink, or a built-in one with the bench's
 /// defaults — and, with `--config`, that file's `nats` section. A config that does not
 /// load or lacks the sink is printed and exit 78.
-fn target(args: &Args) -> Result<(Target, Option<NatsConfig>), u8> {
+type Configured = (Target, Option<NatsConfig>, Option<OtlpConfig>);
+
+fn target(args: &Args) -> Result<Configured, u8> {
     if let (Some(path), Some(name)) = (&args.config, &args.sink) {
         let cfg = Config::load(path).map_err(|e| {
             eprintln!("error: {e}");
             exit::CONFIG
         })?;
         let nats = cfg.nats;
+        let otlp = cfg.telemetry.otlp;
         return match cfg.sinks.into_iter().find(|s| &s.name == name) {
-            Some(s) => Ok((Target::Configured(Box::new(s)), Some(nats))),
+            Some(s) => Ok((Target::Configured(Box::new(s)), Some(nats), otlp)),
             None => {
                 eprintln!("error: {}: no sink named {name:?}", path.display());
                 Err(exit::CONFIG)
@@ -190,6 +200,7 @@ fn target(args: &Args) -> Result<(Target, Option<NatsConfig>), u8> {
                 describe: format!("sqlite in a temporary directory (synchronous={sync})"),
             },
         },
+        None,
         None,
     ))
 }

@@ -50,6 +50,10 @@ pub struct Options {
     pub target: Target,
     /// Draw a progress bar.
     pub progress: bool,
+    /// Every published message carries a random `traceparent` (`--traceparent`).
+    pub traceparent: bool,
+    /// The configured file's `telemetry.otlp`: the pipeline pass traces its writes.
+    pub telemetry: Option<crate::config::telemetry::OtlpConfig>,
 }
 
 impl Options {
@@ -145,6 +149,7 @@ pub fn plan(subject: String, opts: &Options, rate: Option<u64>) -> PublishPlan {
         rate,
         window: 256,
         buckets: None,
+        traceparent: opts.traceparent,
     }
 }
 

@@ -152,6 +152,14 @@ pub async fn pass(
         },
         rx,
     );
+    let telemetry = match &opts.telemetry {
+        Some(otlp) => Some(
+            crate::telemetry::Telemetry::start(otlp, &metrics)
+                .map_err(|e| BenchError::Destination(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let runner = runner.with_tracer(telemetry.as_ref().map(|t| t.tracer("bench")));
     probe::reset_peak_rss();
     bar.set_position(0);
     let feeder = feed(opts, js, subject);
@@ -172,6 +180,9 @@ pub async fn pass(
     let peak = probe::peak_rss_kib();
     let _ = tx.send(true);
     let _ = handle.await;
+    if let Some(t) = telemetry {
+        t.finish().await;
+    }
     if let Some(f) = feeder {
         let _ = f.await;
     }

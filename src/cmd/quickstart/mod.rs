@@ -132,6 +132,7 @@ async fn feed(config: &Config, args: &Args) -> Result<(), String> {
             rate: None,
             window: 256,
             buckets: None,
+            traceparent: false,
         };
         let report = publish(&js, &plan).await.map_err(|e| e.to_string())?;
         say(&format!(
