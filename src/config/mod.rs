@@ -28,8 +28,8 @@ pub mod shuffle;
 mod sink_checks;
 mod source;
 pub mod stream;
-pub mod telemetry;
 pub mod strict_json;
+pub mod telemetry;
 pub mod validate;
 
 use std::path::{Path, PathBuf};

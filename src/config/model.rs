@@ -10,8 +10,8 @@ use super::destination::DestinationConfig;
 use super::metadata;
 use super::randomizer;
 use super::raw::{DeliveryConfig, HttpConfig, LoggingConfig, MetricsConfig, SourceConfig};
-use super::telemetry::TelemetryConfig;
 use super::results::ResultsConfig;
+use super::telemetry::TelemetryConfig;
 use crate::crypto::Encryption;
 use crate::shared::nats_security::{NatsConfig, NatsTls};
 

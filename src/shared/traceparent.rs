@@ -132,7 +132,10 @@ mod tests {
         assert_eq!(tp.parent_id, "00f067aa0ba902b7");
         assert!(tp.sampled());
         assert_eq!(tp.trace_id_bytes()[..2], [0x4b, 0xf9]);
-        assert_eq!(tp.parent_id_bytes(), [0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
+        assert_eq!(
+            tp.parent_id_bytes(),
+            [0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+        );
     }
 
     #[test]
@@ -166,7 +169,10 @@ mod tests {
             ("Nats-Msg-Id".to_string(), vec!["a".to_string()]),
             ("TraceParent".to_string(), vec![EXAMPLE.to_string()]),
         ];
-        assert_eq!(find(&headers).map(|t| t.parent_id), Some("00f067aa0ba902b7"));
+        assert_eq!(
+            find(&headers).map(|t| t.parent_id),
+            Some("00f067aa0ba902b7")
+        );
         assert_eq!(find(&headers[..1]), None);
     }
 
