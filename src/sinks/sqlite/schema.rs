@@ -144,28 +144,46 @@ pub(crate) fn ensure_table(conn: &Connection, table: &str, db_path: &str) -> Res
     conn.execute_batch(&create_table_sql(table))
         .map_err(|e| in_db(classify(&e, None)))?;
     let mut columns = table_info(conn, table).map_err(|e| in_db(classify(&e, None)))?;
-    let has =
-        |cols: &[ColumnInfo], name: &str| cols.iter().any(|c| c.name.eq_ignore_ascii_case(name));
-    let mut added = false;
-    for (name, definition) in ADDED_COLUMNS {
-        if !has(&columns, name) {
-            tracing::info!(
-                table,
-                column = name,
-                "adding message-metadata column to an existing table"
-            );
-            conn.execute_batch(&format!(
-                "ALTER TABLE {} ADD COLUMN {name} {definition}",
-                quote_ident(table)
-            ))
+    if !missing_added(&columns).is_empty() {
+        // Instances starting at once on one database would each see the column missing
+        // and the second ALTER would fail: the look and the ALTERs run under the write
+        // lock (waiting out `busy_timeout_ms`), so the later instance finds them added.
+        conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(|e| in_db(classify(&e, None)))?;
-            added = true;
-        }
-    }
-    if added {
+        let added = add_columns(conn, table);
+        let end = if added.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        let ended = conn.execute_batch(end);
+        added.map_err(|e| in_db(classify(&e, None)))?;
+        ended.map_err(|e| in_db(classify(&e, None)))?;
         columns = table_info(conn, table).map_err(|e| in_db(classify(&e, None)))?;
     }
     usable(conn, table, db_path, &columns)
+}
+
+/// The columns of [`ADDED_COLUMNS`] that `columns` lacks.
+fn missing_added(columns: &[ColumnInfo]) -> Vec<(&'static str, &'static str)> {
+    ADDED_COLUMNS
+        .iter()
+        .copied()
+        .filter(|(name, _)| !columns.iter().any(|c| c.name.eq_ignore_ascii_case(name)))
+        .collect()
+}
+
+/// Adds what [`ADDED_COLUMNS`] lists and `table` lacks, looked up again inside the caller's
+/// transaction.
+fn add_columns(conn: &Connection, table: &str) -> rusqlite::Result<()> {
+    for (name, definition) in missing_added(&table_info(conn, table)?) {
+        tracing::info!(
+            table,
+            column = name,
+            "adding message-metadata column to an existing table"
+        );
+        conn.execute_batch(&format!(
+            "ALTER TABLE {} ADD COLUMN {name} {definition}",
+            quote_ident(table)
+        ))?;
+    }
+    Ok(())
 }
 
 /// What [`ensure_table`] would do to `table`, found without changing anything: `None`
@@ -181,10 +199,9 @@ pub(crate) fn probe_table(
     if columns.is_empty() {
         return Ok(Some(format!("table {table} in {db_path}")));
     }
-    let missing: Vec<&str> = ADDED_COLUMNS
-        .iter()
-        .map(|(name, _)| *name)
-        .filter(|name| !columns.iter().any(|c| c.name.eq_ignore_ascii_case(name)))
+    let missing: Vec<&str> = missing_added(&columns)
+        .into_iter()
+        .map(|(name, _)| name)
         .collect();
     if !missing.is_empty() {
         return Ok(Some(format!(
