@@ -323,6 +323,7 @@ fn exported_names() -> BTreeSet<String> {
     let backlog = jetsink::nats::backlog::BacklogGauges::register(m.registry()).unwrap();
     backlog.consumer("s", "c");
     jetsink::metrics_snapshot::register(&m);
+    jetsink::telemetry::register_metrics(&m, "s");
     let mut names = BTreeSet::new();
     for line in m.render().lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {

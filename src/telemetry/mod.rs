@@ -70,18 +70,7 @@ impl Telemetry {
             endpoint: described.clone(),
             reason,
         })?;
-        let counts = export::ExportCounts {
-            exported: metrics.counter(
-                "jetsink_trace_spans_exported_total",
-                "Spans the OTLP receiver accepted.",
-                &[],
-            ),
-            failed: metrics.counter(
-                "jetsink_trace_spans_failed_total",
-                "Spans in OTLP exports that failed; they are lost (traces are best effort).",
-                &[],
-            ),
-        };
+        let counts = export_counts(metrics);
         let exporter = export::Counted::new(exporter, counts, described.clone());
         let batch = BatchConfigBuilder::default()
             .with_max_queue_size(cfg.max_queue)
@@ -120,11 +109,7 @@ impl Telemetry {
 
     /// The tracer of one sink; its recorded spans are counted under its name.
     pub fn tracer(&self, sink: &str) -> SinkTracer {
-        let recorded = self.metrics.counter(
-            "jetsink_trace_spans_total",
-            "Spans recorded (sampled) for export, message and batch spans alike.",
-            &[("sink", sink)],
-        );
+        let recorded = recorded(&self.metrics, sink);
         SinkTracer::new(self.provider.tracer("jetsink"), sink, recorded)
     }
 
@@ -139,6 +124,36 @@ impl Telemetry {
             Err(e) => tracing::warn!(error = %e, "the trace exporter's shutdown failed"),
         }
     }
+}
+
+/// Registers the trace metric families for `sink`: what a daemon with `telemetry.otlp`
+/// exports, for the check that every exported family is documented.
+pub fn register_metrics(metrics: &Metrics, sink: &str) {
+    export_counts(metrics);
+    recorded(metrics, sink);
+}
+
+fn export_counts(metrics: &Metrics) -> export::ExportCounts {
+    export::ExportCounts {
+        exported: metrics.counter(
+            "jetsink_trace_spans_exported_total",
+            "Spans the OTLP receiver accepted.",
+            &[],
+        ),
+        failed: metrics.counter(
+            "jetsink_trace_spans_failed_total",
+            "Spans in OTLP exports that failed; they are lost (traces are best effort).",
+            &[],
+        ),
+    }
+}
+
+fn recorded(metrics: &Metrics, sink: &str) -> prometheus::IntCounter {
+    metrics.counter(
+        "jetsink_trace_spans_total",
+        "Spans recorded (sampled) for export, message and batch spans alike.",
+        &[("sink", sink)],
+    )
 }
 
 fn http_exporter(cfg: &OtlpConfig, url: &str) -> Result<opentelemetry_otlp::SpanExporter, String> {
