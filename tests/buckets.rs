@@ -16,7 +16,7 @@ const BUCKETS: u32 = 8;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bucketed_messages_land_once_interleaved_across_buckets_and_fifo_within_each() {
-    let rows = drain_buckets(None).await;
+    let rows = drain_buckets(json!({}), &per_bucket()).await;
     let descents = rows.windows(2).filter(|w| w[0].1 > w[1].1).count();
     let switches = rows.windows(2).filter(|w| w[0].0 != w[1].0).count();
     println!("one bucket per pull: {switches} bucket changes, {descents} descents in {N} rows");
@@ -35,7 +35,7 @@ async fn bucketed_messages_land_once_interleaved_across_buckets_and_fifo_within_
 /// batch (80 batches of 50 here). Half the rows is far from both.
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_bucket_pulls_mix_every_batch_keep_each_bucket_fifo_and_land_once() {
-    let rows = drain_buckets(Some("concurrent")).await;
+    let rows = drain_buckets(json!({"pull": "concurrent"}), &per_bucket()).await;
     let switches = rows.windows(2).filter(|w| w[0].0 != w[1].0).count();
     let descents = rows.windows(2).filter(|w| w[0].1 > w[1].1).count();
     println!("concurrent pulls: {switches} bucket changes, {descents} descents in {N} rows");
@@ -46,11 +46,100 @@ async fn concurrent_bucket_pulls_mix_every_batch_keep_each_bucket_fifo_and_land_
     );
 }
 
+/// With `groups: 2` the eight buckets are read by two consumers, each filtering the
+/// buckets dealt to it (0, 2, 4, 6 and 1, 3, 5, 7): every message lands once, each group
+/// in stream order, and the groups at independent rates. The fewest descents any schedule
+/// of whole batches can give is 1 (`GROUPS - 1`: the second group, read first time,
+/// starts near the stream's beginning), which no timing changes; one consumer gives 0.
+/// nats-server 2.9 cannot filter several subjects in one consumer, so there start-up
+/// refuses the groups, naming the version.
+#[tokio::test(flavor = "multi_thread")]
+async fn bucket_groups_read_each_group_through_one_consumer_in_order_at_independent_rates() {
+    const GROUPS: u32 = 2;
+    let groups: Vec<(String, Vec<String>)> = (0..GROUPS)
+        .map(|g| {
+            let subjects = (g..BUCKETS)
+                .step_by(GROUPS as usize)
+                .map(|i| format!("jobs.bucket.{i}"))
+                .collect();
+            (format!("jetsink-group-{g}"), subjects)
+        })
+        .collect();
+    if !nats_server_version().is_some_and(|v| v >= (2, 10, 0)) {
+        let server = NatsServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let js = server.js().await;
+        create_stream(&js, "JOBS", "jobs.bucket.*").await;
+        let log = refused_at_start(
+            dir.path(),
+            &bucket_config(&server, json!({"groups": GROUPS})),
+            78,
+        );
+        assert!(log.contains("2.10"), "{log}");
+        return;
+    }
+    let names: Vec<String> = groups.iter().map(|(n, _)| n.clone()).collect();
+    let (rows, filters) = drain_buckets_with_filters(json!({"groups": GROUPS}), &names).await;
+    for ((name, want), got) in groups.iter().zip(&filters) {
+        assert_eq!(got, want, "consumer {name} filters its group's buckets");
+    }
+    let group_of =
+        |subject: &str| subject.rsplit('.').next().unwrap().parse::<u32>().unwrap() % GROUPS;
+    let mut last: HashMap<u32, i64> = HashMap::new();
+    for (subject, seq) in &rows {
+        if let Some(prev) = last.insert(group_of(subject), *seq) {
+            assert!(
+                prev < *seq,
+                "group of {subject} is read in stream order: {prev} then {seq}"
+            );
+        }
+    }
+    let descents = rows.windows(2).filter(|w| w[0].1 > w[1].1).count();
+    println!("{GROUPS} groups: {descents} descents in {N} rows");
+    assert!(
+        descents >= (GROUPS - 1) as usize,
+        "the groups are read at independent rates"
+    );
+}
+
+fn per_bucket() -> Vec<String> {
+    (0..BUCKETS)
+        .map(|i| format!("jetsink-bucket-{i}"))
+        .collect()
+}
+
+/// The sink of these tests: `source.buckets` over `jobs.bucket`, with `extra` settings.
+fn bucket_config(server: &NatsServer, extra: serde_json::Value) -> serde_json::Value {
+    let mut cfg = config(
+        server,
+        "JOBS",
+        "jobs.bucket.*",
+        json!({"type": "sqlite", "path": "data/b.db", "table": "events"}),
+        json!({"batch_size": 50, "batch_timeout_ms": 100}),
+    );
+    let source = &mut cfg["sinks"]["main"]["source"];
+    source.as_object_mut().unwrap().remove("subjects");
+    source.as_object_mut().unwrap().remove("create_stream");
+    source["buckets"] = json!({"prefix": "jobs.bucket", "count": BUCKETS});
+    for (k, v) in extra.as_object().unwrap() {
+        source["buckets"][k] = v.clone();
+    }
+    cfg
+}
+
+async fn drain_buckets(extra: serde_json::Value, consumers: &[String]) -> Vec<(String, i64)> {
+    drain_buckets_with_filters(extra, consumers).await.0
+}
+
 /// Publishes `N` messages over `BUCKETS` random buckets, drains them into SQLite with
-/// `source.buckets` (and its `pull`, when given), and checks that every message landed
-/// once, every bucket was used and each stayed FIFO; returns (subject, stream sequence)
-/// in commit order.
-async fn drain_buckets(pull: Option<&str>) -> Vec<(String, i64)> {
+/// `source.buckets` (and its `extra` settings) until each of `consumers` is drained, and
+/// checks that every message landed once, every bucket was used and each stayed FIFO;
+/// returns (subject, stream sequence) in commit order, and each consumer's filter
+/// subjects.
+async fn drain_buckets_with_filters(
+    extra: serde_json::Value,
+    consumers: &[String],
+) -> (Vec<(String, i64)>, Vec<Vec<String>>) {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
@@ -74,34 +163,28 @@ async fn drain_buckets(pull: Option<&str>) -> Vec<(String, i64)> {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("8 random buckets jobs.bucket.*"), "{out}");
 
-    let mut cfg = config(
-        &server,
-        "JOBS",
-        "jobs.bucket.*",
-        json!({"type": "sqlite", "path": "data/b.db", "table": "events"}),
-        json!({"batch_size": 50, "batch_timeout_ms": 100}),
-    );
-    let source = &mut cfg["sinks"]["main"]["source"];
-    source.as_object_mut().unwrap().remove("subjects");
-    source.as_object_mut().unwrap().remove("create_stream");
-    source["buckets"] = json!({"prefix": "jobs.bucket", "count": BUCKETS});
-    if let Some(pull) = pull {
-        source["buckets"]["pull"] = json!(pull);
-    }
+    let cfg = bucket_config(&server, extra);
     let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
     let db = dir.path().join("data/b.db");
     eventually(Duration::from_secs(60), "every message", || async {
         sqlite_count(&db, "events") == N as u64
     })
     .await;
-    for i in 0..BUCKETS {
-        let name = format!("jetsink-bucket-{i}");
+    let mut filters = Vec::new();
+    for name in consumers {
         eventually(
             Duration::from_secs(10),
             "bucket consumer drained",
-            || async { consumer_state(&js, "JOBS", &name).await == (0, 0) },
+            || async { consumer_state(&js, "JOBS", name).await == (0, 0) },
         )
         .await;
+        let stream = js.get_stream("JOBS").await.unwrap();
+        let info = stream.consumer_info(name.as_str()).await.unwrap();
+        let c = &info.config;
+        filters.push(match c.filter_subjects.is_empty() {
+            true => vec![c.filter_subject.clone()],
+            false => c.filter_subjects.clone(),
+        });
     }
     d.stop_cleanly();
 
@@ -123,7 +206,7 @@ async fn drain_buckets(pull: Option<&str>) -> Vec<(String, i64)> {
         }
     }
     assert_eq!(last.len(), BUCKETS as usize, "every bucket was used");
-    rows
+    (rows, filters)
 }
 
 /// The fewest descents (a row whose stream sequence is below the one written before it)

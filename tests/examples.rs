@@ -30,9 +30,10 @@ const NEED_MORE_THAN_A_SERVER: [&str; 10] = [
     "shuffle.json",
 ];
 
-/// Examples that need nats-server 2.11 or later (priority groups): they exit 78 on older
-/// servers, so they run here only against a server that has them.
-const NEED_2_11: [&str; 1] = ["active-standby.json"];
+/// Examples that need a newer nats-server than 2.9 (priority groups 2.11, several filter
+/// subjects in one consumer 2.10): they exit 78 on older servers, so they run here only
+/// against a 2.11+ server.
+const NEED_2_11: [&str; 2] = ["active-standby.json", "buckets-groups.json"];
 
 /// Every file in `config/`.
 fn all_examples() -> Vec<String> {
@@ -109,7 +110,7 @@ async fn every_example_runs_side_by_side_against_one_server() {
     let modern = nats_server_version().is_some_and(|v| v >= (2, 11, 0));
     if !modern {
         eprintln!(
-            "not run: {NEED_2_11:?} need nats-server 2.11+ (priority groups), this one is {:?}",
+            "not run: {NEED_2_11:?} need nats-server 2.11+ (priority groups, filter_subjects), this one is {:?}",
             nats_server_version()
         );
     }

@@ -40,6 +40,14 @@ pub struct BucketsConfig {
     /// shuffles only locally (docs/randomization.md measures both). Opt-in.
     #[serde(default)]
     pub pull: BucketPull,
+    /// Read the buckets through this many consumers instead of one per bucket: bucket `i`
+    /// goes to group `i % groups`, whose consumer `<consumer>-group-<g>` filters all its
+    /// buckets (`filter_subjects`, nats-server 2.10+). Within a group delivery follows
+    /// stream order; across groups the disorder is as with `groups` buckets. For many
+    /// buckets on the publishing side read by fewer consumers on the server. 2 to
+    /// `count`; unset: one consumer per bucket.
+    #[serde(default)]
+    pub groups: Option<u32>,
 }
 
 /// `source.buckets.pull`: how one pull reads the buckets.
@@ -51,6 +59,35 @@ pub enum BucketPull {
     RandomOrder,
     /// Every bucket at once, each for its share, interleaved at random.
     Concurrent,
+}
+
+impl BucketsConfig {
+    /// The consumers that read the buckets: each one's name (derived from `consumer`) and
+    /// the bucket subjects it filters — one per bucket, or one per group with `groups`.
+    pub fn readers(&self, consumer: &str) -> Vec<(String, Vec<String>)> {
+        match self.groups {
+            None => (0..self.count)
+                .map(|i| {
+                    let subject = bucket_subject(&self.prefix, i);
+                    (bucket_consumer_name(consumer, i), vec![subject])
+                })
+                .collect(),
+            Some(g) => (0..g.max(1))
+                .map(|j| {
+                    let subjects = (j..self.count)
+                        .step_by(g.max(1) as usize)
+                        .map(|i| bucket_subject(&self.prefix, i))
+                        .collect();
+                    (group_consumer_name(consumer, j), subjects)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The durable name of the consumer that reads bucket group `g`: `<consumer>-group-<g>`.
+pub fn group_consumer_name(consumer: &str, g: u32) -> String {
+    format!("{consumer}-group-{g}")
 }
 
 /// The bucket subjects `prefix.0` … `prefix.<count-1>`, in bucket order.
@@ -103,6 +140,18 @@ pub fn validate_buckets(cfg: &BucketsConfig, path: &str) -> Vec<Issue> {
             ),
         ));
     }
+    if let Some(g) = cfg.groups {
+        if g < 2 || g > cfg.count {
+            out.push(issue(
+                at(path, "groups"),
+                format!(
+                    "must be between 2 and count ({}), got {g}: one group would read every \
+                     bucket in stream order; leave it unset for one consumer per bucket",
+                    cfg.count
+                ),
+            ));
+        }
+    }
     out
 }
 
@@ -111,12 +160,28 @@ pub fn validate_buckets(cfg: &BucketsConfig, path: &str) -> Vec<Issue> {
 /// already checked with the consumer name itself: the suffix adds only `-`, letters and
 /// digits.
 pub fn validate_bucket_consumer(consumer: &str, count: u32, path: &str) -> Vec<Issue> {
-    let longest = bucket_consumer_name(consumer, count.saturating_sub(1));
+    validate_derived_name(
+        bucket_consumer_name(consumer, count.saturating_sub(1)),
+        "bucket",
+        path,
+    )
+}
+
+/// [`validate_bucket_consumer`] for `groups` consumers, named `<consumer>-group-<g>`.
+pub fn validate_group_consumer(consumer: &str, groups: u32, path: &str) -> Vec<Issue> {
+    validate_derived_name(
+        group_consumer_name(consumer, groups.saturating_sub(1)),
+        "group",
+        path,
+    )
+}
+
+fn validate_derived_name(longest: String, kind: &str, path: &str) -> Vec<Issue> {
     if longest.len() > MAX_NAME_LENGTH {
         vec![issue(
             path.to_string(),
             format!(
-                "with source.buckets the consumer names become `<consumer>-bucket-<i>`, and \
+                "with source.buckets the consumer names become `<consumer>-{kind}-<i>`, and \
                  {:?} would be {} bytes, more than {MAX_NAME_LENGTH}; use a shorter consumer name",
                 longest,
                 longest.len()
@@ -238,6 +303,7 @@ mod tests {
                 prefix: (*prefix).to_string(),
                 count: *count,
                 pull: BucketPull::RandomOrder,
+                groups: None,
             };
             let got = messages(&validate_buckets(&cfg, P));
             assert_eq!(got.len(), want.len(), "{prefix:?} {count}: {got:?}");
@@ -257,6 +323,7 @@ mod tests {
                 prefix: "jobs.bucket".into(),
                 count: 16,
                 pull: BucketPull::RandomOrder,
+                groups: None,
             }
         );
         let c: BucketsConfig =
@@ -272,5 +339,70 @@ mod tests {
             r#"{"prefix": "jobs", "count": 4, "buckets": 4}"#
         )
         .is_err());
+    }
+
+    #[test]
+    fn groups_deal_the_buckets_round_robin_to_one_consumer_each() {
+        let b: BucketsConfig =
+            serde_json::from_str(r#"{"prefix": "b", "count": 5, "groups": 2}"#).unwrap();
+        assert_eq!(
+            b.readers("c"),
+            vec![
+                (
+                    "c-group-0".to_string(),
+                    vec!["b.0".to_string(), "b.2".into(), "b.4".into()]
+                ),
+                (
+                    "c-group-1".to_string(),
+                    vec!["b.1".to_string(), "b.3".into()]
+                ),
+            ]
+        );
+        let per_bucket = BucketsConfig {
+            groups: None,
+            ..b.clone()
+        };
+        assert_eq!(per_bucket.readers("c").len(), 5);
+        assert_eq!(
+            per_bucket.readers("c")[3],
+            ("c-bucket-3".to_string(), vec!["b.3".to_string()])
+        );
+    }
+
+    #[test]
+    fn groups_outside_2_to_count_are_refused_by_name() {
+        for g in [0, 1, 6] {
+            let b = BucketsConfig {
+                prefix: "b".into(),
+                count: 5,
+                pull: BucketPull::RandomOrder,
+                groups: Some(g),
+            };
+            let got = messages(&validate_buckets(&b, "s.buckets"));
+            assert_eq!(got.len(), 1, "{g}: {got:?}");
+            assert!(
+                got[0].starts_with("s.buckets.groups: must be between 2 and count (5)"),
+                "{got:?}"
+            );
+        }
+        let long = "c".repeat(MAX_NAME_LENGTH - "-group-9".len());
+        assert!(validate_group_consumer(&long, 10, "p").is_empty());
+        assert_eq!(validate_group_consumer(&long, 11, "p").len(), 1);
+    }
+
+    proptest::proptest! {
+        /// Every bucket is read by exactly one consumer, whatever the count and groups.
+        #[test]
+        fn every_bucket_has_exactly_one_reader(count in 2u32..=256, g in 2u32..=256) {
+            proptest::prop_assume!(g <= count);
+            let b = BucketsConfig { prefix: "p".into(), count, pull: BucketPull::RandomOrder, groups: Some(g) };
+            let readers = b.readers("c");
+            proptest::prop_assert_eq!(readers.len() as u32, g);
+            let mut all: Vec<String> = readers.into_iter().flat_map(|(_, s)| s).collect();
+            all.sort();
+            let mut want = bucket_subjects("p", count);
+            want.sort();
+            proptest::prop_assert_eq!(all, want);
+        }
     }
 }

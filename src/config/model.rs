@@ -185,6 +185,12 @@ impl SinkSpec {
             out.push_str(&format!("    consumers:   {}\n", names.join(", ")));
         }
         if let Some(b) = &s.source.buckets {
+            if let Some(g) = b.groups {
+                out.push_str(&format!(
+                    "    buckets:     {} buckets read by {g} group consumers, each in stream order (nats-server 2.10+); the pulls read the groups as below\n",
+                    b.count
+                ));
+            }
             out.push_str(match b.pull {
                 super::buckets::BucketPull::RandomOrder => {
                     "    buckets:     one bucket per pull, in a fresh random order each pull\n"
@@ -298,9 +304,16 @@ impl SinkSpec {
     /// JSON path of the filter subjects of the consumer binding that feeds `lane` (from
     /// [`SinkSpec::consumer_bindings`]): the lane's `subjects`, or the source's.
     pub fn subjects_path_of(&self, lane: Option<usize>) -> String {
-        match lane {
-            Some(i) => format!("{}.lanes[{i}].subjects", self.lanes_path),
-            None => self.subjects_path.clone(),
+        match (lane, &self.source.buckets) {
+            (Some(i), _) => format!("{}.lanes[{i}].subjects", self.lanes_path),
+            // A group's consumer filters the buckets dealt to it.
+            (None, Some(b)) if b.groups.is_some() => {
+                format!(
+                    "{}.buckets.groups",
+                    self.subjects_path.trim_end_matches(".subjects")
+                )
+            }
+            (None, _) => self.subjects_path.clone(),
         }
     }
 

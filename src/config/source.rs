@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::buckets::{bucket_consumer_name, bucket_subject, bucket_wildcard, BucketsConfig};
+use super::buckets::{bucket_wildcard, BucketsConfig};
 pub use super::stream::{Retention, StorageKind};
 
 /// The stream and durable pull consumer a sink reads.
@@ -142,12 +142,13 @@ impl SourceConfig {
         let Some(b) = &self.buckets else {
             return vec![self.clone()];
         };
-        (0..b.count)
-            .map(|i| {
+        b.readers(&self.consumer)
+            .into_iter()
+            .map(|(consumer, subjects)| {
                 let mut s = self.clone();
                 s.buckets = None;
-                s.consumer = bucket_consumer_name(&self.consumer, i);
-                s.subjects = vec![bucket_subject(&b.prefix, i)];
+                s.consumer = consumer;
+                s.subjects = subjects;
                 if let Some(cs) = s.create_stream.as_mut() {
                     if cs.subjects.is_empty() {
                         cs.subjects = vec![bucket_wildcard(&b.prefix)];

@@ -160,11 +160,10 @@ fn check_buckets(
 ) {
     let path = format!("{}.buckets", p.source);
     issues.0.extend(buckets::validate_buckets(b, &path));
-    issues.0.extend(buckets::validate_bucket_consumer(
-        &s.consumer,
-        b.count,
-        &p.consumer,
-    ));
+    issues.0.extend(match b.groups {
+        None => buckets::validate_bucket_consumer(&s.consumer, b.count, &p.consumer),
+        Some(g) => buckets::validate_group_consumer(&s.consumer, g, &p.consumer),
+    });
     let wildcard = buckets::bucket_wildcard(&b.prefix);
     if !s.subjects.is_empty() && s.subjects != [wildcard.clone()] {
         issues.push(
