@@ -3,11 +3,15 @@
 # consumer mode. A script for people, not part of `cargo test`.
 #
 # usage: tests/bench/lane-latency.sh [ROUTINE] [URGENT]
-#   ROUTINE routine messages published first (default 90000)
+#   ROUTINE routine messages published first, as a backlog (default 90000)
 #   URGENT  urgent messages published behind them (default 10000)
 # env: JETSINK (binary, default target/release/jetsink), BATCH (default 500),
 #      MODES (default "off in-batch per-lane strict": lanes off, in-batch lanes, per-lane
-#      consumers by weight, per-lane consumers with consumer_pull "strict")
+#      consumers by weight, per-lane consumers with consumer_pull "strict"),
+#      URGENT_WHEN (default "live": the urgent messages are published while the running
+#      daemon drains the routine backlog, once it has committed WARM rows (default 2000),
+#      so their latency is the wait behind the backlog and nothing of the start-up;
+#      "before": published before the daemon starts, as the first measurements were)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 JETSINK=${JETSINK:-target/release/jetsink}
@@ -25,6 +29,16 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+
+URGENT_WHEN=${URGENT_WHEN:-live}
+WARM=${WARM:-2000}
+
+# Rows committed so far (0 while the database does not exist yet).
+rows() {
+  python3 -c "import sqlite3
+try: print(sqlite3.connect('file:$1?mode=ro', uri=True).execute('select count(*) from events').fetchone()[0])
+except Exception: print(0)"
+}
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 
@@ -63,17 +77,18 @@ JSON
   local first=$!
   sleep 1.5; kill "$first"; wait "$first" 2>/dev/null || true
   "$JETSINK" publish --server "nats://127.0.0.1:$port" --subject work.routine --count "$ROUTINE" --size 200 >/dev/null
-  "$JETSINK" publish --server "nats://127.0.0.1:$port" --subject work.urgent --count "$URGENT" --size 200 >/dev/null
+  [ "$URGENT_WHEN" = before ] && "$JETSINK" publish --server "nats://127.0.0.1:$port" --subject work.urgent --count "$URGENT" --size 200 >/dev/null
   local started
   started=$(date +%s.%N)
   "$JETSINK" run --config "$dir/c.json" 2>"$dir/log2" &
   daemon_pid=$!
   local total=$((ROUTINE + URGENT))
+  if [ "$URGENT_WHEN" != before ]; then
+    until [ "$(rows "$dir/w.db")" -ge "$WARM" ]; do sleep 0.01; done
+    "$JETSINK" publish --server "nats://127.0.0.1:$port" --subject work.urgent --count "$URGENT" --size 200 >/dev/null
+  fi
   for _ in $(seq 1 600); do
-    n=$(python3 -c "import sqlite3,sys
-try: print(sqlite3.connect('$dir/w.db').execute('select count(*) from events').fetchone()[0])
-except Exception: print(0)")
-    [ "$n" -ge "$total" ] && break
+    [ "$(rows "$dir/w.db")" -ge "$total" ] && break
     sleep 0.05
   done
   local wall
@@ -96,7 +111,7 @@ print(f"{mode:9} drained {total} in {wall:.2f} s ({total / wall:.0f} msg/s, from
 PY
 }
 
-echo "routine=$ROUTINE urgent=$URGENT (urgent published after the routine backlog), batch=$BATCH, $($JETSINK --version)"
+echo "routine=$ROUTINE urgent=$URGENT (urgent published $URGENT_WHEN: after the routine backlog$([ "$URGENT_WHEN" = before ] && echo ', before the daemon starts' || echo ", while the daemon drains it, after $WARM rows")), batch=$BATCH, $($JETSINK --version)"
 for mode in ${MODES:-off in-batch per-lane strict}; do
   run_mode "$mode"
 done
