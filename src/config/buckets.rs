@@ -48,6 +48,20 @@ pub struct BucketsConfig {
     /// `count`; unset: one consumer per bucket.
     #[serde(default)]
     pub groups: Option<u32>,
+    /// With `pull: "random_order"`: how many consecutive pulls keep one random order of
+    /// the buckets, so the bucket first in it is read for that many pulls in a row (while
+    /// it has messages) before a new order is drawn. 1 (the default) draws a fresh order
+    /// every pull; more moves the buckets further apart, more disorder across the backlog
+    /// at the same cost per pull (docs/randomization.md). 1 to 1000.
+    #[serde(default = "default_reshuffle_every")]
+    pub reshuffle_every: u32,
+}
+
+/// Most `source.buckets.reshuffle_every`.
+pub const MAX_RESHUFFLE_EVERY: u32 = 1000;
+
+fn default_reshuffle_every() -> u32 {
+    1
 }
 
 /// `source.buckets.pull`: how one pull reads the buckets.
@@ -138,6 +152,20 @@ pub fn validate_buckets(cfg: &BucketsConfig, path: &str) -> Vec<Issue> {
                  subject (about 300 bytes of server state) and one durable consumer",
                 cfg.count
             ),
+        ));
+    }
+    if !(1..=MAX_RESHUFFLE_EVERY).contains(&cfg.reshuffle_every) {
+        out.push(issue(
+            at(path, "reshuffle_every"),
+            format!(
+                "must be between 1 and {MAX_RESHUFFLE_EVERY} pulls, got {}",
+                cfg.reshuffle_every
+            ),
+        ));
+    } else if cfg.reshuffle_every > 1 && cfg.pull == BucketPull::Concurrent {
+        out.push(issue(
+            at(path, "reshuffle_every"),
+            "applies to `pull: \"random_order\"`: a concurrent pull asks every bucket at once",
         ));
     }
     if let Some(g) = cfg.groups {
@@ -304,6 +332,7 @@ mod tests {
                 count: *count,
                 pull: BucketPull::RandomOrder,
                 groups: None,
+                reshuffle_every: 1,
             };
             let got = messages(&validate_buckets(&cfg, P));
             assert_eq!(got.len(), want.len(), "{prefix:?} {count}: {got:?}");
@@ -324,6 +353,7 @@ mod tests {
                 count: 16,
                 pull: BucketPull::RandomOrder,
                 groups: None,
+                reshuffle_every: 1,
             }
         );
         let c: BucketsConfig =
@@ -377,6 +407,7 @@ mod tests {
                 count: 5,
                 pull: BucketPull::RandomOrder,
                 groups: Some(g),
+                reshuffle_every: 1,
             };
             let got = messages(&validate_buckets(&b, "s.buckets"));
             assert_eq!(got.len(), 1, "{g}: {got:?}");
@@ -390,12 +421,42 @@ mod tests {
         assert_eq!(validate_group_consumer(&long, 11, "p").len(), 1);
     }
 
+    #[test]
+    fn reshuffle_every_is_bounded_and_only_for_random_order_pulls() {
+        let check = |json: &str| {
+            let b: BucketsConfig = serde_json::from_str(json).unwrap();
+            messages(&validate_buckets(&b, "s.buckets"))
+        };
+        assert!(check(r#"{"prefix": "b", "count": 4, "reshuffle_every": 8}"#).is_empty());
+        for bad in [0, 1001] {
+            let got = check(&format!(
+                r#"{{"prefix": "b", "count": 4, "reshuffle_every": {bad}}}"#
+            ));
+            assert!(
+                got[0].starts_with("s.buckets.reshuffle_every: must be between 1 and 1000"),
+                "{got:?}"
+            );
+        }
+        let got =
+            check(r#"{"prefix": "b", "count": 4, "pull": "concurrent", "reshuffle_every": 2}"#);
+        assert!(
+            got[0].contains("applies to `pull: \"random_order\"`"),
+            "{got:?}"
+        );
+    }
+
     proptest::proptest! {
         /// Every bucket is read by exactly one consumer, whatever the count and groups.
         #[test]
         fn every_bucket_has_exactly_one_reader(count in 2u32..=256, g in 2u32..=256) {
             proptest::prop_assume!(g <= count);
-            let b = BucketsConfig { prefix: "p".into(), count, pull: BucketPull::RandomOrder, groups: Some(g) };
+            let b = BucketsConfig {
+                prefix: "p".into(),
+                count,
+                pull: BucketPull::RandomOrder,
+                groups: Some(g),
+                reshuffle_every: 1,
+            };
             let readers = b.readers("c");
             proptest::prop_assert_eq!(readers.len() as u32, g);
             let mut all: Vec<String> = readers.into_iter().flat_map(|(_, s)| s).collect();

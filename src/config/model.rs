@@ -192,6 +192,9 @@ impl SinkSpec {
                 ));
             }
             out.push_str(match b.pull {
+                super::buckets::BucketPull::RandomOrder if b.reshuffle_every > 1 => {
+                    "    buckets:     one bucket per pull, in a random order kept for reshuffle_every pulls\n"
+                }
                 super::buckets::BucketPull::RandomOrder => {
                     "    buckets:     one bucket per pull, in a fresh random order each pull\n"
                 }

@@ -53,6 +53,8 @@ Scenarios (--scenarios, space-separated; default: all of the following):
                            default, which is false)
   buckets:K                K random subject buckets (publish --bucket-prefix/--buckets,
                            source.buckets, stream subjects <prefix>.*), randomizer off
+  buckets:K:reshuffle:S    K buckets, one random order kept for S pulls in a row
+                           (source.buckets.reshuffle_every S; not in the default list)
   buckets:K:concurrent     the same with source.buckets.pull "concurrent": every bucket
                            pulled at once per batch and interleaved (not in the default list)
   shuffle:BUFFER           the shuffler (delivery.shuffle, buffer BUFFER, flush_ms 2000),
@@ -125,7 +127,7 @@ if [ "$BATCH" -gt 10000 ]; then
     exit 2
 fi
 for s in $SCENARIOS; do
-    if ! [[ $s =~ ^(off|rand:(0?\.[0-9]+|1(\.0*)?):[0-9]+:[0-9]+:[0-9]+|buckets:[0-9]+(:concurrent)?|shuffle:[0-9]+)$ ]]; then
+    if ! [[ $s =~ ^(off|rand:(0?\.[0-9]+|1(\.0*)?):[0-9]+:[0-9]+:[0-9]+|buckets:[0-9]+(:concurrent|:reshuffle:[0-9]+)?|shuffle:[0-9]+)$ ]]; then
         echo "bad scenario '$s' (see --help)" >&2
         exit 2
     fi
@@ -333,6 +335,8 @@ def cmd_config(path, port, http_port, db, batch, scenario):
         source["buckets"] = {"prefix": "randbench.bucket", "count": int(args[0])}
         if args[1:] == ["concurrent"]:
             source["buckets"]["pull"] = "concurrent"
+        elif args[1:2] == ["reshuffle"]:
+            source["buckets"]["reshuffle_every"] = int(args[2])
     elif kind == "shuffle":
         buffer = int(args[0])
         source["subjects"] = "randbench.jobs"

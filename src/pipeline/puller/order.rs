@@ -20,9 +20,16 @@ use crate::pipeline::lanes;
 pub(super) enum Order {
     /// One consumer.
     Single,
-    /// Random subject buckets: a fresh random order each pull; with `concurrent`, every
-    /// bucket pulled at once and interleaved (`source.buckets.pull`).
-    Buckets { concurrent: bool },
+    /// Random subject buckets: a random order kept for `every` pulls
+    /// (`source.buckets.reshuffle_every`, a fresh one each pull by default); with
+    /// `concurrent`, every bucket pulled at once and interleaved (`source.buckets.pull`).
+    Buckets {
+        concurrent: bool,
+        every: u32,
+        /// The order in use, and how many more pulls it serves.
+        kept: Vec<usize>,
+        left: u32,
+    },
     /// Per-lane consumers.
     Lanes {
         /// The lane of each consumer.
@@ -65,13 +72,15 @@ impl Order {
                     others_first_at: None,
                 }),
             },
-            None => Order::Buckets {
-                concurrent: spec
-                    .source
-                    .buckets
-                    .as_ref()
-                    .is_some_and(|b| b.pull == BucketPull::Concurrent),
-            },
+            None => {
+                let b = spec.source.buckets.as_ref();
+                Order::Buckets {
+                    concurrent: b.is_some_and(|b| b.pull == BucketPull::Concurrent),
+                    every: b.map_or(1, |b| b.reshuffle_every.max(1)),
+                    kept: Vec::new(),
+                    left: 0,
+                }
+            }
         }
     }
 
@@ -82,17 +91,29 @@ impl Order {
 
     /// Whether the buckets are pulled all at once.
     pub(super) fn concurrent(&self) -> bool {
-        matches!(self, Order::Buckets { concurrent: true })
+        matches!(
+            self,
+            Order::Buckets {
+                concurrent: true,
+                ..
+            }
+        )
     }
 
     /// The visiting order of the next pull over `consumers` consumers, at `now`.
     pub(super) fn next(&mut self, consumers: usize, rng: &mut StdRng, now: Instant) -> Vec<usize> {
         match self {
             Order::Single => vec![0],
-            Order::Buckets { .. } => {
-                let mut order: Vec<usize> = (0..consumers).collect();
-                order.shuffle(rng);
-                order
+            Order::Buckets {
+                every, kept, left, ..
+            } => {
+                if *left == 0 || kept.len() != consumers {
+                    *kept = (0..consumers).collect();
+                    kept.shuffle(rng);
+                    *left = *every;
+                }
+                *left -= 1;
+                kept.clone()
             }
             Order::Lanes {
                 of_consumer,
@@ -127,6 +148,38 @@ impl Order {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    fn buckets(every: u32) -> Order {
+        Order::Buckets {
+            concurrent: false,
+            every,
+            kept: Vec::new(),
+            left: 0,
+        }
+    }
+
+    #[test]
+    fn a_bucket_order_is_kept_for_reshuffle_every_pulls_then_drawn_again() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let now = Instant::now();
+        let mut o = buckets(3);
+        let first: Vec<Vec<usize>> = (0..3).map(|_| o.next(8, &mut rng, now)).collect();
+        assert!(first.iter().all(|x| *x == first[0]), "{first:?}");
+        let mut sorted = first[0].clone();
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            (0..8).collect::<Vec<_>>(),
+            "a permutation of the buckets"
+        );
+        // Drawn anew every third pull after that: among ten draws of 8! orders, some differ.
+        let later: Vec<Vec<usize>> = (0..30).map(|_| o.next(8, &mut rng, now)).collect();
+        assert!(later.iter().any(|x| *x != first[0]));
+        let mut fresh = buckets(1);
+        let a = fresh.next(8, &mut rng, now);
+        let b: Vec<Vec<usize>> = (0..10).map(|_| fresh.next(8, &mut rng, now)).collect();
+        assert!(b.iter().any(|x| *x != a), "the default draws every pull");
+    }
 
     fn strict(max_wait_ms: u64) -> Order {
         Order::Lanes {
