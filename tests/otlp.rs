@@ -297,3 +297,42 @@ async fn a_dead_lettered_message_keeps_its_traceparent_and_its_span_says_refused
         .collect();
     assert_eq!(stored, expected, "each row keeps its message's trace id");
 }
+
+/// A collector that takes the connection and never answers must not turn a clean stop
+/// into a shutdown timeout. With `shutdown_timeout_ms` 0 the daemon allows itself 5 s
+/// from SIGTERM to exit; the final export is bounded to 3 s (the export timeout here is
+/// 10 s, and the SDK's own shutdown would wait 5 s), beside the listeners' wind-down, so
+/// SIGTERM still ends with exit 0 while spans are queued for it (export interval one
+/// minute: nothing was sent before).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collector_that_never_answers_does_not_hold_the_shutdown() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "OTLPSILENT", "silent.>").await;
+    let mut cfg = config(
+        &server,
+        "OTLPSILENT",
+        "silent.>",
+        json!({"type": "file", "directory": "out"}),
+        json!({"batch_size": 10, "shutdown_timeout_ms": 0}),
+    );
+    cfg["telemetry"] = json!({"otlp": {
+        "endpoint": format!("http://127.0.0.1:{port}"),
+        "timeout_ms": 10000,
+        "export_interval_ms": 60000
+    }});
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    for i in 0..20 {
+        publish_traced(&js, "silent.orders", format!("{{\"i\":{i}}}")).await;
+    }
+    let out = dir.path().join("out");
+    eventually(Duration::from_secs(60), "every message stored", || async {
+        jsonl_lines(&out).len() >= 20
+    })
+    .await;
+    daemon.stop_cleanly();
+    drop(silent);
+}

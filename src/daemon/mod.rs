@@ -102,19 +102,22 @@ pub async fn run(config: Config, stop: Arc<watch::Sender<bool>>) -> Result<(), D
             let _ = task.await;
         });
     let ended = futures::future::join_all(tasks);
-    let ((), ended) = tokio::join!(
+    // The spans of the last batches go out beside the rest (bounded on their own, 3 s).
+    let traces = async {
+        if let Some(t) = telemetry {
+            t.finish().await;
+        }
+    };
+    let ((), ended, ()) = tokio::join!(
         connect::flush_all(&connections),
-        tokio::time::timeout(WIND_DOWN, ended)
+        tokio::time::timeout(WIND_DOWN, ended),
+        traces
     );
     if ended.is_err() {
         tracing::warn!(
             "listeners or consumer watchers still running {} s after the sinks stopped; exiting without them",
             WIND_DOWN.as_secs()
         );
-    }
-    // The spans of the last batches, once every sink has settled.
-    if let Some(t) = telemetry {
-        t.finish().await;
     }
     // The last snapshot, once every sink has settled: it holds the final counts.
     if let Some(writer) = snapshots {

@@ -32,6 +32,10 @@ use crate::config::telemetry::{OtlpConfig, OtlpProtocol, SamplerKind};
 use crate::metrics::Metrics;
 pub use spans::{BatchSpans, Outcome, SinkTracer};
 
+/// Longest the final export at shutdown may take: inside the 5 s the daemon allows
+/// itself beyond `shutdown_timeout_ms`, beside the listeners' wind-down.
+const FINAL_EXPORT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Most links on a batch's span: one per message of the largest batch a sink may pull.
 const MAX_LINKS: u32 = 10_000;
 
@@ -54,6 +58,8 @@ pub enum TelemetryError {
 pub struct Telemetry {
     provider: SdkTracerProvider,
     metrics: Metrics,
+    /// `telemetry.otlp.timeout_ms`.
+    timeout: std::time::Duration,
 }
 
 impl Telemetry {
@@ -104,6 +110,7 @@ impl Telemetry {
         Ok(Telemetry {
             provider,
             metrics: metrics.clone(),
+            timeout: cfg.timeout(),
         })
     }
 
@@ -113,11 +120,14 @@ impl Telemetry {
         SinkTracer::new(self.provider.tracer("jetsink"), sink, recorded)
     }
 
-    /// Exports what is queued and stops the exporter; bounded by the export timeout.
-    /// Runs off the runtime's worker threads, since the SDK's shutdown blocks.
+    /// Exports what is queued and stops the exporter, for at most [`FINAL_EXPORT`] (or
+    /// the export timeout, if shorter): a collector that does not answer must not turn a
+    /// clean stop into a shutdown timeout. Runs off the runtime's worker threads, since
+    /// the SDK's shutdown blocks.
     pub async fn finish(self) {
         let provider = self.provider;
-        let done = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        let bound = self.timeout.min(FINAL_EXPORT);
+        let done = tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(bound)).await;
         match done {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "traces still queued at shutdown may be lost"),
