@@ -15,11 +15,16 @@ use serde_json::{json, Value};
 
 const STREAM: &str = "TRACE";
 const TABLE: &str = "events";
+/// The `traceparent` message 6 carries.
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 /// Publishes message `i` with `Nats-Msg-Id: order-<i>`; its stream sequence.
 async fn publish(js: &async_nats::jetstream::Context, i: usize, poison: bool) -> u64 {
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Nats-Msg-Id", format!("order-{i}").as_str());
+    if i == 6 {
+        headers.insert("traceparent", TRACEPARENT);
+    }
     let body = if poison {
         format!("{{\"i\":{i},\"note\":\"POISON secret-payload\"}}")
     } else {
@@ -190,6 +195,11 @@ async fn trace_json_carries_the_same_facts_and_msg_id_finds_the_sequence() {
 
     let pending = t.json(&["--seq", "6"]);
     assert_eq!(pending["consumers"][0]["position"], "pending");
+    assert_eq!(
+        pending["message"]["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736",
+        "the trace id its span and row would carry"
+    );
+    assert_eq!(t.json(&["--seq", "1"])["message"]["trace_id"], Value::Null);
     assert_eq!(pending["destination"]["state"], "absent");
 
     // By id: the stored row's message_id, the dead-letter copy's Jetsink-Original-Msg-Id.

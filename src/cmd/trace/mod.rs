@@ -219,6 +219,7 @@ async fn report(
         published: crate::envelope::rfc3339(m.time),
         payload_bytes: m.payload.len(),
         headers: header_names(&m.headers),
+        trace_id: trace_id(&m.headers),
         idempotency_key: key,
     });
     Ok(Report {
@@ -232,6 +233,21 @@ async fn report(
         destination,
         dead_letter,
     })
+}
+
+/// The trace id of a message's `traceparent` header (its first value; the name matched
+/// without regard to case), when valid.
+fn trace_id(headers: &async_nats::HeaderMap) -> Option<String> {
+    use crate::shared::traceparent;
+    headers
+        .iter()
+        .filter(|(n, _)| {
+            n.to_string()
+                .eq_ignore_ascii_case(traceparent::TRACEPARENT_HEADER)
+        })
+        .flat_map(|(_, values)| values.iter())
+        .next()
+        .and_then(|v| traceparent::parse(v.as_str()).map(|t| t.trace_id.to_string()))
 }
 
 /// The header names of a message, each once, in order.

@@ -42,6 +42,9 @@ pub struct Message {
     pub payload_bytes: usize,
     /// Its header names.
     pub headers: Vec<String>,
+    /// The trace id of its W3C `traceparent` header, when valid: the id of the trace its
+    /// write's span joined and the `trace_id` its stored row or record carries.
+    pub trace_id: Option<String>,
     /// The idempotency key the sink writes it under.
     pub idempotency_key: String,
 }
@@ -154,10 +157,13 @@ impl Report {
         line("summary", self.summary());
         match &self.message {
             Some(m) => {
-                let headers = match m.headers.as_slice() {
+                let mut headers = match m.headers.as_slice() {
                     [] => "no headers".to_string(),
                     h => format!("headers {}", h.join(", ")),
                 };
+                if let Some(id) = &m.trace_id {
+                    headers.push_str(&format!(", trace id {id}"));
+                }
                 line(
                     "message",
                     format!(
@@ -255,6 +261,7 @@ mod tests {
                 published: "2026-01-01T00:00:00Z".into(),
                 payload_bytes: 12,
                 headers: vec!["Nats-Msg-Id".into()],
+                trace_id: None,
                 idempotency_key: "ORDERS:3".into(),
             }),
             stream_first: 1,
@@ -303,7 +310,16 @@ mod tests {
     #[test]
     fn the_human_form_lists_header_names_and_jetsink_values_only() {
         let text = report().human();
-        assert!(text.contains("headers Nats-Msg-Id"), "{text}");
+        assert!(text.contains("headers Nats-Msg-Id\n"), "{text}");
+        let mut traced = report();
+        if let Some(m) = traced.message.as_mut() {
+            m.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+        }
+        let text = traced.human();
+        assert!(
+            text.contains("headers Nats-Msg-Id, trace id 4bf92f3577b34da6a3ce929d0e0e4736\n"),
+            "{text}"
+        );
         assert!(text.contains("Jetsink-Reason: destination"), "{text}");
         for l in text.lines() {
             assert_eq!(
