@@ -22,18 +22,6 @@ const CONSUMER: i64 = 5;
 const CLIENT: i64 = 3;
 const ERROR: i64 = 2;
 
-fn python() -> PathBuf {
-    if let Ok(p) = std::env::var("JETSINK_TEST_PYTHON") {
-        return p.into();
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
-
 /// The receiver process, its ports, and the file it appends spans to.
 struct Receiver {
     child: Child,
@@ -46,7 +34,7 @@ impl Receiver {
     fn start(dir: &Path) -> Receiver {
         let out = dir.join("spans.jsonl");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/otlp_receiver.py");
-        let mut child = Command::new(python())
+        let mut child = Command::new(test_python())
             .arg(script)
             .arg("--out")
             .arg(&out)

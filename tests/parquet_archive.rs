@@ -18,7 +18,7 @@
 use crate::common;
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,23 +31,11 @@ use serde_json::{json, Value};
 
 const N: usize = 20_000;
 
-fn python() -> PathBuf {
-    if let Ok(p) = std::env::var("JETSINK_TEST_PYTHON") {
-        return p.into();
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/venv/bin/python");
-    if venv.exists() {
-        venv
-    } else {
-        "python3".into()
-    }
-}
-
 /// What pyarrow and DuckDB read from the Parquet files under `dir`; `sql` runs in DuckDB
 /// with `{files}` standing for them.
 fn read_with_pyarrow_and_duckdb(dir: &Path, sql: &str) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/parquet_read.py");
-    let out = std::process::Command::new(python())
+    let out = std::process::Command::new(test_python())
         .arg(script)
         .arg(dir)
         .arg(sql)

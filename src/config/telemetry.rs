@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::shared::issue::Issues;
+use crate::shared::server_url::redacted;
 
 /// Shortest export timeout and interval, in milliseconds.
 const MIN_MS: u64 = 100;
@@ -141,18 +142,10 @@ impl OtlpConfig {
         };
         format!(
             "otlp {protocol} to {} ({sampler}, ratio {}), service {}",
-            redact(&self.url()),
+            redacted(&self.url()),
             self.sample_ratio,
             self.service_name
         )
-    }
-}
-
-/// The URL without credentials written into it (`https://user:key@host`).
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_string(),
     }
 }
 
@@ -170,13 +163,13 @@ pub(crate) fn check(cfg: &TelemetryConfig, issues: &mut Issues) {
             "telemetry.otlp.endpoint",
             format!(
                 "must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:4318, got {:?}",
-                redact(&o.endpoint)
+                redacted(&o.endpoint)
             ),
         );
     } else if o.url().parse::<http::Uri>().is_err() {
         issues.push(
             "telemetry.otlp.endpoint",
-            format!("is not a valid URL: {:?}", redact(&o.endpoint)),
+            format!("is not a valid URL: {:?}", redacted(&o.endpoint)),
         );
     }
     if !(0.0..=1.0).contains(&o.sample_ratio) {
@@ -192,6 +185,12 @@ pub(crate) fn check(cfg: &TelemetryConfig, issues: &mut Issues) {
         let path = format!("telemetry.otlp.headers.{name}");
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             issues.push(&path, "is not a valid header name");
+        } else if o.protocol == OtlpProtocol::Grpc && name.to_ascii_lowercase().ends_with("-bin") {
+            // gRPC reserves the suffix for binary metadata; the exporter would refuse it.
+            issues.push(
+                &path,
+                "a gRPC metadata name ending in -bin carries binary values; give a text header",
+            );
         } else if http::HeaderValue::from_str(value).is_err() {
             // The value is a secret as often as not: say what is wrong, never what it is.
             issues.push(&path, "has a character a header value cannot hold");
@@ -287,6 +286,21 @@ mod tests {
             !problems.iter().any(|p| p.contains("line")),
             "a header value is never shown"
         );
+    }
+
+    #[test]
+    fn a_binary_metadata_name_is_refused_for_grpc_only() {
+        let grpc = checked(
+            r#"{"otlp": {"endpoint": "http://c:4317", "protocol": "grpc", "headers": {"X-Key-Bin": "v"}}}"#,
+        );
+        assert!(
+            grpc.iter()
+                .any(|p| p.starts_with("telemetry.otlp.headers.X-Key-Bin: a gRPC")),
+            "{grpc:?}"
+        );
+        let http =
+            checked(r#"{"otlp": {"endpoint": "http://c:4318", "headers": {"X-Key-Bin": "v"}}}"#);
+        assert!(http.is_empty(), "{http:?}");
     }
 
     #[test]

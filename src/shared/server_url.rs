@@ -1,4 +1,5 @@
-//! Credentials written into a NATS server URL (`nats://user:pw@host`, `nats://token@host`).
+//! Credentials written into a server URL (`nats://user:pw@host`, `nats://token@host`; also
+//! the OTLP endpoint of `telemetry.otlp`).
 //!
 //! Such a URL would be accepted by the client, but the config is printed by `validate`,
 //! logged in connection errors and copied into tickets, so the secret would leak; the

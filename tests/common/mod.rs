@@ -950,3 +950,18 @@ pub fn poison_table(db: &Path) {
     )
     .unwrap();
 }
+
+/// The Python of the independent readers and receivers (pyarrow, DuckDB,
+/// opentelemetry-proto): `JETSINK_TEST_PYTHON`, else `.ci/venv/bin/python` (where
+/// `.ci/run` installs them), else `python3` on PATH.
+pub fn test_python() -> PathBuf {
+    if let Ok(p) = std::env::var("JETSINK_TEST_PYTHON") {
+        return p.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        "python3".into()
+    }
+}
