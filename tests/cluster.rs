@@ -80,14 +80,17 @@ async fn setup() -> (
 ) {
     let cluster = Cluster::start().await;
     let js = cluster.js().await;
-    js.create_stream(jetstream::stream::Config {
-        name: STREAM.to_string(),
-        subjects: vec!["failover.>".to_string()],
-        num_replicas: 3,
-        ..Default::default()
-    })
-    .await
-    .expect("create the R3 stream");
+    cluster
+        .create_r3_stream(
+            &js,
+            jetstream::stream::Config {
+                name: STREAM.to_string(),
+                subjects: vec!["failover.>".to_string()],
+                num_replicas: 3,
+                ..Default::default()
+            },
+        )
+        .await;
     let dir = tempfile::tempdir().unwrap();
     let db = audited_db(dir.path());
     let cfg = json!({

@@ -111,37 +111,70 @@ impl Cluster {
     /// and deleting a probe R3 stream.
     async fn wait_r3_placement(&self) {
         let js = self.js().await;
-        eventually(
-            Duration::from_secs(60),
-            "R3 placement on all three peers",
-            || {
-                let js = js.clone();
-                async move {
-                    let created = tokio::time::timeout(
-                        Duration::from_secs(5),
-                        js.create_stream(jetstream::stream::Config {
-                            name: "PLACEMENT_PROBE".to_string(),
-                            subjects: vec!["placement.probe".to_string()],
-                            num_replicas: 3,
-                            ..Default::default()
-                        }),
-                    )
-                    .await;
-                    if !matches!(created, Ok(Ok(_))) {
-                        return false;
-                    }
-                    matches!(
-                        tokio::time::timeout(
-                            Duration::from_secs(5),
-                            js.delete_stream("PLACEMENT_PROBE")
-                        )
-                        .await,
-                        Ok(Ok(_))
-                    )
-                }
+        self.create_r3_stream(
+            &js,
+            jetstream::stream::Config {
+                name: "PLACEMENT_PROBE".to_string(),
+                subjects: vec!["placement.probe".to_string()],
+                num_replicas: 3,
+                ..Default::default()
             },
         )
         .await;
+        eventually(Duration::from_secs(60), "the probe stream deleted", || {
+            let js = js.clone();
+            async move {
+                matches!(
+                    tokio::time::timeout(Duration::from_secs(10), js.delete_stream("PLACEMENT_PROBE"))
+                        .await,
+                    Ok(Ok(_)) | Ok(Err(_))
+                ) && matches!(
+                    tokio::time::timeout(Duration::from_secs(10), js.get_stream("PLACEMENT_PROBE"))
+                        .await,
+                    Ok(Err(e)) if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
+                )
+            }
+        })
+        .await;
+    }
+
+    /// Creates a replicated stream, asking again until the cluster answers: a create
+    /// proposed while the meta group or a fresh stream group is still electing its leader
+    /// can go unanswered (seen once on 2.14 in CI, a 30 s timeout right after the probe
+    /// stream had been placed), and the same create asked again is answered with the
+    /// stream's info whether or not the first one took effect, since the config is the
+    /// same. The node logs are printed if it never succeeds.
+    pub async fn create_r3_stream(
+        &self,
+        js: &jetstream::Context,
+        config: jetstream::stream::Config,
+    ) -> jetstream::stream::Stream {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let last = match tokio::time::timeout(
+                Duration::from_secs(15),
+                js.create_stream(config.clone()),
+            )
+            .await
+            {
+                Ok(Ok(stream)) => return stream,
+                Ok(Err(e)) => format!("{e}"),
+                Err(_) => "no answer within 15 s".to_string(),
+            };
+            if Instant::now() >= deadline {
+                let logs: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .map(|n| format!("--- {} ---\n{}", n.name, n.log_text()))
+                    .collect();
+                panic!(
+                    "creating the R3 stream {} never succeeded (last: {last})\n{}",
+                    config.name,
+                    logs.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Every node's client URL, for the `nats.servers` list of a config.
