@@ -341,11 +341,22 @@ async fn default_table_is_created_and_rows_hold_every_field() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_failure_in_a_later_bulk_execution_rolls_back_the_whole_batch_and_names_the_row() {
+    later_command_fails_whole_batch(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_failure_in_a_later_statement_rolls_back_the_whole_batch_and_names_the_row() {
+    later_command_fails_whole_batch(false).await;
+}
+
+/// A batch split into two commands (bulk executions, or multi-row statements with
+/// `bulk: false`) inside one transaction, failing in the second.
+async fn later_command_fails_whole_batch(bulk: bool) {
     let db = My::create("rollback").await;
     db.exec("CREATE TABLE small (id BIGINT PRIMARY KEY, v TINYINT NOT NULL, w LONGBLOB)")
         .await;
-    let cfg = db.config(json!({"table": "small", "columns": {"id": "$stream_sequence", "v": "/v", "w": "$payload"}}));
+    let cfg = db.config(json!({"table": "small", "bulk": bulk, "columns": {"id": "$stream_sequence", "v": "/v", "w": "$payload"}}));
     let mut sink = opened(cfg).await;
     // 20 kB payloads: a 4 MiB statement budget splits 300 rows into two statements.
     let pad = "x".repeat(20_000);
@@ -373,10 +384,21 @@ async fn a_failure_in_a_later_statement_rolls_back_the_whole_batch_and_names_the
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn range_and_type_errors_name_their_row_in_a_multi_row_batch() {
+async fn range_and_type_errors_name_their_row_in_a_bulk_execution() {
+    errors_name_their_row(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn range_and_type_errors_name_their_row_in_a_multi_row_statement() {
+    errors_name_their_row(false).await;
+}
+
+async fn errors_name_their_row(bulk: bool) {
     let db = My::create("range").await;
     db.orders_table("orders").await;
-    let mut sink = opened(db.config(json!({"table": "orders", "columns": orders_columns()}))).await;
+    let mut sink =
+        opened(db.config(json!({"table": "orders", "bulk": bulk, "columns": orders_columns()})))
+            .await;
     let mut batch: Vec<Envelope> = (1..=5).map(|i| order(i, i as i64, "1.5")).collect();
     // Out of range: MySQL names the row, so the index is exact in a multi-row batch.
     batch[2] = order(3, 3, "123456789012");

@@ -76,6 +76,13 @@ pub struct MysqlConfig {
     /// idempotency key appears twice in it. 1 to 16. Default 1.
     #[serde(default = "one_connection")]
     pub connections: u32,
+    /// On MariaDB 10.2.7 and later, write each batch as one bulk execution of a one-row
+    /// prepared `INSERT` rather than one multi-row statement: the same rows, the same
+    /// single commit, and one cached statement instead of one per row count (each holding
+    /// a parameter definition per placeholder). `false` writes multi-row statements, as on
+    /// MySQL, which has no bulk command. Default true.
+    #[serde(default = "yes")]
+    pub bulk: bool,
 }
 
 /// Storage type of the default MySQL table's `payload` column.

@@ -10,6 +10,7 @@ use super::classify::{class_of, classify, row_of, Class, Rows};
 use super::config::MysqlPayloadType;
 use super::encode::value;
 use super::schema::{self, chunks, family, insert_sql, json_checked_column, quote_ident};
+use super::sink::takes_bulk;
 use crate::sinks::contract::SinkError;
 use crate::sinks::database::cells::Cell;
 use crate::sinks::database::columns::{
@@ -388,4 +389,45 @@ fn values_are_typed_for_their_column_and_bad_content_is_named() {
     );
     let ancient = OffsetDateTime::from_unix_timestamp(-70_000_000_000).unwrap();
     assert!(value(Cell::Timestamp(ancient), Family::Timestamp).is_err());
+}
+
+#[test]
+fn bulk_executions_are_used_on_mariadb_from_10_2_7_and_never_on_mysql() {
+    for (version, bulk) in [
+        ("10.11.19-MariaDB-0+deb12u1", true),
+        ("10.2.7-MariaDB", true),
+        ("10.2.6-MariaDB-log", false),
+        ("10.1.48-MariaDB", false),
+        ("5.5.5-10.6.12-MariaDB", true),
+        ("5.5.5-10.1.2-MariaDB", false),
+        ("11.4.2-MariaDB-ubu2404", true),
+        ("8.0.36", false),
+        ("8.4.0-0ubuntu0.24.04.1", false),
+        ("5.7.44-log", false),
+        ("", false),
+        ("MariaDB", false),
+    ] {
+        assert_eq!(takes_bulk(version), bulk, "{version}");
+    }
+}
+
+proptest::proptest! {
+    /// The server's version string is the server's to choose: any text is read without
+    /// a panic, and only one naming MariaDB ever turns bulk executions on.
+    #[test]
+    fn any_version_string_is_read_and_only_mariadb_takes_bulk(version in ".{0,40}") {
+        let bulk = takes_bulk(&version);
+        proptest::prop_assert!(!bulk || version.contains("MariaDB"));
+    }
+
+    #[test]
+    fn mariadb_versions_take_bulk_exactly_from_10_2_7(
+        major in 0u32..30, minor in 0u32..30, patch in 0u32..100, prefix in proptest::bool::ANY,
+    ) {
+        let version = format!(
+            "{}{major}.{minor}.{patch}-MariaDB-log",
+            if prefix { "5.5.5-" } else { "" }
+        );
+        proptest::prop_assert_eq!(takes_bulk(&version), (major, minor, patch) >= (10, 2, 7));
+    }
 }
