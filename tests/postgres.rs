@@ -17,9 +17,10 @@ use bytes::Bytes;
 use common::conformance::{on_own_runtime, OrderRow, TestDatabase};
 use common::database::*;
 use common::*;
+use jetsink::envelope::Envelope;
 use jetsink::sinks::postgres::PostgresConfig;
 use jetsink::sinks::postgres::PostgresSink;
-use jetsink::sinks::Sink;
+use jetsink::sinks::{Sink, SinkError};
 use serde_json::json;
 use time::OffsetDateTime;
 
@@ -321,6 +322,72 @@ const RECORD_STATEMENT: &str = "CREATE TABLE seen (key text, how text); \
      INSERT INTO seen VALUES (NEW.idempotency_key, left(current_query(), 4)); RETURN NEW; END $$ \
      LANGUAGE plpgsql; \
      CREATE TRIGGER record AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION record_statement();";
+
+/// A mapped `bigint` column fed by a JSON pointer: its values are sent as text and cast by
+/// the `INSERT`; a batch whose values all read as integers goes by binary `COPY` as
+/// `int8` instead, and one with any other form (`"+7"`) by the `INSERT`, which reads it
+/// as PostgreSQL does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_json_integer_into_a_bigint_column_goes_by_copy_and_other_forms_by_insert() {
+    let db = Pg::create("direct_int").await;
+    db.exec(
+        "CREATE TABLE orders_n (id bigint PRIMARY KEY, n bigint); \
+         CREATE TABLE seen (key text, how text); \
+         CREATE FUNCTION record_statement() RETURNS trigger AS $$ BEGIN \
+         INSERT INTO seen VALUES (NEW.id::text, left(current_query(), 4)); RETURN NEW; END $$ \
+         LANGUAGE plpgsql; \
+         CREATE TRIGGER record AFTER INSERT ON orders_n FOR EACH ROW EXECUTE FUNCTION record_statement();",
+    )
+    .await;
+    let seen = |how: &'static str| {
+        let db = &db;
+        async move { db.count(&format!("seen WHERE how = '{how}'")).await }
+    };
+    let cfg =
+        db.config(json!({"table": "orders_n", "columns": {"id": "$stream_sequence", "n": "/n"}}));
+    let mut sink = opened(cfg).await;
+    // Integers (one negative, one the largest int8, one as a JSON string) and a missing
+    // value: every row by COPY.
+    let payloads = [
+        r#"{"n":1}"#,
+        r#"{"n":-42}"#,
+        r#"{"n":9223372036854775807}"#,
+        r#"{"n":"17"}"#,
+        r#"{}"#,
+    ];
+    let batch: Vec<Envelope> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| envelope(i as u64 + 1, p.as_bytes()))
+        .collect();
+    sink.write_batch(&batch).await.unwrap();
+    assert_eq!((seen("COPY").await, seen("INSE").await), (5, 0));
+    // "+7" is an integer to PostgreSQL but not in the form both read alike: the batch
+    // goes by the INSERT, whose cast stores 7.
+    let batch = vec![envelope(6, br#"{"n":6}"#), envelope(7, br#"{"n":"+7"}"#)];
+    sink.write_batch(&batch).await.unwrap();
+    assert_eq!((seen("COPY").await, seen("INSE").await), (5, 2));
+    let sum = db
+        .count(
+            "orders_n WHERE (id = 1 AND n = 1) OR (id = 2 AND n = -42) \
+                OR (id = 3 AND n = 9223372036854775807) OR (id = 4 AND n = 17) \
+                OR (id = 5 AND n IS NULL) OR (id = 6 AND n = 6) OR (id = 7 AND n = 7)",
+        )
+        .await;
+    assert_eq!(sum, 7, "every value stored as the INSERT's cast reads it");
+    // A value too large for int8 is refused by the server's cast, naming nothing of it.
+    let batch = vec![
+        envelope(8, br#"{"n":8}"#),
+        envelope(9, br#"{"n":92233720368547758070}"#),
+    ];
+    match sink.write_batch(&batch).await {
+        Err(SinkError::Permanent { message, .. }) => {
+            assert!(!message.contains("92233720368547758070"), "{message}")
+        }
+        other => panic!("expected a permanent refusal, got {other:?}"),
+    }
+    assert_eq!(db.count("orders_n").await, 7);
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn direct_copy_writes_a_batch_with_one_copy_and_a_redelivered_one_with_insert() {

@@ -26,9 +26,10 @@ pub struct Conn {
     /// `COPY` and the `INSERT ... SELECT` from the staging table; `None` when `COPY` is
     /// disabled or the role may not create temporary tables.
     pub(super) copy: Option<(Statement, Statement)>,
-    /// Binary `COPY` straight into the table; `None` in upsert mode, when `COPY` is
-    /// disabled, when a column would need a cast, or after the table refused it.
-    pub(super) direct: Option<Statement>,
+    /// Binary `COPY` straight into the table, and the wire of each column in it; `None`
+    /// in upsert mode, when `COPY` is disabled, when a column would need a cast, or after
+    /// the table refused it.
+    pub(super) direct: Option<(Statement, Vec<Wire>)>,
 }
 
 impl Drop for Conn {

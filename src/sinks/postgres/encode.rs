@@ -252,9 +252,30 @@ pub(crate) fn documents(
     })
 }
 
+/// The value of `text` as an `int8`, when it is one in the form both Rust and PostgreSQL
+/// read the same way: an optional `-` and ASCII digits, within the 64-bit range. Anything
+/// else (`+5`, ` 5`, `1e3`, `0x1F`) is left to the server's cast.
+pub(crate) fn int8_text(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// Whether every value of a text column is NULL or reads as an `int8` ([`int8_text`]), so
+/// the batch can go by binary `COPY` into an `int8` column with no cast.
+pub(crate) fn reads_as_int8(column: &ColumnData<'_>) -> bool {
+    match column {
+        ColumnData::Text(v) => v.iter().flatten().all(|t| int8_text(t).is_some()),
+        _ => false,
+    }
+}
+
 /// The whole encoded batch in PostgreSQL's binary `COPY` format, built in one buffer so it
 /// goes out in a few large messages instead of one await per row. `Err` is the row whose
-/// value could not be encoded (it cannot happen for the wires jetsink chooses).
+/// value could not be encoded (it cannot happen for the wires jetsink chooses, nor for a
+/// text column sent as `int8` after [`reads_as_int8`]).
 pub(crate) fn copy_data(encoded: &Encoded<'_>, wires: &[Wire]) -> Result<BytesMut, Refused> {
     let types: Vec<Type> = wires.iter().map(|w| w.pg_type()).collect();
     let mut buf = BytesMut::with_capacity(64 + encoded.rows * 64 * types.len().max(1));
@@ -271,11 +292,17 @@ pub(crate) fn copy_data(encoded: &Encoded<'_>, wires: &[Wire]) -> Result<BytesMu
                 index: r,
                 message: format!("a value cannot be encoded for COPY: {e}"),
             };
-            let len = match column
-                .row(r)
-                .to_sql_checked(ty, &mut buf)
-                .map_err(refused)?
-            {
+            let written = match (column, *ty == Type::INT8) {
+                // A JSON value's text going into an int8 column as int8 (the batch was
+                // checked with `reads_as_int8`).
+                (ColumnData::Text(v), true) => match v[r].as_deref().map(int8_text) {
+                    None => Ok(IsNull::Yes),
+                    Some(Some(n)) => n.to_sql(ty, &mut buf),
+                    Some(None) => Err("not an integer".into()),
+                },
+                _ => column.row(r).to_sql_checked(ty, &mut buf),
+            };
+            let len = match written.map_err(refused)? {
                 IsNull::Yes => -1,
                 IsNull::No => i32::try_from(buf.len() - at - 4).map_err(|_| Refused {
                     index: r,

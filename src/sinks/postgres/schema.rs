@@ -194,7 +194,7 @@ pub(crate) struct WriteSql {
     /// `INSERT ... SELECT` from the staging table.
     pub insert_from_stage: String,
     /// Binary `COPY` straight into the table (insert_ignore mode, when every column takes
-    /// its wire type as it is: see [`copies_natively`]).
+    /// a wire type as it is: see [`native_copy_wires`]).
     pub copy_direct: String,
 }
 
@@ -288,21 +288,37 @@ pub(crate) fn write_sql(
     }
 }
 
-/// Whether every planned column's base type is exactly its wire's type, so binary `COPY`
-/// can fill the table itself: binary `COPY` applies no cast, and a wire sent to another
-/// type (an `int8` into an `integer` column, text into `uuid`) would be refused or, for
-/// two types with the same binary layout, stored wrongly. `bases[i]` belongs to
-/// `columns[i]`, as read from the catalog.
-pub(crate) fn copies_natively(
+/// The wires binary `COPY` can fill the table itself with, when every planned column
+/// takes one as it is: binary `COPY` applies no cast, and a wire sent to another type (an
+/// `int8` into an `integer` column, text into `uuid`) would be refused or, for two types
+/// with the same binary layout, stored wrongly. A column's own wire fits when it is the
+/// column's base type; a JSON value going into an `int8` column (sent as text and cast by
+/// the `INSERT`) fits as `int8` in the batches whose values all read as integers
+/// ([`super::encode::reads_as_int8`]). `None` when some column fits neither way.
+/// `bases[i]` belongs to `columns[i]`, as read from the catalog.
+pub(crate) fn native_copy_wires(
     plan: &TablePlan,
     wires: &[Wire],
     columns: &[TableColumn],
     bases: &[String],
-) -> bool {
+) -> Option<Vec<Wire>> {
     plan.columns
         .iter()
         .zip(wires)
-        .all(|(p, w)| base_of(&p.name, columns, bases) == Some(w.sql()))
+        .map(|(p, w)| {
+            let base = base_of(&p.name, columns, bases)?;
+            if base == w.sql() {
+                Some(*w)
+            } else if *w == Wire::Text
+                && base == Wire::Int8.sql()
+                && p.source.kind() == ValueKind::Any
+            {
+                Some(Wire::Int8)
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// The catalog's base type name of column `name`; `bases[i]` belongs to `columns[i]`.

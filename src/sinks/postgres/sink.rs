@@ -118,14 +118,14 @@ impl Dialect for Postgres {
                 Err(e) => return Err(db(e)),
             }
         };
-        let direct = if c.direct_copy
-            && c.mode == WriteMode::InsertIgnore
-            && c.copy_threshold > 0
-            && schema::copies_natively(&plan, &wires, &columns, &bases)
-        {
-            Some(client.prepare(&sql.copy_direct).await.map_err(db)?)
-        } else {
-            None
+        let direct = match schema::native_copy_wires(&plan, &wires, &columns, &bases) {
+            Some(direct_wires)
+                if c.direct_copy && c.mode == WriteMode::InsertIgnore && c.copy_threshold > 0 =>
+            {
+                let statement = client.prepare(&sql.copy_direct).await.map_err(db)?;
+                Some((statement, direct_wires))
+            }
+            _ => None,
         };
         Ok(Conn {
             client,

@@ -238,7 +238,10 @@ fn copy_goes_straight_into_a_table_only_when_no_column_needs_a_cast() {
         let (plan, wires) = layout_plan(payload);
         let (table, bases): (Vec<TableColumn>, Vec<String>) =
             layout_columns(payload).into_iter().unzip();
-        assert!(schema::copies_natively(&plan, &wires, &table, &bases));
+        assert_eq!(
+            schema::native_copy_wires(&plan, &wires, &table, &bases).as_deref(),
+            Some(wires.as_slice())
+        );
         let sql = write_sql("\"events\"", &plan, &wires, WriteMode::InsertIgnore);
         assert!(sql
             .copy_direct
@@ -253,7 +256,7 @@ fn copy_goes_straight_into_a_table_only_when_no_column_needs_a_cast() {
             let at = table.iter().position(|c| c.name == column).unwrap();
             other[at] = base.into();
             assert!(
-                !schema::copies_natively(&plan, &wires, &table, &other),
+                schema::native_copy_wires(&plan, &wires, &table, &other).is_none(),
                 "{column}"
             );
         }
@@ -660,5 +663,93 @@ fn a_client_certificate_needs_its_key_and_tls_on_both_engines() {
         assert_eq!(keys(pg.problems()), expected, "postgres {tls}");
         let my: MysqlConfig = serde_json::from_value(with(tls.clone())).unwrap();
         assert_eq!(keys(my.problems()), expected, "mysql {tls}");
+    }
+}
+
+#[test]
+fn a_json_value_into_an_int8_column_may_go_by_copy_as_int8_and_into_int4_may_not() {
+    let table = vec![
+        TableColumn {
+            name: "id".into(),
+            type_name: "bigint".into(),
+            family: Family::Integer,
+            not_null: true,
+            generated: false,
+            has_default: false,
+        },
+        TableColumn {
+            name: "n".into(),
+            type_name: "bigint".into(),
+            family: Family::Integer,
+            not_null: false,
+            generated: false,
+            has_default: false,
+        },
+    ];
+    let keys = [UniqueKey {
+        name: "pkey".into(),
+        primary: true,
+        columns: vec!["id".into()],
+    }];
+    let mapping = Mapping::parse(
+        &[("id", "$stream_sequence"), ("n", "/n")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+    .unwrap();
+    let plan = plan_table(&mapping, &table, &keys, false).unwrap();
+    let bases: Vec<String> = vec!["int8".into(), "int8".into()];
+    let wires: Vec<Wire> = plan.columns.iter().map(|p| wire(p, "int8")).collect();
+    let n = plan.columns.iter().position(|c| c.name == "n").unwrap();
+    assert_eq!(
+        wires[n],
+        Wire::Text,
+        "the INSERT casts the JSON value's text"
+    );
+    let direct = schema::native_copy_wires(&plan, &wires, &table, &bases).unwrap();
+    assert_eq!(direct[n], Wire::Int8);
+    let int4: Vec<String> = vec!["int8".into(), "int4".into()];
+    assert!(schema::native_copy_wires(&plan, &wires, &table, &int4).is_none());
+}
+
+#[test]
+fn only_plain_decimal_integers_in_range_read_as_int8() {
+    use super::encode::int8_text;
+    for (text, n) in [
+        ("0", Some(0)),
+        ("-0", Some(0)),
+        ("007", Some(7)),
+        ("-42", Some(-42)),
+        ("9223372036854775807", Some(i64::MAX)),
+        ("-9223372036854775808", Some(i64::MIN)),
+        ("9223372036854775808", None),
+        ("+7", None),
+        (" 7", None),
+        ("7 ", None),
+        ("1e3", None),
+        ("1.0", None),
+        ("0x1F", None),
+        ("1_000", None),
+        ("-", None),
+        ("", None),
+        ("true", None),
+    ] {
+        assert_eq!(int8_text(text), n, "{text:?}");
+    }
+}
+
+proptest::proptest! {
+    /// Any text a payload can put in a column is read without a panic, and what reads as
+    /// an int8 prints back as the same digits (less leading zeros), so the server's cast
+    /// of the text would have stored the same number.
+    #[test]
+    fn int8_text_agrees_with_the_number_it_returns(text in "-?[0-9]{0,21}|.{0,24}") {
+        if let Some(n) = super::encode::int8_text(&text) {
+            let trimmed = text.trim_start_matches('-').trim_start_matches('0');
+            let printed = n.unsigned_abs().to_string();
+            proptest::prop_assert_eq!(if trimmed.is_empty() { "0" } else { trimmed }, printed);
+            proptest::prop_assert_eq!(n < 0, text.starts_with('-') && n != 0);
+        }
     }
 }

@@ -11,7 +11,7 @@ use tokio_postgres::{Client, Statement};
 
 use super::classify::classify;
 use super::connection::Conn;
-use super::encode::{copy_data, documents, encode, ColumnData, Refused};
+use super::encode::{copy_data, documents, encode, reads_as_int8, ColumnData, Refused};
 use super::schema::Wire;
 use crate::envelope::Envelope;
 use crate::sinks::contract::SinkError;
@@ -66,9 +66,20 @@ pub(super) async fn write_batch(
     let mut forgo = false;
     // The COPY data, built once for both COPY paths.
     let mut data = None;
-    if let (Some(direct), true) = (&conn.direct, encoded.rows >= 2) {
-        let rows = copy_data(&encoded, &conn.wires).map_err(refused)?.freeze();
-        data = Some(rows.clone());
+    let direct = conn.direct.as_ref().filter(|(_, direct_wires)| {
+        encoded.rows >= 2
+            && encoded
+                .columns
+                .iter()
+                .zip(direct_wires)
+                .zip(&conn.wires)
+                .all(|((column, direct), wire)| direct == wire || reads_as_int8(column))
+    });
+    if let Some((direct, direct_wires)) = direct {
+        let rows = copy_data(&encoded, direct_wires).map_err(refused)?.freeze();
+        if *direct_wires == conn.wires {
+            data = Some(rows.clone());
+        }
         let copied = match conn.client.copy_in(direct).await {
             Ok(sink) => feed(sink, rows).await,
             Err(e) => Err(e),
