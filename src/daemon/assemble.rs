@@ -70,7 +70,12 @@ async fn one(
     check_capacity(spec, &bound)?;
     let health = shared.health.sink(&spec.name);
     health.set_bound(true);
-    let sink = open_destination(spec).await?;
+    let delivered_up_to = bound
+        .iter()
+        .map(|b| b.consumer.cached_info().delivered.stream_sequence)
+        .max()
+        .unwrap_or(0);
+    let sink = open_destination(spec, delivered_up_to).await?;
     health.destination_ok();
     tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
     log_encryption(spec);
@@ -143,12 +148,17 @@ fn check_capacity(spec: &SinkSpec, bound: &[Bound]) -> Result<(), DaemonError> {
     Ok(())
 }
 
-/// Builds and opens the destination.
-async fn open_destination(spec: &SinkSpec) -> Result<Box<dyn Sink>, DaemonError> {
+/// Builds and opens the destination, fed by consumers that had delivered up to stream
+/// sequence `delivered_up_to` when they were bound.
+async fn open_destination(
+    spec: &SinkSpec,
+    delivered_up_to: u64,
+) -> Result<Box<dyn Sink>, DaemonError> {
     let mut sink = sinks::build(&spec.destination);
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
+        delivered_up_to,
     });
     sink.open().await.map_err(|source| DaemonError::Open {
         sink: spec.name.clone(),

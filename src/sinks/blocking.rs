@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 
-use super::contract::{Located, Probe, Sink, SinkError, Wanted, Written, CANNOT_ASK};
+use super::contract::{Feed, Located, Probe, Sink, SinkError, Wanted, Written, CANNOT_ASK};
 use crate::envelope::Envelope;
 
 /// A destination whose calls block: the synchronous form of [`Sink`], with the same
@@ -22,6 +22,10 @@ use crate::envelope::Envelope;
 /// `health_blocking` only ever run on an open destination, and `write_blocking` never sees
 /// an empty batch.
 pub trait BlockingSink: Send {
+    /// Tells the destination who feeds it, before `open`; see [`Sink::attach`]. Most
+    /// destinations ignore it.
+    fn attach_feed(&mut self, _feed: &Feed) {}
+
     /// Whether the destination holds an open handle (file, connection).
     fn is_open(&self) -> bool;
 
@@ -66,6 +70,10 @@ pub trait BlockingSink: Send {
 
 #[async_trait]
 impl<T: BlockingSink> Sink for T {
+    fn attach(&mut self, feed: &Feed) {
+        self.attach_feed(feed);
+    }
+
     async fn open(&mut self) -> Result<(), SinkError> {
         tokio::task::block_in_place(|| self.open_blocking())
     }

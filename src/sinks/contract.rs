@@ -138,6 +138,13 @@ pub struct Feed {
     pub sink: String,
     /// The stream the sink reads.
     pub stream: String,
+    /// The highest stream sequence the sink's consumers had delivered when this process
+    /// bound them (0 when unknown). A message at or below it may have been delivered to an
+    /// earlier process whatever its delivery count says: nats-server before 2.10.14 can
+    /// send a message delivered before as delivery 1 again (nats-server#5305), so the
+    /// archive destinations, which find a redelivery's earlier copy only when they look,
+    /// look for these too.
+    pub delivered_up_to: u64,
 }
 
 /// What a worker produced for a committed message (`exec`: its standard output).

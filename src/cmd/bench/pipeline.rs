@@ -119,6 +119,7 @@ pub async fn pass(
             s.attach(&sinks::Feed {
                 sink: spec.name.clone(),
                 stream: spec.source.stream.clone(),
+                delivered_up_to: 0,
             });
             s
         }

@@ -41,6 +41,9 @@ fn destination(spec: &SinkSpec) -> Box<dyn Sink> {
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
+        // Every replayed message may be stored already: the archive destinations
+        // look for each before writing it.
+        delivered_up_to: u64::MAX,
     });
     sink
 }

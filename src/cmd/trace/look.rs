@@ -107,6 +107,7 @@ fn destination_of(spec: &SinkSpec) -> Box<dyn sinks::Sink> {
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
+        delivered_up_to: 0,
     });
     sink
 }

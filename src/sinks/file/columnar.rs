@@ -55,6 +55,8 @@ pub(crate) struct ParquetFiles {
     failed: bool,
     /// The sequences of hashed files read so far.
     known: Known,
+    /// [`crate::sinks::Feed::delivered_up_to`]: messages at or below it are looked for.
+    delivered_up_to: u64,
 }
 
 /// `<prefix>-<first>-<last>[-<hash>].parquet` for `sorted` sequences.
@@ -86,7 +88,13 @@ impl ParquetFiles {
             open: false,
             failed: false,
             known: Known::default(),
+            delivered_up_to: 0,
         }
+    }
+
+    /// Looks for every message at or below `seq` before writing it ([`archive::wanted`]).
+    pub(crate) fn look_up_to(&mut self, seq: u64) {
+        self.delivered_up_to = seq;
     }
 
     pub(crate) fn is_open(&self) -> bool {
@@ -151,7 +159,7 @@ impl ParquetFiles {
         self.dir.check()?;
         let mut members: Vec<usize> = (0..batch.len()).collect();
         members.sort_by_key(|&i| batch[i].stream_sequence);
-        let wanted = archive::wanted(batch, &members, self.failed);
+        let wanted = archive::wanted(batch, &members, self.failed, self.delivered_up_to);
         let held = match wanted.is_empty() {
             true => BTreeSet::new(),
             false => self.held(wanted)?,

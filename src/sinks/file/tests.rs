@@ -1416,6 +1416,35 @@ async fn redelivered_messages_a_parquet_file_holds_are_committed_without_a_secon
     assert_eq!(parquet_rows(&dir), expected, "each message once");
 }
 
+/// nats-server before 2.10.14 can send a message a killed process had written as
+/// delivery 1 again (nats-server#5305): with what the consumer had delivered at bind fed
+/// to the sink, such a message is found in its file and not written twice; a first
+/// delivery above it is written without a look.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_delivery_at_or_below_what_was_delivered_before_the_bind_is_found_in_its_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pq");
+    let mut first = FileSink::new(parquet_config(&dir));
+    first.open().await.unwrap();
+    first.write_batch(&batch(1..=10)).await.unwrap();
+    drop(first);
+    // The next process: the consumer had delivered up to 12 (11 and 12 were in flight,
+    // never written).
+    let mut sink = FileSink::new(parquet_config(&dir));
+    sink.attach(&crate::sinks::Feed {
+        delivered_up_to: 12,
+        ..Default::default()
+    });
+    sink.open().await.unwrap();
+    let b = again(&[8, 9, 10, 11, 12, 13], 1);
+    assert_eq!(already(&sink.write(&b).await), [0, 1, 2]);
+    assert_eq!(
+        parquet_rows(&dir),
+        (1..=13).collect::<Vec<_>>(),
+        "each once"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_foreign_file_with_an_archive_name_holds_nothing_and_the_message_is_written_again() {
     let tmp = tempfile::tempdir().unwrap();

@@ -33,7 +33,7 @@ use super::format::PARQUET_EXTENSION;
 use super::key::{plan, PartitionError, Planned, Template};
 use super::stored::{Folders, Records};
 use crate::envelope::{rfc3339, Envelope};
-use crate::sinks::contract::{Sink, SinkError, Written as Answer};
+use crate::sinks::contract::{Feed, Sink, SinkError, Written as Answer};
 use crate::sinks::parquet::{read as parquet_read, Format, Options, SettingsRefused};
 use crate::sinks::util::archive::{self, Known};
 
@@ -56,6 +56,8 @@ pub struct S3Sink {
     failed: bool,
     /// The sequences of hashed objects read so far.
     known: Known,
+    /// [`crate::sinks::Feed::delivered_up_to`]: messages at or below it are looked for.
+    delivered_up_to: u64,
 }
 
 impl S3Sink {
@@ -78,6 +80,7 @@ impl S3Sink {
             scratch: Vec::new(),
             failed: false,
             known: Known::default(),
+            delivered_up_to: 0,
         }
     }
 
@@ -129,7 +132,7 @@ impl S3Sink {
         };
         let mut stored = Vec::new();
         for object in objects {
-            let wanted = archive::wanted(batch, &object.members, self.failed);
+            let wanted = archive::wanted(batch, &object.members, self.failed, self.delivered_up_to);
             let held = match wanted.is_empty() {
                 true => BTreeSet::new(),
                 false => {
@@ -283,6 +286,10 @@ struct KeyOnly<'a> {
 
 #[async_trait]
 impl Sink for S3Sink {
+    fn attach(&mut self, feed: &Feed) {
+        self.delivered_up_to = feed.delivered_up_to;
+    }
+
     async fn open(&mut self) -> Result<(), SinkError> {
         let location = self.config.location();
         if let Err(e) = &self.template {

@@ -121,13 +121,22 @@ fn sequence(s: &str) -> Option<u64> {
 }
 
 /// The sequences of `members` (positions in `batch`) that may already be stored: those
-/// delivered before, or all of them when `everything` (a write of this destination failed
-/// since its last success).
-pub fn wanted(batch: &[Envelope], members: &[usize], everything: bool) -> BTreeSet<u64> {
+/// delivered before — by their delivery count, or at or below `delivered_up_to`, what the
+/// consumers had delivered when this process bound them ([`Feed::delivered_up_to`]) — or
+/// all of them when `everything` (a write of this destination failed since its last
+/// success).
+///
+/// [`Feed::delivered_up_to`]: crate::sinks::Feed::delivered_up_to
+pub fn wanted(
+    batch: &[Envelope],
+    members: &[usize],
+    everything: bool,
+    delivered_up_to: u64,
+) -> BTreeSet<u64> {
     members
         .iter()
         .map(|&i| &batch[i])
-        .filter(|e| everything || e.delivered > 1)
+        .filter(|e| everything || e.delivered > 1 || e.stream_sequence <= delivered_up_to)
         .map(|e| e.stream_sequence)
         .collect()
 }
@@ -383,9 +392,26 @@ mod tests {
             envelope(4, 5),
         ];
         let all = [0, 1, 2, 3];
-        assert_eq!(wanted(&batch, &all, false), BTreeSet::from([2, 4]));
-        assert_eq!(wanted(&batch, &all, true), BTreeSet::from([1, 2, 3, 4]));
-        assert_eq!(wanted(&batch, &[0, 2], false), BTreeSet::new());
+        assert_eq!(wanted(&batch, &all, false, 0), BTreeSet::from([2, 4]));
+        assert_eq!(wanted(&batch, &all, true, 0), BTreeSet::from([1, 2, 3, 4]));
+        assert_eq!(wanted(&batch, &[0, 2], false, 0), BTreeSet::new());
+    }
+
+    /// nats-server before 2.10.14 may send a message delivered to an earlier process as
+    /// delivery 1 again: up to what the consumers had delivered at bind, a first delivery
+    /// is looked for too, and above it not.
+    #[test]
+    fn first_deliveries_up_to_what_was_delivered_before_the_bind_are_looked_for() {
+        let batch = [
+            envelope(1, 1),
+            envelope(2, 1),
+            envelope(3, 1),
+            envelope(4, 2),
+        ];
+        let all = [0, 1, 2, 3];
+        assert_eq!(wanted(&batch, &all, false, 2), BTreeSet::from([1, 2, 4]));
+        assert_eq!(wanted(&batch, &all, false, 3), BTreeSet::from([1, 2, 3, 4]));
+        assert_eq!(wanted(&batch, &[2], false, 2), BTreeSet::new());
     }
 
     #[test]
