@@ -157,7 +157,21 @@ impl Cluster {
             )
             .await
             {
-                Ok(Ok(stream)) => return stream,
+                Ok(Ok(stream)) => {
+                    // A create answered again may come back before the stream's group
+                    // has elected its leader.
+                    eventually(
+                        Duration::from_secs(60),
+                        "the new stream's leader",
+                        || async {
+                            stream_cluster(js, &config.name)
+                                .await
+                                .is_some_and(|c| c.leader.is_some())
+                        },
+                    )
+                    .await;
+                    return stream;
+                }
                 Ok(Err(e)) => format!("{e}"),
                 Err(_) => "no answer within 15 s".to_string(),
             };

@@ -572,6 +572,10 @@ pub async fn create_stream(js: &jetstream::Context, name: &str, subject: &str) {
 }
 
 /// Publishes `count` JSON messages `{"i": n}` on `subject.n`-style subjects, awaiting acks.
+///
+/// A publish answered "no responders" stored nothing and is sent again: in a cluster, a
+/// node that has just restarted (or a stream just created) may not yet know which node
+/// takes the stream's subjects, and the test is about the sink, not about that window.
 pub async fn publish_n(js: &jetstream::Context, subject: &str, count: usize) {
     let mut acks = Vec::with_capacity(256);
     for i in 0..count {
@@ -579,15 +583,37 @@ pub async fn publish_n(js: &jetstream::Context, subject: &str, count: usize) {
             .publish(subject.to_string(), format!("{{\"i\":{i}}}").into())
             .await
             .expect("publish");
-        acks.push(ack);
+        acks.push((i, ack));
         if acks.len() == 256 {
-            for a in acks.drain(..) {
-                a.await.expect("puback");
-            }
+            settle_acks(js, subject, acks.drain(..)).await;
         }
     }
-    for a in acks {
-        a.await.expect("puback");
+    settle_acks(js, subject, acks.drain(..)).await;
+}
+
+/// Awaits each publish's ack, sending a message answered "no responders" again.
+async fn settle_acks(
+    js: &jetstream::Context,
+    subject: &str,
+    acks: impl Iterator<Item = (usize, jetstream::context::PublishAckFuture)>,
+) {
+    use jetstream::context::PublishErrorKind;
+    for (i, ack) in acks {
+        let mut answer = ack.await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while matches!(&answer, Err(e) if e.kind() == PublishErrorKind::StreamNotFound)
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            answer = match js
+                .publish(subject.to_string(), format!("{{\"i\":{i}}}").into())
+                .await
+            {
+                Ok(again) => again.await,
+                Err(e) => panic!("publish: {e}"),
+            };
+        }
+        answer.expect("puback");
     }
 }
 

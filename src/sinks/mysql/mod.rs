@@ -24,6 +24,7 @@ mod sink;
 mod tests;
 mod tls;
 mod upgrade;
+mod write;
 
 pub use classify::{class_of, classify, row_of, Class, Rows};
 pub use config::{MysqlConfig, MysqlPayloadType};

@@ -10,7 +10,7 @@ use super::classify::{class_of, classify, row_of, Class, Rows};
 use super::config::MysqlPayloadType;
 use super::encode::value;
 use super::schema::{self, chunks, family, insert_sql, json_checked_column, quote_ident};
-use super::sink::takes_bulk;
+use super::write::takes_bulk;
 use crate::sinks::contract::SinkError;
 use crate::sinks::database::cells::Cell;
 use crate::sinks::database::columns::{
