@@ -158,8 +158,8 @@ async fn open_destination(
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
-        delivered_up_to,
     });
+    sink.delivered_before(delivered_up_to);
     sink.open().await.map_err(|source| DaemonError::Open {
         sink: spec.name.clone(),
         destination: spec.destination.describe(),

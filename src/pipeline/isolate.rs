@@ -136,20 +136,27 @@ impl Isolator {
     /// After a pull: if the connection dropped since the last scan, waits (up to
     /// [`RECONNECT_WAIT`]) for it to be back, scans every consumer and settles what the
     /// client cannot read. A scan that cannot finish (the connection is still down, a
-    /// request failed) is tried again after the next pull.
-    pub(super) async fn after_pull(&mut self, consumers: &[PullConsumer]) {
+    /// request failed) is tried again after the next pull. After a finished scan: the
+    /// highest stream sequence the consumers had delivered, every message at or below
+    /// which may have been delivered before the drop ([`crate::sinks::Sink::delivered_before`]).
+    pub(super) async fn after_pull(&mut self, consumers: &[PullConsumer]) -> Option<u64> {
         let drops = self.drops.count();
         if drops == self.seen || !self.reconnected().await {
-            return;
+            return None;
         }
+        let mut delivered = 0;
         for c in consumers {
-            if let Err(e) = self.scan(c).await {
-                tracing::warn!(sink = %self.sink, error = %e, "looking for unreadable messages after a connection drop failed; trying again after the next pull");
-                return;
+            match self.scan(c).await {
+                Ok(up_to) => delivered = delivered.max(up_to),
+                Err(e) => {
+                    tracing::warn!(sink = %self.sink, error = %e, "looking for unreadable messages after a connection drop failed; trying again after the next pull");
+                    return None;
+                }
             }
         }
         self.seen = drops;
         self.metrics.unreadable_scans.inc();
+        Some(delivered)
     }
 
     /// Whether the connection is up, waiting a bounded time for the reconnect.
@@ -164,7 +171,9 @@ impl Isolator {
         true
     }
 
-    async fn scan(&mut self, consumer: &PullConsumer) -> Result<(), RawReadError> {
+    /// Settles what the client cannot read of `consumer`'s outstanding messages; the
+    /// highest stream sequence it had delivered.
+    async fn scan(&mut self, consumer: &PullConsumer) -> Result<u64, RawReadError> {
         let o = raw_read::outstanding(consumer).await?;
         self.settled
             .retain(|(c, s)| c != &o.consumer || *s > o.floor);
@@ -183,7 +192,7 @@ impl Isolator {
                 }
             }
         }
-        Ok(())
+        Ok(o.delivered)
     }
 
     /// Dead-letters (or only terminates) one unreadable message; whether it is settled.

@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 
-use super::contract::{Feed, Located, Probe, Sink, SinkError, Wanted, Written, CANNOT_ASK};
+use super::contract::{Located, Probe, Sink, SinkError, Wanted, Written, CANNOT_ASK};
 use crate::envelope::Envelope;
 
 /// A destination whose calls block: the synchronous form of [`Sink`], with the same
@@ -22,9 +22,9 @@ use crate::envelope::Envelope;
 /// `health_blocking` only ever run on an open destination, and `write_blocking` never sees
 /// an empty batch.
 pub trait BlockingSink: Send {
-    /// Tells the destination who feeds it, before `open`; see [`Sink::attach`]. Most
-    /// destinations ignore it.
-    fn attach_feed(&mut self, _feed: &Feed) {}
+    /// Messages at or below `up_to` may have been delivered before; see
+    /// [`Sink::delivered_before`]. Most destinations ignore it.
+    fn delivered_before_blocking(&mut self, _up_to: u64) {}
 
     /// Whether the destination holds an open handle (file, connection).
     fn is_open(&self) -> bool;
@@ -70,8 +70,8 @@ pub trait BlockingSink: Send {
 
 #[async_trait]
 impl<T: BlockingSink> Sink for T {
-    fn attach(&mut self, feed: &Feed) {
-        self.attach_feed(feed);
+    fn delivered_before(&mut self, up_to: u64) {
+        self.delivered_before_blocking(up_to);
     }
 
     async fn open(&mut self) -> Result<(), SinkError> {

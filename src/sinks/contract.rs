@@ -138,13 +138,6 @@ pub struct Feed {
     pub sink: String,
     /// The stream the sink reads.
     pub stream: String,
-    /// The highest stream sequence the sink's consumers had delivered when this process
-    /// bound them (0 when unknown). A message at or below it may have been delivered to an
-    /// earlier process whatever its delivery count says: nats-server before 2.10.14 can
-    /// send a message delivered before as delivery 1 again (nats-server#5305), so the
-    /// archive destinations, which find a redelivery's earlier copy only when they look,
-    /// look for these too.
-    pub delivered_up_to: u64,
 }
 
 /// What a worker produced for a committed message (`exec`: its standard output).
@@ -300,6 +293,16 @@ pub trait Sink: Send {
     /// Hands the destination the runner's [`CutShort`] signal, before `open`. Most
     /// destinations ignore it.
     fn cut_short_by(&mut self, _signal: CutShort) {}
+
+    /// Says that every message at or below stream sequence `up_to` may have been delivered
+    /// before — to an earlier process, or to this one before a connection drop — whatever
+    /// its delivery count says: nats-server before 2.10.14 can send such a message as
+    /// delivery 1 again (nats-server#5305). The daemon says it after binding at start-up
+    /// (what the consumers had delivered) and after each connection drop; the archive
+    /// destinations, which find a redelivery's earlier copy only when they look, then look
+    /// for these too. A value below an earlier one changes nothing. Most destinations
+    /// ignore it: their writes are idempotent by key.
+    fn delivered_before(&mut self, _up_to: u64) {}
 
     /// Cheap check that the destination is still usable. The runner reports readiness from
     /// write outcomes; this is for tools and tests that want to probe without writing.

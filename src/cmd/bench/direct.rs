@@ -48,7 +48,6 @@ pub async fn pass(
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: label.clone(),
-        delivered_up_to: 0,
     });
     sink.open()
         .await

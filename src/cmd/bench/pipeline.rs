@@ -119,7 +119,6 @@ pub async fn pass(
             s.attach(&sinks::Feed {
                 sink: spec.name.clone(),
                 stream: spec.source.stream.clone(),
-                delivered_up_to: 0,
             });
             s
         }

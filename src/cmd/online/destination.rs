@@ -11,7 +11,6 @@ pub(super) async fn check(report: &mut Report, spec: &SinkSpec) {
     sink.attach(&Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
-        delivered_up_to: 0,
     });
     let place = format!(
         "sink {}: destination {}",

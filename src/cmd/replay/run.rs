@@ -35,16 +35,15 @@ pub struct Job<'a> {
     pub range: Range,
 }
 
-/// Builds the sink's destination, told its sink and stream.
+/// Builds the sink's destination, told its sink and stream, and that every message of
+/// the replay may be stored already (the archive destinations look for each first).
 fn destination(spec: &SinkSpec) -> Box<dyn Sink> {
     let mut sink = sinks::build(&spec.destination);
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
-        // Every replayed message may be stored already: the archive destinations
-        // look for each before writing it.
-        delivered_up_to: u64::MAX,
     });
+    sink.delivered_before(u64::MAX);
     sink
 }
 

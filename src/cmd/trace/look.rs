@@ -107,7 +107,6 @@ fn destination_of(spec: &SinkSpec) -> Box<dyn sinks::Sink> {
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
-        delivered_up_to: 0,
     });
     sink
 }

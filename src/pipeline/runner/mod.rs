@@ -339,7 +339,11 @@ impl Runner {
                 .await;
             // A pull cut short by a connection drop may hide a message the client cannot
             // read; it is found and settled at once, before the server redelivers it.
-            self.isolator.after_pull(self.puller.consumers()).await;
+            if let Some(up_to) = self.isolator.after_pull(self.puller.consumers()).await {
+                // The server may send again, as delivery 1, what it delivered before the
+                // drop (nats-server before 2.10.14).
+                self.settler.delivered_before(up_to);
+            }
             let mut prepared = match pulled {
                 Pulled::Batch(p) => p,
                 Pulled::Failed => continue,

@@ -176,6 +176,12 @@ impl<A: Acknowledger> Settler<A> {
         self.results = Some(results);
     }
 
+    /// Tells the destination that messages at or below `up_to` may have been delivered
+    /// before ([`Sink::delivered_before`]).
+    pub(super) fn delivered_before(&mut self, up_to: u64) {
+        self.sink.delivered_before(up_to);
+    }
+
     /// Whether the last write reached the destination (a failing one gets no pull ahead).
     pub(super) fn healthy(&self) -> bool {
         self.healthy

@@ -55,7 +55,7 @@ pub(crate) struct ParquetFiles {
     failed: bool,
     /// The sequences of hashed files read so far.
     known: Known,
-    /// [`crate::sinks::Feed::delivered_up_to`]: messages at or below it are looked for.
+    /// [`crate::sinks::Sink::delivered_before`]: messages at or below it are looked for.
     delivered_up_to: u64,
 }
 
@@ -92,9 +92,10 @@ impl ParquetFiles {
         }
     }
 
-    /// Looks for every message at or below `seq` before writing it ([`archive::wanted`]).
+    /// Looks for every message at or below `seq` (or the highest such `seq` said before)
+    /// before writing it ([`archive::wanted`]).
     pub(crate) fn look_up_to(&mut self, seq: u64) {
-        self.delivered_up_to = seq;
+        self.delivered_up_to = self.delivered_up_to.max(seq);
     }
 
     pub(crate) fn is_open(&self) -> bool {

@@ -19,7 +19,7 @@ use super::record;
 use super::tail::{self, Expected, Found, Reopen};
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::blocking::BlockingSink;
-use crate::sinks::contract::{Feed, Probe, SinkError, Written};
+use crate::sinks::contract::{Probe, SinkError, Written};
 use crate::sinks::parquet::Format;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
@@ -275,9 +275,9 @@ impl Current {
 impl BlockingSink for FileSink {
     /// Only the Parquet files use it: a JSON Lines file holds at least once (see the
     /// module doc).
-    fn attach_feed(&mut self, feed: &Feed) {
+    fn delivered_before_blocking(&mut self, up_to: u64) {
         if let Some(p) = self.parquet.as_mut() {
-            p.look_up_to(feed.delivered_up_to);
+            p.look_up_to(up_to);
         }
     }
 

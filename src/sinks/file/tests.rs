@@ -1431,10 +1431,7 @@ async fn a_first_delivery_at_or_below_what_was_delivered_before_the_bind_is_foun
     // The next process: the consumer had delivered up to 12 (11 and 12 were in flight,
     // never written).
     let mut sink = FileSink::new(parquet_config(&dir));
-    sink.attach(&crate::sinks::Feed {
-        delivered_up_to: 12,
-        ..Default::default()
-    });
+    sink.delivered_before(12);
     sink.open().await.unwrap();
     let b = again(&[8, 9, 10, 11, 12, 13], 1);
     assert_eq!(already(&sink.write(&b).await), [0, 1, 2]);

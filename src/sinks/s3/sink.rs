@@ -33,7 +33,7 @@ use super::format::PARQUET_EXTENSION;
 use super::key::{plan, PartitionError, Planned, Template};
 use super::stored::{Folders, Records};
 use crate::envelope::{rfc3339, Envelope};
-use crate::sinks::contract::{Feed, Sink, SinkError, Written as Answer};
+use crate::sinks::contract::{Sink, SinkError, Written as Answer};
 use crate::sinks::parquet::{read as parquet_read, Format, Options, SettingsRefused};
 use crate::sinks::util::archive::{self, Known};
 
@@ -56,7 +56,7 @@ pub struct S3Sink {
     failed: bool,
     /// The sequences of hashed objects read so far.
     known: Known,
-    /// [`crate::sinks::Feed::delivered_up_to`]: messages at or below it are looked for.
+    /// [`crate::sinks::Sink::delivered_before`]: messages at or below it are looked for.
     delivered_up_to: u64,
 }
 
@@ -286,8 +286,8 @@ struct KeyOnly<'a> {
 
 #[async_trait]
 impl Sink for S3Sink {
-    fn attach(&mut self, feed: &Feed) {
-        self.delivered_up_to = feed.delivered_up_to;
+    fn delivered_before(&mut self, up_to: u64) {
+        self.delivered_up_to = self.delivered_up_to.max(up_to);
     }
 
     async fn open(&mut self) -> Result<(), SinkError> {

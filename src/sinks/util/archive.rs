@@ -122,11 +122,11 @@ fn sequence(s: &str) -> Option<u64> {
 
 /// The sequences of `members` (positions in `batch`) that may already be stored: those
 /// delivered before — by their delivery count, or at or below `delivered_up_to`, what the
-/// consumers had delivered when this process bound them ([`Feed::delivered_up_to`]) — or
-/// all of them when `everything` (a write of this destination failed since its last
-/// success).
+/// consumers had delivered when this process bound them or before its last connection drop
+/// ([`Sink::delivered_before`]) — or all of them when `everything` (a write of this
+/// destination failed since its last success).
 ///
-/// [`Feed::delivered_up_to`]: crate::sinks::Feed::delivered_up_to
+/// [`Sink::delivered_before`]: crate::sinks::Sink::delivered_before
 pub fn wanted(
     batch: &[Envelope],
     members: &[usize],
