@@ -580,7 +580,7 @@ pub async fn publish_n(js: &jetstream::Context, subject: &str, count: usize) {
     let mut acks = Vec::with_capacity(256);
     for i in 0..count {
         let ack = js
-            .publish(subject.to_string(), format!("{{\"i\":{i}}}").into())
+            .publish(subject.to_string(), numbered(i))
             .await
             .expect("publish");
         acks.push((i, ack));
@@ -589,6 +589,11 @@ pub async fn publish_n(js: &jetstream::Context, subject: &str, count: usize) {
         }
     }
     settle_acks(js, subject, acks.drain(..)).await;
+}
+
+/// The payload of message `i` of [`publish_n`].
+fn numbered(i: usize) -> bytes::Bytes {
+    format!("{{\"i\":{i}}}").into()
 }
 
 /// Awaits each publish's ack, sending a message answered "no responders" again.
@@ -605,10 +610,7 @@ async fn settle_acks(
             && Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            answer = match js
-                .publish(subject.to_string(), format!("{{\"i\":{i}}}").into())
-                .await
-            {
+            answer = match js.publish(subject.to_string(), numbered(i)).await {
                 Ok(again) => again.await,
                 Err(e) => panic!("publish: {e}"),
             };

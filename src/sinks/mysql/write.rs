@@ -39,12 +39,13 @@ pub(crate) fn takes_bulk(version: &str) -> bool {
     if !version.contains("MariaDB") {
         return false;
     }
-    let mut parts = version
+    // A replication-compatible prefix ("5.5.5-10.11.6-MariaDB") comes before the real one.
+    let mut numbers: Vec<u32> = version
         .split(|c: char| !c.is_ascii_digit())
         .filter(|p| !p.is_empty())
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    // A replication-compatible prefix ("5.5.5-10.11.6-MariaDB") comes before the real one.
-    let mut numbers: Vec<u32> = parts.by_ref().take(6).collect();
+        .map(|p| p.parse::<u32>().unwrap_or(0))
+        .take(6)
+        .collect();
     if numbers.starts_with(&[5, 5, 5]) && numbers.len() >= 6 {
         numbers.drain(..3);
     }
@@ -66,7 +67,8 @@ pub(super) async fn write_batch(
                 tracing::warn!(table = %table, "mysql refused a bulk execution (error 4033, statement-based binary logging); writing multi-row statements from now on");
                 live.bulk = false;
             }
-            other => return other.map_err(WriteFailure::into_sink_error),
+            Err(WriteFailure::Sink(e)) => return Err(e),
+            Ok(()) => return Ok(()),
         }
     }
     let (rows, sizes) = encode_rows(&live.plan, batch, written_at)?;
@@ -104,17 +106,6 @@ fn encode_rows(
 enum WriteFailure {
     Sink(SinkError),
     BulkRefused,
-}
-
-impl WriteFailure {
-    fn into_sink_error(self) -> SinkError {
-        match self {
-            WriteFailure::Sink(e) => e,
-            WriteFailure::BulkRefused => {
-                SinkError::transient("mysql refused a bulk execution (error 4033)".to_string())
-            }
-        }
-    }
 }
 
 fn classify_write(e: mysql_async::Error, rows: Option<Rows>) -> WriteFailure {
