@@ -303,3 +303,101 @@ fn a_consumer_too_small_for_the_buffer_and_a_shuffle_with_the_randomizer_are_ref
         "{text}"
     );
 }
+
+/// An HTTP receiver that holds every request until its gate opens, counting the records
+/// it was sent (NDJSON lines) and the requests that reached it.
+#[derive(Clone)]
+struct GatedReceiver {
+    open: tokio::sync::watch::Sender<bool>,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    records: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn gated_post(
+    axum::extract::State(r): axum::extract::State<GatedReceiver>,
+    body: axum::body::Bytes,
+) -> axum::http::StatusCode {
+    use std::sync::atomic::Ordering::SeqCst;
+    r.requests.fetch_add(1, SeqCst);
+    let mut open = r.open.subscribe();
+    let _ = open.wait_for(|o| *o).await;
+    let lines = body.split(|b| *b == b'\n').filter(|l| !l.is_empty());
+    r.records.fetch_add(lines.count(), SeqCst);
+    axum::http::StatusCode::OK
+}
+
+/// Starts the receiver on a free loopback port: its URL and its state.
+async fn gated_receiver() -> (String, GatedReceiver) {
+    let (open, _) = tokio::sync::watch::channel(false);
+    let state = GatedReceiver {
+        open,
+        requests: Default::default(),
+        records: Default::default(),
+    };
+    let app = axum::Router::new()
+        .route("/in", axum::routing::post(gated_post))
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/in", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, state)
+}
+
+/// The next buffer is pulled into while the flush before it is written: with the first
+/// part of a flush held in the destination, the batch after the buffer has been delivered
+/// too (one pull ahead, as without a shuffler), nothing is ACKed, and once the destination
+/// answers every message lands once.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_buffer_is_pulled_while_a_flush_is_written() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "SHUFO", "shufo.>").await;
+    // The backlog is there before the first pull, so every pull is a full batch of 50.
+    publish_n(&js, "shufo.x", 300).await;
+    let (url, receiver) = gated_receiver().await;
+    let mut cfg = config(
+        &server,
+        "SHUFO",
+        "shufo.>",
+        json!({"type": "http", "url": url, "allow_insecure_http": true,
+               "mode": "batch", "batch_format": "ndjson", "request_timeout_ms": 120000}),
+        json!({"batch_size": 50, "batch_timeout_ms": 200,
+               "shuffle": {"buffer": 100, "flush_ms": 600000}}),
+    );
+    cfg["sinks"]["main"]["source"]["max_ack_pending"] = json!(1000);
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    // Two pulls fill the buffer; its first part (50) is in the held request; the third
+    // pull went out while it was written.
+    eventually(
+        Duration::from_secs(30),
+        "the third batch delivered while the first part is held",
+        || async {
+            receiver.requests.load(SeqCst) == 1 && delivered_so_far(&js, "SHUFO").await.0 == 150
+        },
+    )
+    .await;
+    let info = js
+        .get_stream("SHUFO")
+        .await
+        .unwrap()
+        .consumer_info("jetsink")
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (info.num_ack_pending, info.ack_floor.stream_sequence),
+        (150, 0),
+        "nothing ACKed while the write is held"
+    );
+    receiver.open.send_replace(true);
+    eventually(Duration::from_secs(60), "source drained", || async {
+        drained(&js, "SHUFO").await
+    })
+    .await;
+    let (delivered, redelivered) = delivered_so_far(&js, "SHUFO").await;
+    daemon.stop_cleanly();
+    assert_eq!((delivered, redelivered), (300, 0), "each delivered once");
+    assert_eq!(receiver.records.load(SeqCst), 300, "each written once");
+}

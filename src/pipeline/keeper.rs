@@ -40,8 +40,11 @@ struct Held {
     hand: Arc<Vec<Subject>>,
     /// Which of `hand` are settled (their acknowledgement is being sent or was sent).
     settled: Vec<bool>,
-    /// The buffer of pulls (shuffler, s3 rollover), one list per part.
+    /// The buffer of pulls (shuffler, s3 rollover) being filled, one list per pull.
     buffer: Vec<Arc<Vec<Subject>>>,
+    /// The parts of a flush still to be written, one list per part: the buffer filled
+    /// before, while the next one fills.
+    flushing: Vec<Arc<Vec<Subject>>>,
 }
 
 impl Held {
@@ -60,7 +63,7 @@ impl Held {
             .filter(|(_, done)| !**done)
             .map(|(r, _)| r.clone())
             .collect();
-        for part in &self.buffer {
+        for part in self.buffer.iter().chain(&self.flushing) {
             out.extend(part.iter().cloned());
         }
         if let Some(p) = &self.ahead {
@@ -182,11 +185,19 @@ impl<A: Acknowledger> Keeper<A> {
         }
     }
 
-    /// Moves one part of the buffer into hand and leaves `rest` buffered, in one step.
+    /// Turns the buffer filled so far into the parts of a flush, in one step: the buffer
+    /// starts empty again, and fills while the parts are written.
+    pub(super) async fn start_flush(&self, parts: Vec<Arc<Vec<Subject>>>) {
+        let mut held = self.held().await;
+        held.buffer.clear();
+        held.flushing = parts;
+    }
+
+    /// Moves one part of a flush into hand and leaves `rest` to be written, in one step.
     pub(super) async fn hand_over(&self, part: Arc<Vec<Subject>>, rest: Vec<Arc<Vec<Subject>>>) {
         let mut held = self.held().await;
         held.set_hand(part);
-        held.buffer = rest;
+        held.flushing = rest;
     }
 
     /// Adds a pull to the buffer and empties the hand it came from, in one step.
@@ -198,9 +209,11 @@ impl<A: Acknowledger> Keeper<A> {
         held.set_hand(Arc::default());
     }
 
-    /// Forgets the buffer, right before it is handed back.
+    /// Forgets the buffer and the parts of a flush, right before they are handed back.
     pub(super) async fn clear_buffer(&self) {
-        self.held().await.buffer.clear();
+        let mut held = self.held().await;
+        held.buffer.clear();
+        held.flushing.clear();
     }
 
     /// Every message held and not settled (for tests and the hand-back at shutdown).
@@ -279,14 +292,21 @@ mod tests {
         k.buffer(Arc::new(vec![reply(9)])).await;
         tokio::time::sleep(Duration::from_millis(5_001)).await;
         assert_eq!(progress(&log), vec![vec![7, 8, 9]]);
+        k.start_flush(vec![
+            Arc::new(vec![reply(9)]),
+            Arc::new(vec![reply(7), reply(8)]),
+        ])
+        .await;
         k.hand_over(
             Arc::new(vec![reply(9)]),
             vec![Arc::new(vec![reply(7), reply(8)])],
         )
         .await;
         k.settle([0]).await;
+        // The next buffer fills while the flush is written: both are kept.
+        k.buffer(Arc::new(vec![reply(10)])).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(progress(&log)[1], vec![7, 8]);
+        assert_eq!(progress(&log)[1], vec![10, 7, 8]);
         k.clear_buffer().await;
         tokio::time::sleep(Duration::from_secs(15)).await;
         assert_eq!(progress(&log).len(), 2, "nothing held, nothing sent");

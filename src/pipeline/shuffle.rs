@@ -92,6 +92,12 @@ impl ShuffleBuffer {
         self.replies.extend(batch.replies);
     }
 
+    /// Whether another full pull fits: while it does not, the buffer is due (`Full`) and
+    /// is not pulled into.
+    pub(super) fn has_room(&self) -> bool {
+        self.len() + self.batch_size <= self.buffer
+    }
+
     /// When a flush falls due by the timer, if anything is held.
     pub(super) fn deadline_ms(&self) -> Option<u64> {
         self.since_ms.map(|s| s.saturating_add(self.flush_ms))
@@ -102,7 +108,7 @@ impl ShuffleBuffer {
     /// `flush_ms`, `None` otherwise (and always for an empty buffer).
     pub(super) fn due(&self, now_ms: u64) -> Option<FlushReason> {
         let deadline = self.deadline_ms()?;
-        if self.len() + self.batch_size > self.buffer {
+        if !self.has_room() {
             Some(FlushReason::Full)
         } else if now_ms >= deadline {
             Some(FlushReason::Timer)

@@ -40,6 +40,9 @@ Reported per scenario (one table row each):
   delayed   jetsink_randomizer_delayed_total at the end
   batches   jetsink_batches_total at the end: destination transactions (small batches of
             returning delayed messages are where the randomizer's time goes)
+  cpu_j     CPU seconds (user + system, /proc) jetsink used from its start to N rows
+  cpu_n     CPU seconds the scenario's nats-server used over the same time (with
+            --rate, the publishing included; the prefill is not)
   check     `ok` when the table holds exactly N distinct stream sequences 1..N, the
             daemon ACKed exactly N messages, no row has delivered > 2, every delayed
             message came back (redelivered_total = delayed_total), every bucket is
@@ -73,6 +76,11 @@ Options (or environment variables):
                      with RUNS > 1 a table of medians follows
   --rate R           publish at R msg/s during the drain  (RATE, default: prefill)
   --scenarios LIST   scenarios to run                     (SCENARIOS)
+  --destination D    sqlite or file                       (DEST, default sqlite):
+                     `file` writes JSON lines (fsync per batch) and takes the
+                     commit order from the lines' order; it has no key index, so
+                     it shows what disorder costs the pipeline apart from what
+                     out-of-order keys cost SQLite's B-tree
   --keep             keep the work directory (configs, logs, databases)
   -h, --help         this text
 Environment only:
@@ -92,6 +100,7 @@ BATCH=${BATCH:-500}
 RUNS=${RUNS:-1}
 RATE=${RATE:-}
 PYTHON=${PYTHON:-python3}
+DEST=${DEST:-sqlite}
 NATS_SERVER=${NATS_SERVER:-nats-server}
 KEEP=0
 DEFAULT_SCENARIOS="off rand:0.9:50:500:1000 rand:0.9:50:500:5000 rand:0.9:500:2000:1000 \
@@ -107,6 +116,7 @@ while [ $# -gt 0 ]; do
         -r) RUNS=$2; shift 2 ;;
         --rate) RATE=$2; shift 2 ;;
         --scenarios) SCENARIOS=$2; shift 2 ;;
+        --destination) DEST=$2; shift 2 ;;
         --keep) KEEP=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -118,6 +128,10 @@ for v in N SIZE BATCH RUNS ${RATE:+RATE}; do
         exit 2
     fi
 done
+case "$DEST" in
+    sqlite|file) export RANDBENCH_DEST=$DEST ;;
+    *) echo "DEST must be sqlite or file, got '$DEST'" >&2; exit 2 ;;
+esac
 if [ "$N" -lt 2 ]; then
     echo "N must be at least 2" >&2
     exit 2
@@ -307,6 +321,54 @@ def cmd_create_stream(port, name, subject):
     })
 
 
+DEST = os.environ.get("RANDBENCH_DEST", "sqlite")
+
+
+def destination(target):
+    """The sink's destination: SQLite (`synchronous: full`) or the file destination (fsync
+    per batch) writing JSON lines into the directory `target`."""
+    if DEST == "file":
+        return {"type": "file", "directory": target, "prefix": "events", "fsync": True}
+    return {"type": "sqlite", "path": target, "table": "events", "synchronous": "full"}
+
+
+class Lines:
+    """Counts the whole lines appended to the file destination's .jsonl files, reading only
+    what is new since the last call, so polling a large output stays cheap."""
+
+    def __init__(self, directory):
+        self.dir, self.read, self.n = directory, {}, 0
+
+    def count(self):
+        try:
+            names = sorted(n for n in os.listdir(self.dir) if n.endswith(".jsonl"))
+        except FileNotFoundError:
+            return 0
+        for name in names:
+            with open(os.path.join(self.dir, name), "rb") as f:
+                f.seek(self.read.get(name, 0))
+                data = f.read()
+            whole = data.rfind(b"\n") + 1
+            self.n += data.count(b"\n", 0, whole)
+            self.read[name] = self.read.get(name, 0) + whole
+        return self.n
+
+
+def committed(target):
+    """(stream_sequence, delivered, subject) of every row or line, in commit order."""
+    if DEST == "file":
+        rows = []
+        for name in sorted(n for n in os.listdir(target) if n.endswith(".jsonl")):
+            with open(os.path.join(target, name), "rb") as f:
+                for line in f:
+                    r = json.loads(line)
+                    rows.append((r["stream_sequence"], r["delivered"], r["subject"]))
+        return rows
+    conn = sqlite3.connect(f"file:{target}?mode=ro", uri=True)
+    return conn.execute(
+        "SELECT stream_sequence, delivered, subject FROM events ORDER BY rowid").fetchall()
+
+
 def cmd_config(path, port, http_port, db, batch, scenario):
     source = {
         "stream": "RANDBENCH",
@@ -351,8 +413,7 @@ def cmd_config(path, port, http_port, db, batch, scenario):
         "sinks": {"bench": {
             "source": source,
             "delivery": delivery,
-            "destination": {"type": "sqlite", "path": db, "table": "events",
-                            "synchronous": "full"},
+            "destination": destination(db),
         }},
     }
     with open(path, "w") as f:
@@ -386,29 +447,49 @@ def count(conn):
         return 0  # table not created yet, or busy
 
 
-def cmd_watch(db, n, t0, pid, http_port, timeout, out_path):
-    """Polls SQLite until it holds n rows; records timings and the largest window."""
+def cpu_seconds(pid):
+    """User plus system CPU seconds a process has used so far (/proc), or None."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cmd_watch(db, n, t0, pid, http_port, timeout, out_path, nats_pid):
+    """Polls SQLite until it holds n rows; records timings, the largest window and the
+    CPU seconds the daemon and nats-server used until then."""
     n, t0, pid, timeout = int(n), float(t0), int(pid), float(timeout)
+    # The server's CPU from here on: the drain's, not the prefill's.
+    nats_before = cpu_seconds(nats_pid) or 0.0
     conn = None
+    lines = Lines(db) if DEST == "file" else None
     first = None
     win_max = 0
     last_scrape = 0.0
     while True:
         now = time.time()
         if now - t0 > timeout:
-            sys.exit(f"timed out after {timeout:.0f}s with {count(conn) if conn else 0} rows")
+            sys.exit(f"timed out after {timeout:.0f}s with "
+                     f"{lines.count() if lines else count(conn) if conn else 0} rows")
         try:
             os.kill(pid, 0)
         except OSError:
             sys.exit("the daemon exited before the table was full")
-        if conn is None and os.path.exists(db):
-            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
-        c = count(conn) if conn is not None else 0
+        if lines is not None:
+            c = lines.count()
+        else:
+            if conn is None and os.path.exists(db):
+                conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+            c = count(conn) if conn is not None else 0
         now = time.time()
         if c > 0 and first is None:
             first = now - t0
         if c >= n:
             wall = now - t0
+            cpu_j = cpu_seconds(pid)
+            cpu_n = (cpu_seconds(nats_pid) or nats_before) - nats_before
             break
         if now - last_scrape >= 0.2:
             last_scrape = now
@@ -419,7 +500,8 @@ def cmd_watch(db, n, t0, pid, http_port, timeout, out_path):
     m = scrape(http_port) or {}
     win_max = max(win_max, int(m.get("jetsink_randomizer_window", 0)))
     with open(out_path, "w") as f:
-        json.dump({"wall": wall, "first": first, "win_max": win_max}, f)
+        json.dump({"wall": wall, "first": first, "win_max": win_max,
+                   "cpu_j": cpu_j, "cpu_n": cpu_n}, f)
 
 
 def cmd_drained(port, stream, timeout, *consumers):
@@ -478,9 +560,7 @@ def cmd_analyze(db, n, watch_path, metrics_path, base_wall, drained, rc, name, r
     n = int(n)
     w = json.load(open(watch_path))
     m = json.load(open(metrics_path))
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    rows = conn.execute(
-        "SELECT stream_sequence, delivered, subject FROM events ORDER BY rowid").fetchall()
+    rows = committed(db)
     seqs = [r[0] for r in rows]
     rank = {s: i for i, s in enumerate(sorted(set(seqs)))}
     pos = [rank[s] for s in seqs]
@@ -528,6 +608,7 @@ def cmd_analyze(db, n, watch_path, metrics_path, base_wall, drained, rc, name, r
         "rel": None if rel == "-" else float(rel), "tau": tau, "disp": mean_disp,
         "dispn": mean_disp / n, "max_disp": max(disp, default=0), "deliv2": deliv2,
         "win_max": w["win_max"], "delayed": delayed, "batches": batches,
+        "cpu_j": w.get("cpu_j") or 0.0, "cpu_n": w.get("cpu_n") or 0.0,
         "check": "ok" if not problems else ",".join(problems),
     }
     print(row(result))
@@ -541,7 +622,7 @@ def row(r):
     return (f"{r['name']:<24} {r['wall']:7.2f} {r['first']:7.2f} {r['rate']:8.0f} {rel:>5} "
             f"{r['tau']:7.4f} {r['disp']:8.1f} {r['dispn']:7.4f} {int(r['max_disp']):8d} "
             f"{100 * r['deliv2']:6.1f}% {int(r['win_max']):7d} {int(r['delayed']):7d} "
-            f"{int(r['batches']):7d}  {r['check']}")
+            f"{int(r['batches']):7d} {r['cpu_j']:6.2f} {r['cpu_n']:6.2f}  {r['check']}")
 
 
 def cmd_summary(results_path):
@@ -554,7 +635,7 @@ def cmd_summary(results_path):
     for name, rs in by.items():
         med = {"name": name}
         for k in ("wall", "first", "rate", "tau", "disp", "dispn", "max_disp", "deliv2",
-                  "win_max", "delayed", "batches"):
+                  "win_max", "delayed", "batches", "cpu_j", "cpu_n"):
             med[k] = statistics.median(r[k] for r in rs)
         rels = [r["rel"] for r in rs if r["rel"] is not None]
         med["rel"] = statistics.median(rels) if rels else None
@@ -569,9 +650,9 @@ if __name__ == "__main__":
 PY
 H() { "$PYTHON" "$WORK/helper.py" "$@"; }
 
-HEADER=$(printf '%-24s %7s %7s %8s %5s %7s %8s %7s %8s %7s %7s %7s %7s  %s' \
+HEADER=$(printf '%-24s %7s %7s %8s %5s %7s %8s %7s %8s %7s %7s %7s %7s %6s %6s  %s' \
     scenario wall_s first_s msg/s rel tau disp disp/N max_disp deliv2 win_max delayed batches \
-    check)
+    cpu_j cpu_n check)
 
 # ---------------------------------------------------------------------------------------
 # One scenario: fresh server, prefill, timed drain, checks, analysis. Prints one row.
@@ -622,7 +703,9 @@ run_scenario() {
         "$JETSINK" publish "${publish_args[@]}" >"$dir/publish.log" 2>&1 \
             || { cat "$dir/publish.log" >&2; return 1; }
     fi
-    H config "$dir/jetsink.json" "$port" "$hport" "$dir/bench.db" "$BATCH" "$name" || return 1
+    local target="$dir/bench.db"
+    [ "$DEST" = file ] && target="$dir/out"
+    H config "$dir/jetsink.json" "$port" "$hport" "$target" "$BATCH" "$name" || return 1
     "$JETSINK" validate --config "$dir/jetsink.json" >"$dir/validate.log" 2>&1 \
         || { cat "$dir/validate.log" >&2; return 1; }
 
@@ -633,8 +716,8 @@ run_scenario() {
         "$JETSINK" publish "${publish_args[@]}" --rate "$RATE" >"$dir/publish.log" 2>&1 &
         echo $! >"$WORK/pids/publisher"
     fi
-    if ! H watch "$dir/bench.db" "$N" "$t0" "$(cat "$WORK/pids/daemon")" "$hport" \
-        "$TIMEOUT" "$dir/watch.json"; then
+    if ! H watch "$target" "$N" "$t0" "$(cat "$WORK/pids/daemon")" "$hport" \
+        "$TIMEOUT" "$dir/watch.json" "$(cat "$WORK/pids/nats")"; then
         NOTES+=("$name: drain failed; daemon log tail:")
         NOTES+=("$(tail -n 20 "$dir/daemon.log")")
         stop_pid publisher
@@ -659,7 +742,7 @@ run_scenario() {
     stop_pid nats
 
     local row status=0
-    row=$(H analyze "$dir/bench.db" "$N" "$dir/watch.json" "$dir/metrics.json" \
+    row=$(H analyze "$target" "$N" "$dir/watch.json" "$dir/metrics.json" \
         "$BASE_WALL" "$drained" "$rc" "$name" "$WORK/results.jsonl") || status=$?
     ROWS+=("$row")
     echo "$row"
@@ -684,7 +767,7 @@ log "nats-server:  $("$NATS_SERVER" --version)"
 log "work dir:     $WORK"
 COMMIT=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ -n "$RATE" ]; then MODE="published at $RATE msg/s during the drain"; else MODE="prefilled backlog"; fi
-echo "# randomization.sh: N=$N SIZE=$SIZE BATCH=$BATCH RUNS=$RUNS, $MODE, commit $COMMIT, $(nproc) CPUs, $("$NATS_SERVER" --version)"
+echo "# randomization.sh: N=$N SIZE=$SIZE BATCH=$BATCH RUNS=$RUNS, $MODE, destination $DEST, commit $COMMIT, $(nproc) CPUs, $("$NATS_SERVER" --version)"
 echo "$HEADER"
 idx=0
 for ((run = 1; run <= RUNS; run++)); do

@@ -3,7 +3,6 @@
 //! settler when full or on its timer, handed back at shutdown. What it holds is kept alive
 //! by the sink's keeper, which sees the buffer.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use async_nats::jetstream::AckKind;
@@ -16,8 +15,12 @@ use crate::pipeline::batch::Batch;
 use crate::pipeline::shuffle::FlushReason;
 
 impl Runner {
-    /// Adds a prepared batch to the shuffle buffer, and flushes the buffer when it is full
-    /// or its oldest message waited `flush_ms`.
+    /// Adds a prepared batch to the shuffle buffer, starts a flush when the buffer is full
+    /// or its oldest message waited `flush_ms` (and no flush is being written), then writes
+    /// the flush's next part. So the next buffer fills, a pull at a time, while the one
+    /// before is written, a part at a time: pulling and writing overlap as they do without
+    /// a buffer. Only while the filling buffer could not take another pull does the flush
+    /// go on without pulling.
     pub(super) async fn shuffle_in(&mut self, batch: Batch) {
         let Some(sh) = self.shuffle.as_mut() else {
             return;
@@ -30,18 +33,30 @@ impl Runner {
                 .buffer(Arc::new(batch.replies.clone()))
                 .await;
             sh.buffer.push(batch, now);
-            sh.metrics.buffered.set(sh.buffer.len() as i64);
+            sh.show_buffered();
         }
-        if let Some(reason) = sh.buffer.due(now) {
-            self.flush(reason).await;
+        loop {
+            let Some(sh) = self.shuffle.as_mut() else {
+                return;
+            };
+            if sh.parts.is_empty() {
+                match sh.buffer.due(sh.now_ms()) {
+                    Some(reason) => self.start_flush(reason).await,
+                    None => return,
+                }
+            }
+            if !self.write_part().await {
+                return;
+            }
+            if self.shuffle.as_ref().is_some_and(|sh| sh.buffer.has_room()) {
+                return;
+            }
         }
     }
 
-    /// Takes the buffer (shuffled into batches, or whole as one batch) and settles it
-    /// batch by batch: each batch is ACKed by the settler after it committed. The batches
-    /// still waiting stay in the keeper's buffer; once shutdown begins they are handed
-    /// back (NAK) instead of written.
-    async fn flush(&mut self, reason: FlushReason) {
+    /// Takes the buffer (shuffled into batches, or whole as one batch) as the parts of a
+    /// flush; the keeper sees them move from the buffer to the flush in one step.
+    async fn start_flush(&mut self, reason: FlushReason) {
         let Some(sh) = self.shuffle.as_mut() else {
             return;
         };
@@ -51,40 +66,40 @@ impl Runner {
         }
         tracing::debug!(sink = %self.puller.spec().name, messages = sh.buffer.len(), reason = reason.as_str(), "{} buffer flushed", sh.what);
         let mut parts = sh.buffer.take(&mut sh.rng);
-        let mut waiting: VecDeque<Arc<Vec<Subject>>> =
-            parts.iter().map(|b| Arc::new(b.replies.clone())).collect();
+        sh.waiting = parts.iter().map(|b| Arc::new(b.replies.clone())).collect();
         parts.reverse();
-        let metrics = sh.metrics.clone();
-        while let Some(part) = parts.pop() {
-            if self.stop.stopping() {
-                parts.push(part);
-                break;
-            }
-            let Some(mine) = waiting.pop_front() else {
-                break;
-            };
-            metrics
-                .buffered
-                .set(waiting.iter().map(|w| w.len()).sum::<usize>() as i64);
-            self.settler
-                .keeper()
-                .hand_over(mine, waiting.iter().cloned().collect())
-                .await;
-            self.metrics.inflight.set(part.envelopes.len() as i64);
-            self.settler
-                .settle(part, &mut self.ahead, &mut self.stop)
-                .await;
-            self.metrics.inflight.set(0);
+        sh.parts = parts;
+        let waiting = sh.waiting.iter().cloned().collect();
+        self.settler.keeper().start_flush(waiting).await;
+    }
+
+    /// Writes the next part of the flush, ACKed by the settler after it committed, with the
+    /// next pull in flight meanwhile when the filling buffer has room for it. Once shutdown
+    /// begins nothing more is written: the parts left are handed back with the buffer.
+    /// Returns whether a part was written.
+    async fn write_part(&mut self) -> bool {
+        if self.stop.stopping() {
+            return false;
         }
-        self.settler.keeper().clear_buffer().await;
-        let rest: Vec<Subject> = parts.into_iter().flat_map(|b| b.replies).collect();
-        metrics.buffered.set(0);
-        if !rest.is_empty() {
-            self.settler
-                .acknowledger()
-                .send(rest, AckKind::Nak(None))
-                .await;
+        let Some(sh) = self.shuffle.as_mut() else {
+            return false;
+        };
+        let (Some(part), Some(mine)) = (sh.parts.pop(), sh.waiting.pop_front()) else {
+            return false;
+        };
+        let room = sh.buffer.has_room();
+        sh.show_buffered();
+        let rest = sh.waiting.iter().cloned().collect();
+        self.settler.keeper().hand_over(mine, rest).await;
+        if room && self.settler.healthy() {
+            self.puller.pull_ahead(&mut self.ahead).await;
         }
+        self.metrics.inflight.set(part.envelopes.len() as i64);
+        self.settler
+            .settle(part, &mut self.ahead, &mut self.stop)
+            .await;
+        self.metrics.inflight.set(0);
+        true
     }
 
     /// At shutdown: hands the unwritten buffer back (NAK without delay), so
@@ -94,7 +109,9 @@ impl Runner {
             return;
         };
         self.settler.keeper().clear_buffer().await;
-        let replies = sh.buffer.take_replies();
+        let mut replies: Vec<Subject> = sh.parts.drain(..).rev().flat_map(|b| b.replies).collect();
+        sh.waiting.clear();
+        replies.extend(sh.buffer.take_replies());
         sh.metrics.buffered.set(0);
         if replies.is_empty() {
             return;

@@ -20,7 +20,8 @@
 //!
 //! Throughput: while a batch is written, the next one is pulled and prepared by a
 //! background task, and the ACKs of a committed batch are sent by another while the next
-//! batch is written. The next pull only starts while the destination is healthy, so a
+//! batch is written. With a buffer stage (the shuffler, an s3 rollover) the next buffer
+//! fills the same way while the parts of the flush before it are written. The next pull only starts while the destination is healthy, so a
 //! failing destination holds at most the batch in hand and one pulled ahead, both kept
 //! alive with progress acknowledgements.
 //!
@@ -56,16 +57,18 @@ use super::outstanding::Outstanding;
 use super::puller::{Ahead, Pulled, Puller};
 use super::reconfirm::{self, Recent};
 use super::settle::{Settler, SettlerParts, Stop};
-use super::shuffle::{Mode, ShuffleBuffer};
 use crate::config::randomizer::AdaptiveSource;
 use crate::config::SinkSpec;
 use crate::dlq::DeadLetters;
 use crate::health::SinkHealth;
 use crate::nats::Drops;
-use crate::pipeline::metrics::{BufferMetrics, SinkMetrics};
+use crate::pipeline::metrics::SinkMetrics;
 use crate::sinks::Sink;
 
 mod buffer;
+mod buffer_stage;
+
+use buffer_stage::Shuffle;
 
 /// Everything one sink's loop needs.
 pub struct Runner {
@@ -102,58 +105,6 @@ struct Delay {
     /// The server's outstanding count, which the backlog watcher feeds: read by a stage
     /// fed by the server.
     outstanding: Outstanding,
-}
-
-/// The buffer stage: the buffer, and the clock and rng it is given. What it holds is kept
-/// alive by the sink's keeper, which sees the buffer.
-struct Shuffle {
-    buffer: ShuffleBuffer,
-    /// `"shuffle"` or `"rollover"`, for the log.
-    what: &'static str,
-    metrics: BufferMetrics,
-    /// Origin of the buffer's millisecond clock.
-    origin: Instant,
-    rng: StdRng,
-}
-
-impl Shuffle {
-    /// The buffer stage the sink's settings ask for, if any: `delivery.shuffle` shuffles,
-    /// a destination that accumulates gets its batches written whole.
-    fn for_sink(spec: &SinkSpec, m: &SinkMetrics) -> Option<Shuffle> {
-        let batch_size = spec.delivery.batch_size;
-        let (buffer, what, metrics) = match (&spec.delivery.shuffle, spec.destination.accumulate())
-        {
-            (Some(cfg), _) => (
-                ShuffleBuffer::new(Mode::Shuffle, cfg.buffer, cfg.flush_ms, batch_size),
-                "shuffle",
-                m.shuffle.clone(),
-            ),
-            (None, Some(a)) => (
-                ShuffleBuffer::new(Mode::Whole, a.messages, a.flush_ms, batch_size),
-                "rollover",
-                m.rollover.clone(),
-            ),
-            (None, None) => return None,
-        };
-        Some(Shuffle {
-            buffer,
-            what,
-            metrics,
-            origin: Instant::now(),
-            rng: StdRng::from_os_rng(),
-        })
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.origin.elapsed().as_millis() as u64
-    }
-
-    /// When the buffer's flush timer fires, if it holds anything.
-    fn deadline(&self) -> Option<Instant> {
-        self.buffer
-            .deadline_ms()
-            .map(|ms| self.origin + Duration::from_millis(ms))
-    }
 }
 
 /// The JetStream side of a runner: the context (for ACKs and re-binding), the bound
