@@ -54,6 +54,9 @@ Scenarios (--scenarios, space-separated; default: all of the following):
   rand:P:MIN:MAX:WINDOW    randomizer on: process_immediately_probability P, delays
                            MIN-MAX ms, max_window WINDOW, adaptive: true (not the
                            default, which is false)
+  rand:P:MIN:MAX:WINDOW:default
+                           the same with `adaptive` left at its default (false: the
+                           source document's fixed probability; not in the default list)
   buckets:K                K random subject buckets (publish --bucket-prefix/--buckets,
                            source.buckets, stream subjects <prefix>.*), randomizer off
   buckets:K:reshuffle:S    K buckets, one random order kept for S pulls in a row
@@ -141,7 +144,7 @@ if [ "$BATCH" -gt 10000 ]; then
     exit 2
 fi
 for s in $SCENARIOS; do
-    if ! [[ $s =~ ^(off|rand:(0?\.[0-9]+|1(\.0*)?):[0-9]+:[0-9]+:[0-9]+|buckets:[0-9]+(:concurrent|:reshuffle:[0-9]+)?|shuffle:[0-9]+)$ ]]; then
+    if ! [[ $s =~ ^(off|rand:(0?\.[0-9]+|1(\.0*)?):[0-9]+:[0-9]+:[0-9]+(:default)?|buckets:[0-9]+(:concurrent|:reshuffle:[0-9]+)?|shuffle:[0-9]+)$ ]]; then
         echo "bad scenario '$s' (see --help)" >&2
         exit 2
     fi
@@ -383,7 +386,7 @@ def cmd_config(path, port, http_port, db, batch, scenario):
     if kind == "off":
         source["subjects"] = "randbench.jobs"
     elif kind == "rand":
-        p, lo, hi, window = args
+        p, lo, hi, window = args[:4]
         source["subjects"] = "randbench.jobs"
         delivery["randomizer"] = {
             "enabled": True,
@@ -391,8 +394,9 @@ def cmd_config(path, port, http_port, db, batch, scenario):
             "min_delay_ms": int(lo),
             "max_delay_ms": int(hi),
             "max_window": int(window),
-            "adaptive": True,
         }
+        if args[4:] != ["default"]:
+            delivery["randomizer"]["adaptive"] = True
     elif kind == "buckets":
         source["buckets"] = {"prefix": "randbench.bucket", "count": int(args[0])}
         if args[1:] == ["concurrent"]:
