@@ -75,12 +75,8 @@ async fn dlq_messages(
 
 /// The highest stream sequence below which every message is ACKed.
 async fn ack_floor(js: &jetstream::Context) -> u64 {
-    js.get_stream("POISON")
+    common::consumer_info(js, "POISON", "jetsink")
         .await
-        .unwrap()
-        .consumer_info("jetsink")
-        .await
-        .unwrap()
         .ack_floor
         .stream_sequence
 }
@@ -136,13 +132,7 @@ async fn one_poison_among_500_commits_499_and_dead_letters_one_with_every_header
     assert!(!h("Jetsink-Failed-At").is_empty());
     assert_eq!(h("Nats-Msg-Id"), "main:POISON:138");
     // Nothing is redelivered: the consumer never delivered a message twice.
-    let info = js
-        .get_stream("POISON")
-        .await
-        .unwrap()
-        .consumer_info("jetsink")
-        .await
-        .unwrap();
+    let info = common::consumer_info(&js, "POISON", "jetsink").await;
     assert_eq!(info.num_redelivered, 0);
     assert_eq!(
         metric(
@@ -238,13 +228,7 @@ async fn without_a_dead_letter_queue_the_poison_stays_unacked_and_comes_back() {
         Duration::from_secs(20),
         "the poison is redelivered",
         || async {
-            let info = js
-                .get_stream("POISON")
-                .await
-                .unwrap()
-                .consumer_info("jetsink")
-                .await
-                .unwrap();
+            let info = common::consumer_info(&js, "POISON", "jetsink").await;
             info.num_redelivered >= 1 || info.delivered.consumer_sequence > 51
         },
     )
@@ -391,13 +375,7 @@ async fn an_outage_of_several_seconds_dead_letters_nothing_and_loses_nothing() {
         dlq_messages(&js).await.is_empty(),
         "an outage is not a reason to dead-letter"
     );
-    let info = js
-        .get_stream("POISON")
-        .await
-        .unwrap()
-        .consumer_info("jetsink")
-        .await
-        .unwrap();
+    let info = common::consumer_info(&js, "POISON", "jetsink").await;
     assert_eq!(info.num_redelivered, 0, "no delivery budget was burnt");
     d.stop_cleanly();
 }

@@ -390,13 +390,7 @@ async fn nothing_is_acked_before_the_endpoint_answers_2xx() {
         || async { receiver.answered("500") >= 3 },
     )
     .await;
-    let info = js
-        .get_stream("HTTPA")
-        .await
-        .unwrap()
-        .consumer_info("jetsink")
-        .await
-        .unwrap();
+    let info = common::consumer_info(&js, "HTTPA", "jetsink").await;
     assert!(info.num_ack_pending > 0, "the batch is held, not released");
     assert_eq!(info.ack_floor.stream_sequence, 0, "nothing ACKed while 500");
     assert!(receiver.distinct().is_empty());

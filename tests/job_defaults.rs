@@ -68,13 +68,8 @@ async fn a_job_queue_sink_that_sets_nothing_gets_ack_wait_60_s_and_max_deliver_4
         }
     })
     .await;
-    let info = js
-        .get_stream("JOBS")
+    let info = common::consumer_info(&js, "JOBS", "workers")
         .await
-        .unwrap()
-        .consumer_info("workers")
-        .await
-        .unwrap()
         .config
         .clone();
     assert_eq!(info.ack_wait, Duration::from_secs(60), "{info:?}");

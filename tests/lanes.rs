@@ -517,14 +517,7 @@ async fn an_invalid_priority_fails_only_its_message_which_stays_unacked_comes_ba
         || async { consumer_state(&js, "BAD", "jetsink").await == (0, 2) },
     )
     .await;
-    let info = js
-        .get_stream("BAD")
-        .await
-        .unwrap()
-        .consumer_info("jetsink")
-        .await
-        .unwrap()
-        .clone();
+    let info = common::consumer_info(&js, "BAD", "jetsink").await;
     assert!(info.num_redelivered >= 2, "redelivered: {info:?}");
     assert_eq!(sqlite_count(&db, "events"), 3, "still not written");
 

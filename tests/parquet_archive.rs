@@ -411,14 +411,7 @@ where
     daemon.kill();
     let first_log = daemon.log_text();
     let left = rows().await;
-    let info = js
-        .get_stream(stream)
-        .await
-        .unwrap()
-        .consumer_info("jetsink")
-        .await
-        .unwrap()
-        .clone();
+    let info = common::consumer_info(js, stream, "jetsink").await;
     assert_eq!(info.ack_floor.stream_sequence, 0, "nothing was ever ACKed");
     assert!(
         info.num_ack_pending >= left,

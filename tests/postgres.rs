@@ -460,13 +460,7 @@ async fn a_write_longer_than_ack_wait_is_kept_alive_and_nothing_is_redelivered()
         consumer_state(&js, "PGSLOW", "jetsink").await == (0, 0)
     })
     .await;
-    let info = js
-        .get_stream("PGSLOW")
-        .await
-        .unwrap()
-        .consumer_info("jetsink")
-        .await
-        .unwrap();
+    let info = common::consumer_info(&js, "PGSLOW", "jetsink").await;
     assert_eq!(
         info.num_redelivered, 0,
         "progress kept every message of a slow write alive"

@@ -128,13 +128,7 @@ async fn randomized_delivery_lands_everything_once_out_of_order_within_the_windo
     // would absorb a second write): every message is ACKed, and the server made exactly
     // one delivery per message plus one per randomizer delay. A message committed and then
     // delivered again (a lost or late ACK) would be one delivery more.
-    let info = js
-        .get_stream("SHUFFLE")
-        .await
-        .unwrap()
-        .consumer_info("jetsink")
-        .await
-        .unwrap();
+    let info = common::consumer_info(&js, "SHUFFLE", "jetsink").await;
     assert_eq!(
         info.ack_floor.stream_sequence, N as u64,
         "every message ACKed"

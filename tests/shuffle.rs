@@ -378,14 +378,7 @@ async fn the_next_buffer_is_pulled_while_a_flush_is_written() {
         },
     )
     .await;
-    let info = js
-        .get_stream("SHUFO")
-        .await
-        .unwrap()
-        .consumer_info("jetsink")
-        .await
-        .unwrap()
-        .clone();
+    let info = common::consumer_info(&js, "SHUFO", "jetsink").await;
     assert_eq!(
         (info.num_ack_pending, info.ack_floor.stream_sequence),
         (150, 0),

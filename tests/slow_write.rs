@@ -76,13 +76,7 @@ async fn blocked_past_redelivery(consumer: serde_json::Value) {
         consumer_state(&js, "SLOW", "to-db").await == (0, 0)
     })
     .await;
-    let info = js
-        .get_stream("SLOW")
-        .await
-        .unwrap()
-        .consumer_info("to-db")
-        .await
-        .unwrap();
+    let info = common::consumer_info(&js, "SLOW", "to-db").await;
     // One delivery per message: had AckWait run out during the blocked write, the
     // server would have delivered some messages again.
     assert_eq!(

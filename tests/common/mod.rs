@@ -432,10 +432,19 @@ pub fn jetsink_within(
     status.map(|s| (s.code().unwrap_or(-1), read(&out_path), read(&err_path)))
 }
 
+/// The server's view of a consumer now: what the tests wait on and assert against.
+pub async fn consumer_info(
+    js: &jetstream::Context,
+    stream: &str,
+    consumer: &str,
+) -> jetstream::consumer::Info {
+    let s = js.get_stream(stream).await.expect("stream");
+    s.consumer_info(consumer).await.expect("consumer info")
+}
+
 /// What the consumer has delivered so far: (last consumer sequence, redelivered count).
 pub async fn delivered_so_far(js: &jetstream::Context, stream: &str) -> (u64, usize) {
-    let s = js.get_stream(stream).await.unwrap();
-    let info = s.consumer_info("jetsink").await.unwrap();
+    let info = consumer_info(js, stream, "jetsink").await;
     (info.delivered.consumer_sequence, info.num_redelivered)
 }
 
@@ -621,8 +630,7 @@ async fn settle_acks(
 
 /// (num_pending, num_ack_pending) of a consumer.
 pub async fn consumer_state(js: &jetstream::Context, stream: &str, consumer: &str) -> (u64, usize) {
-    let s = js.get_stream(stream).await.expect("stream");
-    let info = s.consumer_info(consumer).await.expect("consumer info");
+    let info = consumer_info(js, stream, consumer).await;
     (info.num_pending, info.num_ack_pending)
 }
 
