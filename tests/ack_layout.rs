@@ -53,8 +53,7 @@ async fn a_stream_served_with_v2_ack_subjects_drains_committed_and_acked() {
         Duration::from_secs(20),
         "ACK floor at the last message",
         || async {
-            let s = js.get_stream("ACKV2").await.unwrap();
-            let i = s.consumer_info("jetsink").await.unwrap();
+            let i = common::consumer_info(&js, "ACKV2", "jetsink").await;
             i.ack_floor.stream_sequence == N as u64 && i.num_ack_pending == 0 && i.num_pending == 0
         },
     )

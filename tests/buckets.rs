@@ -189,8 +189,7 @@ async fn drain_buckets_with_filters(
             || async { consumer_state(&js, "JOBS", name).await == (0, 0) },
         )
         .await;
-        let stream = js.get_stream("JOBS").await.unwrap();
-        let info = stream.consumer_info(name.as_str()).await.unwrap();
+        let info = common::consumer_info(&js, "JOBS", name).await;
         let c = &info.config;
         filters.push(match c.filter_subjects.is_empty() {
             true => vec![c.filter_subject.clone()],

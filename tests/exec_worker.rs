@@ -297,8 +297,7 @@ async fn in_a_batch_the_jobs_that_succeed_are_acked_while_one_that_asks_for_late
         Duration::from_secs(20),
         "the later job is redelivered, alone unacked",
         || async {
-            let s = js.get_stream("JOBS").await.unwrap();
-            let info = s.consumer_info("workers").await.unwrap();
+            let info = common::consumer_info(&js, "JOBS", "workers").await;
             info.num_redelivered >= 1
                 && info.num_ack_pending <= 1
                 && info.ack_floor.stream_sequence >= 1
@@ -410,8 +409,7 @@ async fn kept_alive_across_two_instances(source: serde_json::Value) {
         },
     )
     .await;
-    let s = js.get_stream("JOBS").await.unwrap();
-    let info = s.consumer_info("workers").await.unwrap();
+    let info = common::consumer_info(&js, "JOBS", "workers").await;
     assert_eq!(info.num_redelivered, 0, "no redelivery while it runs");
     let gate = fifo.clone();
     tokio::task::spawn_blocking(move || std::fs::write(gate, b"go\n"))

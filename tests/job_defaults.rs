@@ -68,10 +68,7 @@ async fn a_job_queue_sink_that_sets_nothing_gets_ack_wait_60_s_and_max_deliver_4
         }
     })
     .await;
-    let info = common::consumer_info(&js, "JOBS", "workers")
-        .await
-        .config
-        .clone();
+    let info = common::consumer_info(&js, "JOBS", "workers").await.config;
     assert_eq!(info.ack_wait, Duration::from_secs(60), "{info:?}");
     assert_eq!(info.max_deliver, 4, "{info:?}");
     d.stop_cleanly();
@@ -80,8 +77,7 @@ async fn a_job_queue_sink_that_sets_nothing_gets_ack_wait_60_s_and_max_deliver_4
     let cfg = job_config(&server, json!({"ack_wait_ms": 5000, "max_deliver": -1}));
     let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
     eventually(Duration::from_secs(20), "the settings updated", || async {
-        let s = js.get_stream("JOBS").await.unwrap();
-        let c = s.consumer_info("workers").await.unwrap().config.clone();
+        let c = common::consumer_info(&js, "JOBS", "workers").await.config;
         c.ack_wait == Duration::from_secs(5) && c.max_deliver == -1
     })
     .await;

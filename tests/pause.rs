@@ -101,8 +101,7 @@ impl Running {
     }
 
     async fn consumer(&self) -> async_nats::jetstream::consumer::Info {
-        let s = self.js.get_stream(STREAM).await.unwrap();
-        s.consumer_info("jetsink").await.unwrap()
+        common::consumer_info(&self.js, STREAM, "jetsink").await
     }
 
     async fn stream_messages(&self) -> u64 {
@@ -301,10 +300,7 @@ async fn what_the_sink_holds_when_paused_is_still_written_and_acked() {
         200,
     )
     .await;
-    let info = || async {
-        let s = js.get_stream("HELD").await.unwrap();
-        s.consumer_info("to-db").await.unwrap()
-    };
+    let info = || async { common::consumer_info(&js, "HELD", "to-db").await };
     daemon
         .eventually(Duration::from_secs(60), "messages in hand", || async {
             info().await.num_ack_pending > 0

@@ -47,8 +47,7 @@ async fn consumers(js: &jetstream::Context, stream: &str) -> Vec<String> {
 
 /// (delivered stream sequence, ack floor stream sequence) of the sink's durable consumer.
 async fn durable(js: &jetstream::Context, stream: &str) -> (u64, u64) {
-    let s = js.get_stream(stream).await.expect("stream");
-    let i = s.consumer_info("jetsink").await.expect("consumer info");
+    let i = common::consumer_info(js, stream, "jetsink").await;
     (i.delivered.stream_sequence, i.ack_floor.stream_sequence)
 }
 

@@ -138,12 +138,12 @@ def pct(xs, q):
 for subj in ("work.urgent", "work.routine"):
     lat = [(t(w) - t(p)) * 1000 for s, p, w, _ in rows if s == subj]
     print(f"{mode:9} {subj:13} n={len(lat):6} p50={pct(lat,.5):8.0f} ms  p99={pct(lat,.99):8.0f} ms")
-# The commit span (first row written to last, jetsink's own timestamps) is the drain's
-# throughput without the start-up (connecting, binding one or three consumers).
-written = [t(w) for _, _, w, _ in rows]
 # One timestamp per batch: the count of batches each lane was written in.
 for subj in ("work.urgent", "work.routine"):
     print(f"{mode:9} {subj:13} batches={len({w for s, _, w, _ in rows if s == subj})}")
+# The commit span (first row written to last, jetsink's own timestamps) is the drain's
+# throughput without the start-up (connecting, binding one or three consumers).
+written = [t(w) for _, _, w, _ in rows]
 span = max(written) - min(written)
 print(f"{mode:9} drained {total} in {wall:.2f} s from daemon start; commit span {span:.2f} s ({total / span:.0f} msg/s); CPU s jetsink {cpu_j}, nats-server {cpu_n}")
 PY
