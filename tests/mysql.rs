@@ -93,6 +93,10 @@ impl TestDatabase for My {
         c
     }
 
+    fn lock_waiters() -> &'static str {
+        "information_schema.PROCESSLIST WHERE DB = DATABASE() AND STATE LIKE 'Waiting for table%'"
+    }
+
     async fn record_connections(&self, table: &str) {
         self.exec("CREATE TABLE seen (seq BIGINT UNSIGNED, conn BIGINT UNSIGNED)")
             .await;

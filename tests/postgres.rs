@@ -57,6 +57,10 @@ impl TestDatabase for Pg {
         c
     }
 
+    fn lock_waiters() -> &'static str {
+        "pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    }
+
     async fn record_connections(&self, table: &str) {
         self.exec(&format!(
             "CREATE TABLE seen (seq bigint, conn int); \

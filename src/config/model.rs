@@ -152,7 +152,7 @@ impl SinkSpec {
             None => " (must exist)".to_string(),
         };
         out.push_str(&format!(
-            "  {name}:\n    stream:      {stream}{create}\n    consumer:    {consumer} (filter {filter}, ack_wait {aw} ms, max_deliver {md}, max_ack_pending {map})\n    delivery:    batch {bs}, {bytes} bytes max, wait {bt} ms\n    destination: {dest}\n",
+            "  {name}:\n    stream:      {stream}{create}\n    consumer:    {consumer} (filter {filter}, ack_wait {aw} ms, max_deliver {md}, max_ack_pending {map})\n    delivery:    batch {bs}, {bytes} bytes max, wait {bt} ms{flight}\n    destination: {dest}\n",
             name = s.name,
             stream = s.source.stream,
             consumer = s.source.consumer,
@@ -162,6 +162,10 @@ impl SinkSpec {
             bs = s.delivery.batch_size,
             bytes = s.delivery.max_batch_bytes,
             bt = s.delivery.batch_timeout_ms,
+            flight = match s.delivery.batches_in_flight {
+                1 => String::new(),
+                n => format!(", {n} batches in flight"),
+            },
             dest = s.destination.describe(),
         ));
         let jd = s.job_defaults;

@@ -215,6 +215,14 @@ pub struct DeliveryConfig {
     /// write them in batches; absent by default. Not with the randomizer or priority lanes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shuffle: Option<ShuffleConfig>,
+    /// Batches written at once, 1 or 2. Default 1: each batch is written after the one
+    /// before committed. 2 (PostgreSQL and MySQL only, a second set of connections) writes
+    /// the next batch while the one before commits — each still ACKed after its own
+    /// commit, but two batches may commit in either order; not with the randomizer, the
+    /// shuffler, job-queue `results` or `idempotency_key: "message_id"`, and only into a
+    /// table keyed by the message.
+    #[serde(default = "default_batches_in_flight")]
+    pub batches_in_flight: u32,
 }
 
 impl Default for DeliveryConfig {
@@ -229,6 +237,7 @@ impl Default for DeliveryConfig {
             priority_lanes: PriorityLanesConfig::default(),
             randomizer: RandomizerConfig::default(),
             shuffle: None,
+            batches_in_flight: default_batches_in_flight(),
         }
     }
 }
@@ -355,6 +364,9 @@ fn default_batch_timeout_ms() -> u64 {
 }
 fn default_shutdown_timeout_ms() -> u64 {
     10_000
+}
+fn default_batches_in_flight() -> u32 {
+    1
 }
 fn default_initial_backoff_ms() -> u64 {
     100

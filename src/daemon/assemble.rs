@@ -18,7 +18,7 @@ use crate::nats::{bind, capacity::capacity, Bound, Connection, Needs};
 use crate::pipeline::outstanding::Outstanding;
 use crate::pipeline::pause::Pause;
 use crate::pipeline::{Binding, Observers, Runner, SinkMetrics, Stages};
-use crate::sinks::{self, Sink};
+use crate::sinks::{self, Sink, SinkError};
 
 /// The runners, and the tasks beside them that end on shutdown.
 #[derive(Default)]
@@ -76,6 +76,7 @@ async fn one(
         .max()
         .unwrap_or(0);
     let sink = open_destination(spec, delivered_up_to).await?;
+    let second = second_writer(spec, sink.as_ref(), delivered_up_to).await?;
     health.destination_ok();
     tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
     log_encryption(spec);
@@ -107,7 +108,8 @@ async fn one(
         shared.shutdown.clone(),
     )
     .with_results(results)
-    .with_tracer(shared.telemetry.map(|t| t.tracer(&spec.name)));
+    .with_tracer(shared.telemetry.map(|t| t.tracer(&spec.name)))
+    .with_second_writer(second);
     out.background
         .push(watch.backlog(&bound, backlog, runner.pause(), runner.outstanding()));
     out.runners.push(runner);
@@ -167,6 +169,35 @@ async fn open_destination(
         source,
     })?;
     Ok(sink)
+}
+
+/// With `delivery.batches_in_flight` 2: a second writer of the destination, opened, once
+/// the first (`opened`) showed that batches may commit in either order.
+async fn second_writer(
+    spec: &SinkSpec,
+    opened: &dyn Sink,
+    delivered_up_to: u64,
+) -> Result<Option<Box<dyn Sink>>, DaemonError> {
+    if spec.delivery.batches_in_flight < 2 {
+        return Ok(None);
+    }
+    if !opened.commits_in_any_order() {
+        let setting = format!("{}.batches_in_flight", spec.paths.delivery);
+        return Err(DaemonError::Open {
+            sink: spec.name.clone(),
+            destination: spec.destination.describe(),
+            source: SinkError::Misconfigured {
+                message: format!(
+                    "{setting}: 2 needs a table keyed by the message (its key from \
+                     $idempotency_key, or $stream and $stream_sequence), so two batches \
+                     committing in either order never overwrite each other; this table's \
+                     key comes from elsewhere: keep 1"
+                ),
+            },
+            setting,
+        });
+    }
+    open_destination(spec, delivered_up_to).await.map(Some)
 }
 
 /// Says which keys encrypt the sink's payloads: ids and fingerprints only, key material

@@ -1,12 +1,14 @@
 //! The one `+WPI` clock of a sink: everything the sink holds unacknowledged is kept alive
 //! from the moment its pull returns until the moment its own acknowledgement is sent.
 //!
-//! A sink holds messages in three places: the batch pulled ahead (left in the [`Slot`] by
+//! A sink holds messages in four places: the batch pulled ahead (left in the [`Slot`] by
 //! the pull task), the batch in hand (being refused, randomized, written, split, retried
-//! or disposed of), and the buffer of a shuffler or an s3 rollover. The keeper sees all
-//! three in one [`Held`] behind one lock, so a message moving between them (pulled-ahead →
-//! in hand, buffer → in hand) is never outside the keeper's view, and the clock is never
-//! restarted by a hand-off: it ticks at a fixed cadence whatever moves. Each message thus
+//! or disposed of), a batch written ahead while the one in hand settles
+//! (`delivery.batches_in_flight`), and the buffer of a shuffler or an s3 rollover. The
+//! keeper sees all of them in one [`Held`] behind one lock, so a message moving between
+//! them (pulled-ahead → written ahead → in hand, buffer → in hand) is never outside the
+//! keeper's view, and the clock is never restarted by a hand-off: it ticks at a fixed
+//! cadence whatever moves. Each message thus
 //! goes at most one tick without a `+WPI` (or the delivery itself): the gap never exceeds
 //! the cadence, which is half the shortest redelivery interval the consumer has
 //! ([`crate::config::SourceConfig::shortest_redelivery`]: AckWait, or the shortest
@@ -18,6 +20,7 @@
 //! back to AckWait). The tick runs in a task of its own, so it fires on time even while a
 //! write blocks the runner's thread (file and SQLite, in `block_in_place`).
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
@@ -45,6 +48,9 @@ struct Held {
     /// The parts of a flush still to be written, one list per part: the buffer filled
     /// before, while the next one fills.
     flushing: Vec<Arc<Vec<Subject>>>,
+    /// Batches taken from the slot and written ahead (`delivery.batches_in_flight`), oldest
+    /// first: their writes run while the batch in hand settles.
+    writing: VecDeque<Arc<Vec<Subject>>>,
 }
 
 impl Held {
@@ -63,7 +69,12 @@ impl Held {
             .filter(|(_, done)| !**done)
             .map(|(r, _)| r.clone())
             .collect();
-        for part in self.buffer.iter().chain(&self.flushing) {
+        for part in self
+            .buffer
+            .iter()
+            .chain(&self.flushing)
+            .chain(&self.writing)
+        {
             out.extend(part.iter().cloned());
         }
         if let Some(p) = &self.ahead {
@@ -97,6 +108,30 @@ impl Slot {
         let p = held.ahead.take()?;
         held.set_hand(Arc::new(p.all_replies().cloned().collect()));
         Some(p)
+    }
+
+    /// Takes the batch pulled ahead to be written ahead, in one step (the keeper sees it
+    /// waiting or being written, never neither) — only a batch the runner has nothing to
+    /// do with before its write: nothing refused early and nothing past a replay's bound.
+    pub(super) async fn take_to_write(&self) -> Option<Prepared> {
+        let mut held = self.0.lock().await;
+        let ready = held.ahead.as_ref().is_some_and(|p| {
+            p.refused.is_empty() && p.beyond.is_empty() && !p.batch.envelopes.is_empty()
+        });
+        if !ready {
+            return None;
+        }
+        let p = held.ahead.take()?;
+        held.writing.push_back(Arc::new(p.batch.replies.clone()));
+        Some(p)
+    }
+
+    /// Takes the oldest batch written ahead into the runner's hand, in one step.
+    pub(super) async fn hand_written(&self) {
+        let mut held = self.0.lock().await;
+        if let Some(replies) = held.writing.pop_front() {
+            held.set_hand(replies);
+        }
     }
 }
 

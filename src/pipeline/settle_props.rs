@@ -312,7 +312,7 @@ fn run(case: &Case) -> (Vec<(Instant, Event)>, Instant, Vec<u64>) {
         let start = Instant::now();
         let mut ahead = Ahead::new("t", settler.keeper().slot());
         settler
-            .settle(batch_of(&pairs), &mut ahead, &mut stop)
+            .settle(batch_of(&pairs), None, &mut ahead, &mut stop)
             .await;
         settler
             .finish(&mut ahead, Instant::now() + Duration::from_secs(3_600))

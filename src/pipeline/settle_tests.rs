@@ -111,7 +111,7 @@ impl Rig {
     async fn settle(&mut self, seqs: std::ops::RangeInclusive<u64>) {
         let mut ahead = self.ahead();
         self.settler
-            .settle(batch(seqs), &mut ahead, &mut self.stop)
+            .settle(batch(seqs), None, &mut ahead, &mut self.stop)
             .await;
         self.settler.finish(&mut ahead, far()).await;
     }
@@ -318,7 +318,7 @@ async fn a_transient_failure_holds_with_keep_alive_and_acks_only_after_the_commi
     .await;
     let started = tokio::time::Instant::now();
     r.settler
-        .settle(batch(1..=3), &mut ahead, &mut r.stop)
+        .settle(batch(1..=3), None, &mut ahead, &mut r.stop)
         .await;
     r.settler.finish(&mut r.ahead(), far()).await;
     // Backoff 8 s then 16 s: the commit comes 24 s in, on the paused clock.
@@ -415,7 +415,7 @@ async fn a_write_blocking_its_thread_is_kept_alive_while_it_blocks() {
     }
     let mut ahead = r.ahead();
     r.settler
-        .settle(batch(1..=2), &mut ahead, &mut r.stop)
+        .settle(batch(1..=2), None, &mut ahead, &mut r.stop)
         .await;
     r.settler.finish(&mut ahead, far()).await;
     let events = log.events();
@@ -636,6 +636,7 @@ async fn without_a_dead_letter_queue_an_unclassified_culprit_is_handed_back_and_
     r.settler
         .settle(
             super::testing::batch_of(&[(3, 2), (5, 1), (6, 1)]),
+            None,
             &mut r.ahead(),
             &mut r.stop,
         )
@@ -740,4 +741,196 @@ async fn per_message_outcomes_settle_each_message_alone_and_keep_only_the_held_a
         assert_eq!(*p, vec![4], "{progress:?}");
     }
     assert_eq!(r.metrics.batches_isolated.get(), 1);
+}
+
+/// A settler whose destination takes `first` per write, with a second writer taking
+/// `second` lent to a slot holding `4..=6`: the batch pulled ahead.
+async fn with_second_writer(
+    log: &Log,
+    first: (Duration, Script),
+    second: (Duration, Script),
+) -> (Rig, Ahead) {
+    let mut a = FakeSink::new(log.clone(), first.1);
+    a.takes = first.0;
+    let mut b = FakeSink::new(log.clone(), second.1);
+    b.takes = second.0;
+    let r = rig(log, a, false, false);
+    let pulled = Prepared {
+        pulled: 3,
+        batch: batch(4..=6),
+        ..Default::default()
+    };
+    let mut ahead = Ahead::with_waiting("t", &r.slot(), pulled).await;
+    ahead.lend(r.settler.second_writer(Box::new(b)));
+    (r, ahead)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_pulled_ahead_is_written_while_the_one_in_hand_commits_and_each_is_acked_after_its_own_commit(
+) {
+    let log = Log::default();
+    let (mut r, mut ahead) = with_second_writer(
+        &log,
+        (Duration::from_secs(10), script(|_, _| Ok(()))),
+        (Duration::from_secs(4), script(|_, _| Ok(()))),
+    )
+    .await;
+    r.settler
+        .settle(batch(1..=3), None, &mut ahead, &mut r.stop)
+        .await;
+    let writing = ahead.take_writing().expect("4..=6 is written ahead");
+    let (p, first) = r
+        .settler
+        .take_written(writing, &mut ahead, None, &r.stop)
+        .await;
+    r.settler
+        .settle(p.batch, Some(first), &mut ahead, &mut r.stop)
+        .await;
+    r.settler.finish(&mut ahead, far()).await;
+    // The second batch's write ended first: it ran while the first one's did.
+    let events: Vec<Event> = log
+        .events()
+        .into_iter()
+        .filter(|e| !matches!(e, Event::Send(Kind::Progress, _)))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            Event::Write {
+                seqs: vec![4, 5, 6],
+                ok: true
+            },
+            Event::Write {
+                seqs: vec![1, 2, 3],
+                ok: true
+            },
+            Event::Ack(vec![1, 2, 3]),
+            Event::Ack(vec![4, 5, 6]),
+        ]
+    );
+    assert_eq!(r.metrics.batches_committed.get(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_written_ahead_is_kept_alive_until_its_ack() {
+    let log = Log::default();
+    let (mut r, mut ahead) = with_second_writer(
+        &log,
+        (Duration::ZERO, script(|_, _| Ok(()))),
+        (ACK_WAIT * 3, script(|_, _| Ok(()))),
+    )
+    .await;
+    r.settler
+        .settle(batch(1..=3), None, &mut ahead, &mut r.stop)
+        .await;
+    let writing = ahead.take_writing().expect("4..=6 is written ahead");
+    let (p, first) = r
+        .settler
+        .take_written(writing, &mut ahead, None, &r.stop)
+        .await;
+    r.settler
+        .settle(p.batch, Some(first), &mut ahead, &mut r.stop)
+        .await;
+    r.settler.finish(&mut ahead, far()).await;
+    let events = log.events();
+    let acked = events
+        .iter()
+        .position(|e| *e == Event::Ack(vec![4, 5, 6]))
+        .unwrap_or_else(|| panic!("4..=6 not ACKed: {events:?}"));
+    // Three AckWaits of writing: a `+WPI` every half AckWait, none after the ACK.
+    let kept: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, Event::Send(Kind::Progress, s) if s.contains(&5)))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(kept.len() >= 5, "{events:?}");
+    assert!(kept.iter().all(|&i| i < acked), "{events:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_ahead_that_failed_is_held_and_written_again_before_its_ack() {
+    let log = Log::default();
+    let (mut r, mut ahead) = with_second_writer(
+        &log,
+        (Duration::from_secs(1), script(|_, _| Ok(()))),
+        (
+            Duration::from_secs(1),
+            script(|_, call| match call {
+                0 => Err(SinkError::Transient {
+                    message: "connection reset".into(),
+                }),
+                _ => Ok(()),
+            }),
+        ),
+    )
+    .await;
+    r.settler
+        .settle(batch(1..=3), None, &mut ahead, &mut r.stop)
+        .await;
+    let writing = ahead.take_writing().expect("4..=6 is written ahead");
+    let (p, first) = r
+        .settler
+        .take_written(writing, &mut ahead, None, &r.stop)
+        .await;
+    r.settler
+        .settle(p.batch, Some(first), &mut ahead, &mut r.stop)
+        .await;
+    r.settler.finish(&mut ahead, far()).await;
+    let writes: Vec<Event> = log
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e, Event::Write { seqs, .. } if seqs[0] == 4))
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            Event::Write {
+                seqs: vec![4, 5, 6],
+                ok: false
+            },
+            Event::Write {
+                seqs: vec![4, 5, 6],
+                ok: true
+            },
+        ]
+    );
+    assert_eq!(r.acked(), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(r.metrics.batches_retried.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_with_messages_refused_before_the_write_is_not_written_ahead() {
+    let log = Log::default();
+    let (mut r, _) = with_second_writer(
+        &log,
+        (Duration::from_secs(1), script(|_, _| Ok(()))),
+        (Duration::from_secs(1), script(|_, _| Ok(()))),
+    )
+    .await;
+    // The slot holds a pull with a message refused early instead.
+    let slot = r.slot();
+    let _ = slot.take().await;
+    let refused = super::batch::Refused {
+        envelope: super::testing::envelope(9, 1),
+        reply: super::testing::reply(9),
+        by: super::batch::RefusedBy::Metadata,
+        reason: "bad priority".into(),
+    };
+    let pulled = Prepared {
+        pulled: 4,
+        batch: batch(4..=6),
+        refused: vec![refused],
+        ..Default::default()
+    };
+    let mut ahead = Ahead::with_waiting("t", &slot, pulled).await;
+    ahead.lend(
+        r.settler
+            .second_writer(Box::new(FakeSink::new(log.clone(), script(|_, _| Ok(()))))),
+    );
+    r.settler
+        .settle(batch(1..=3), None, &mut ahead, &mut r.stop)
+        .await;
+    assert!(ahead.take_writing().is_none());
+    assert!(slot.take().await.is_some(), "left for the runner");
 }

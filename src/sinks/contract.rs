@@ -304,6 +304,14 @@ pub trait Sink: Send {
     /// ignore it: their writes are idempotent by key.
     fn delivered_before(&mut self, _up_to: u64) {}
 
+    /// Whether two batches may commit in either order and leave the destination holding
+    /// the same: each message is a row of its own (the table is keyed by the message), so
+    /// batches written at once (`delivery.batches_in_flight` 2) never overwrite each
+    /// other. Known once open; `false` for a destination that keeps order.
+    fn commits_in_any_order(&self) -> bool {
+        false
+    }
+
     /// Cheap check that the destination is still usable. The runner reports readiness from
     /// write outcomes; this is for tools and tests that want to probe without writing.
     async fn health(&mut self) -> Result<(), SinkError>;

@@ -84,6 +84,11 @@ macro_rules! destinations {
                 self.settings().largest_batch()
             }
 
+            /// Whether two batches may be written at once (`delivery.batches_in_flight`).
+            pub fn writes_batches_at_once(&self) -> bool {
+                self.settings().writes_batches_at_once()
+            }
+
             /// The server process the destination writes to, if any.
             pub fn server(&self) -> Option<$crate::sinks::settings::ServerProcess> {
                 self.settings().server()

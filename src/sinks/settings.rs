@@ -32,6 +32,12 @@ pub trait DestinationSettings {
         None
     }
 
+    /// Whether two writers of this destination (each with connections of its own) may
+    /// write two batches at the same time, which `delivery.batches_in_flight` 2 needs.
+    fn writes_batches_at_once(&self) -> bool {
+        false
+    }
+
     /// The server process this destination writes to, for tools that account for its CPU
     /// time (`jetsink bench`). `None`: no server (files, SQLite) or none to name.
     fn server(&self) -> Option<ServerProcess> {

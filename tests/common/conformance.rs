@@ -89,6 +89,9 @@ pub trait TestDatabase: Sized {
     async fn record_connections(&self, table: &str);
     /// Locks `table` against writes from every other connection, until the lock is dropped.
     async fn lock_writes(&self, table: &str) -> Self::WriteLock;
+    /// What [`TestDatabase::count`] counts to find the sessions of this database waiting for
+    /// a table lock, as writes behind [`TestDatabase::lock_writes`] do.
+    fn lock_waiters() -> &'static str;
 
     /// The destination object of a daemon config, with `extra` keys merged in.
     fn destination(&self, extra: Value) -> Value {
@@ -148,6 +151,7 @@ macro_rules! conformance_suite {
             an_unreachable_server_is_transient,
             stored_keys_counts_one_stream_and_declines_a_mapping_without_the_key,
             sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once,
+            two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commit,
             table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_returns,
             a_row_breaking_a_check_constraint_is_isolated_and_the_rest_commit,
             column_mapping_fills_a_typed_user_table,
@@ -719,15 +723,21 @@ pub async fn sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once<D: Te
     const BEHIND_THE_LOCK: usize = 500;
     publish_n(&js, &subject, N - 3 * BEHIND_THE_LOCK).await;
     for round in 1..=4usize {
-        // Rounds alternate one connection and a batch spread over two (runs committed
-        // apart), so a kill lands between the runs of a batch too.
-        let connections = if round % 2 == 0 { 2 } else { 1 };
+        // Round 2 spreads each batch over two connections (runs committed apart), so a kill
+        // lands between the runs of a batch; rounds 3 and 4 write two batches at once
+        // (`batches_in_flight`), so it lands while both are in flight.
+        let (connections, in_flight) = match round {
+            2 => (2, 1),
+            3 => (1, 2),
+            4 => (2, 2),
+            _ => (1, 1),
+        };
         let mut cfg = config(
             &server,
             &stream,
             &subjects,
             db.destination(json!({"connections": connections})),
-            json!({"batch_size": 200, "batch_timeout_ms": 200}),
+            json!({"batch_size": 200, "batch_timeout_ms": 200, "batches_in_flight": in_flight}),
         );
         cfg["sinks"]["main"]["source"]["ack_wait_ms"] = json!(2000);
         let path = write_config(dir.path(), &cfg);
@@ -780,6 +790,65 @@ pub async fn sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once<D: Te
         db.count(&format!("events WHERE stream_sequence BETWEEN 1 AND {N}"))
             .await,
         N as i64
+    );
+}
+
+/// `delivery.batches_in_flight` 2: with the table locked, two batches wait at once on two
+/// sessions (one alone would leave one waiting); once it is unlocked every row is stored
+/// and every message ACKed.
+pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commit<
+    D: TestDatabase,
+>() {
+    let db = D::create("inflight").await;
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    let (stream, subjects) = (
+        format!("{}FLIGHT", D::STREAM),
+        format!("{}flight.>", D::KIND),
+    );
+    let subject = format!("{}flight.x", D::KIND);
+    create_stream(&js, &stream, &subjects).await;
+    publish_n(&js, &subject, 1).await;
+    let cfg = config(
+        &server,
+        &stream,
+        &subjects,
+        db.destination(json!({})),
+        json!({"batch_size": 100, "batch_timeout_ms": 200, "batches_in_flight": 2}),
+    );
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    eventually(Duration::from_secs(30), "the first row", || async {
+        db.count("events").await == 1
+    })
+    .await;
+    let lock = db.lock_writes("events").await;
+    publish_n(&js, &subject, 999).await;
+    eventually(
+        Duration::from_secs(30),
+        "two writes waiting for the lock",
+        || async { db.count(D::lock_waiters()).await == 2 },
+    )
+    .await;
+    assert_eq!(
+        db.count("events").await,
+        1,
+        "nothing written under the lock"
+    );
+    drop(lock);
+    eventually(Duration::from_secs(60), "every row", || async {
+        db.count("events").await == 1000
+    })
+    .await;
+    eventually(Duration::from_secs(20), "every message ACKed", || async {
+        consumer_state(&js, &stream, "jetsink").await == (0, 0)
+    })
+    .await;
+    daemon.stop_cleanly();
+    assert_eq!(
+        db.count("(SELECT DISTINCT idempotency_key FROM events) k")
+            .await,
+        1000
     );
 }
 
@@ -944,6 +1013,27 @@ pub async fn start_up_exits_78_for_a_wrong_table_and_69_for_an_unreachable_serve
     assert_eq!(status.code(), Some(78), "{}", daemon.log_text());
     assert!(
         daemon.log_text().contains("does not exist"),
+        "{}",
+        daemon.log_text()
+    );
+
+    // Two batches in flight into a table keyed by the order, not the message: two batches
+    // committing in either order could leave an older version of an order.
+    db.orders_table("orders").await;
+    let by_order = config(
+        &server,
+        &stream,
+        &subjects,
+        db.destination(json!({"table": "orders", "columns": orders_columns(), "mode": "upsert"})),
+        json!({"batches_in_flight": 2}),
+    );
+    let mut daemon = Daemon::start(&write_config(dir.path(), &by_order), dir.path());
+    let status = daemon.wait_exit(Duration::from_secs(20)).expect("exits");
+    assert_eq!(status.code(), Some(78), "{}", daemon.log_text());
+    assert!(
+        daemon
+            .log_text()
+            .contains("delivery.batches_in_flight: 2 needs a table keyed by the message"),
         "{}",
         daemon.log_text()
     );

@@ -79,6 +79,32 @@ pub fn spec(
     }
 }
 
+/// The pass's destination (or the discarding one), timed, attached and opened.
+async fn open_timed(
+    opts: &Options,
+    spec: &SinkSpec,
+    destination: Option<&DestinationConfig>,
+    lags: &Arc<Mutex<Vec<f64>>>,
+) -> Result<probe::Timed, BenchError> {
+    let inner: Box<dyn sinks::Sink> = match destination {
+        Some(d) => {
+            let mut s = sinks::build(d);
+            s.attach(&sinks::Feed {
+                sink: spec.name.clone(),
+                stream: spec.source.stream.clone(),
+            });
+            s
+        }
+        None => Box::new(probe::Discard),
+    };
+    let mut sink = probe::Timed::new(inner, lags.clone());
+    use crate::sinks::Sink as _;
+    sink.open()
+        .await
+        .map_err(|e| BenchError::Destination(format!("opening {}: {e}", describe(&opts.target))))?;
+    Ok(sink)
+}
+
 /// A destination that is never opened, for a spec whose pass discards.
 fn placeholder() -> Result<DestinationConfig, BenchError> {
     crate::config::destination::parse(
@@ -113,22 +139,14 @@ pub async fn pass(
         .await
         .map_err(|e| BenchError::Nats(e.to_string()))?;
     let lags = Arc::new(Mutex::new(Vec::with_capacity(opts.messages as usize)));
-    let inner: Box<dyn sinks::Sink> = match &destination {
-        Some(d) => {
-            let mut s = sinks::build(d);
-            s.attach(&sinks::Feed {
-                sink: spec.name.clone(),
-                stream: spec.source.stream.clone(),
-            });
-            s
-        }
-        None => Box::new(probe::Discard),
+    let sink = open_timed(opts, &spec, destination.as_ref(), &lags).await?;
+    // `delivery.batches_in_flight` 2: a second writer, as the daemon opens one.
+    let second = match (&destination, spec.delivery.batches_in_flight > 1) {
+        (Some(_), true) => Some(Box::new(
+            open_timed(opts, &spec, destination.as_ref(), &lags).await?,
+        ) as Box<dyn sinks::Sink>),
+        _ => None,
     };
-    let mut sink = probe::Timed::new(inner, lags.clone());
-    use crate::sinks::Sink as _;
-    sink.open()
-        .await
-        .map_err(|e| BenchError::Destination(format!("opening {}: {e}", describe(&opts.target))))?;
     let metrics = Metrics::new();
     let sink_metrics = crate::pipeline::SinkMetrics::new(&metrics, "bench");
     let acked = sink_metrics.acked.clone();
@@ -159,7 +177,9 @@ pub async fn pass(
         ),
         None => None,
     };
-    let runner = runner.with_tracer(telemetry.as_ref().map(|t| t.tracer("bench")));
+    let runner = runner
+        .with_tracer(telemetry.as_ref().map(|t| t.tracer("bench")))
+        .with_second_writer(second);
     probe::reset_peak_rss();
     bar.set_position(0);
     let feeder = feed(opts, js, subject);

@@ -8,6 +8,7 @@
 mod dead_letter;
 mod delivery;
 mod destination;
+mod in_flight;
 mod lanes;
 mod metadata;
 mod paths;
@@ -99,6 +100,13 @@ pub(crate) fn check_sink(
     delivery::check(&raw.delivery, raw.source.ack_wait_ms(), &p, issues);
     let destination = destination::check(raw.destination, raw.delivery.batch_size, &p, issues)?;
     delivery::check_rollover(&destination, &raw.delivery, &raw.source, &p, issues);
+    in_flight::check(
+        &destination,
+        &raw.delivery,
+        raw.results.is_some(),
+        &p,
+        issues,
+    );
     Some(SinkSpec {
         name,
         source: raw.source,

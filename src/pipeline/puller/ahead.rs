@@ -4,24 +4,48 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::pipeline::batch::Prepared;
 use crate::pipeline::keeper::Slot;
+use crate::sinks::{Sink, Written};
 
 /// A pull task; its batch goes into the keeper's [`Slot`], the result only says whether
 /// it failed.
 pub(super) type PendingPull = JoinHandle<Result<(), async_nats::Error>>;
 
-/// A pull in flight and a batch pulled ahead, not yet written.
+/// A batch written ahead, and the writer that wrote it.
+pub(crate) struct WrittenAhead {
+    /// The writer, free again.
+    pub(crate) sink: Box<dyn Sink>,
+    /// The batch as pulled and prepared.
+    pub(crate) prepared: Prepared,
+    /// What its first write came to.
+    pub(crate) written: Written,
+    /// When that write began, for its trace span.
+    pub(crate) began: SystemTime,
+    /// How long it took.
+    pub(crate) took: Duration,
+}
+
+/// A write ahead in flight, in its own task.
+pub(crate) type WriteTask = JoinHandle<WrittenAhead>;
+
+/// A pull in flight and a batch pulled ahead, not yet written — or, with a second writer
+/// (`delivery.batches_in_flight` 2), being written while the batch in hand settles.
 pub(crate) struct Ahead {
     /// Sink name, for logs.
     sink: Arc<str>,
     pub(super) pending: Option<PendingPull>,
     /// Where the pull task leaves its batch: the keeper's, which keeps it alive there.
     pub(super) slot: Slot,
+    /// The writer a batch pulled ahead is written with, while no write ahead runs.
+    spare: Option<Box<dyn Sink>>,
+    /// The write ahead in flight; the runner takes its batch before any pulled later.
+    writing: Option<WriteTask>,
 }
 
 impl Ahead {
@@ -31,7 +55,15 @@ impl Ahead {
             sink: sink.into(),
             pending: None,
             slot: slot.clone(),
+            spare: None,
+            writing: None,
         }
+    }
+
+    /// Gives a batch pulled ahead `writer` to be written with while the batch in hand
+    /// settles ([`Ahead::alongside_writing`]).
+    pub(crate) fn lend(&mut self, writer: Box<dyn Sink>) {
+        self.spare = Some(writer);
     }
 
     /// Runs `work` to completion while noting a background pull that ends meanwhile, so a
@@ -47,9 +79,54 @@ impl Ahead {
         }
     }
 
+    /// [`Ahead::alongside`], and with a writer lent, the batch pulled ahead is written
+    /// meanwhile, as soon as it is there: two batches in flight, each to be settled (and
+    /// ACKed) after its own write, in the order they were pulled.
+    pub(crate) async fn alongside_writing<F: Future>(&mut self, work: F) -> F::Output {
+        self.write_ahead().await;
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                () = self.collect() => self.write_ahead().await,
+            }
+        }
+    }
+
+    /// The write ahead in flight, taken to be settled.
+    pub(crate) fn take_writing(&mut self) -> Option<WriteTask> {
+        self.writing.take()
+    }
+
+    /// Starts writing the batch pulled ahead with the lent writer, if both are there.
+    pub(super) async fn write_ahead(&mut self) {
+        if self.spare.is_none() || self.writing.is_some() {
+            return;
+        }
+        let Some(prepared) = self.slot.take_to_write().await else {
+            return;
+        };
+        let Some(mut sink) = self.spare.take() else {
+            return;
+        };
+        self.writing = Some(tokio::spawn(async move {
+            let began = SystemTime::now();
+            let started = Instant::now();
+            let written = sink.write(&prepared.batch.envelopes).await;
+            WrittenAhead {
+                sink,
+                prepared,
+                written,
+                began,
+                took: started.elapsed(),
+            }
+        }));
+    }
+
     /// Waits for the pull in flight (its batch is in the slot already); pending forever
     /// without one, so it can stand in a `select!` beside the work it runs alongside.
-    async fn collect(&mut self) {
+    pub(super) async fn collect(&mut self) {
         let Some(pending) = self.pending.as_mut() else {
             return std::future::pending().await;
         };

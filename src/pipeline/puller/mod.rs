@@ -11,6 +11,7 @@
 //! A consumer paused in the server (`jetsink pause`) is not pulled; while all of them
 //! are, the puller waits for the pause to end instead (`paused.rs`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,8 +41,8 @@ mod interleave;
 mod order;
 mod paused;
 
-pub(super) use ahead::Ahead;
 use ahead::PendingPull;
+pub(super) use ahead::{Ahead, WriteTask};
 use interleave::interleave;
 use order::Order;
 
@@ -49,6 +50,9 @@ use order::Order;
 pub(super) enum Pulled {
     /// A prepared pull (possibly empty).
     Batch(Prepared),
+    /// A pull being written ahead (`delivery.batches_in_flight` 2): it is the next batch,
+    /// settled once its write ends.
+    Written(WriteTask),
     /// The pull failed; it was counted, waited for and, if repeated, the consumers bound
     /// again.
     Failed,
@@ -241,6 +245,26 @@ impl Puller {
         }
     }
 
+    /// Runs `work` — the wait for a batch written ahead — while the batch pulled ahead is
+    /// written ahead as soon as it is there and the next pull starts as soon as the slot is
+    /// free: two writes and a pull in flight, so no write waits for a pull.
+    pub(super) async fn alongside_writing<F: Future>(
+        &mut self,
+        ahead: &mut Ahead,
+        work: F,
+    ) -> F::Output {
+        tokio::pin!(work);
+        loop {
+            ahead.write_ahead().await;
+            self.pull_ahead(ahead).await;
+            tokio::select! {
+                biased;
+                out = &mut work => return out,
+                () = ahead.collect() => {}
+            }
+        }
+    }
+
     /// Starts a pull whose prepared batch goes into `into`.
     fn spawn(&mut self, into: Slot) -> PendingPull {
         let prepare = self.prepare.clone();
@@ -300,6 +324,13 @@ impl Puller {
         shutdown: &mut watch::Receiver<bool>,
         by: Option<Instant>,
     ) -> Pulled {
+        if let Some(writing) = ahead.take_writing() {
+            // Taken from the slot before anything pulled since.
+            if let Some(p) = self.pinned.as_mut() {
+                p.note(&self.spec.name);
+            }
+            return Pulled::Written(writing);
+        }
         let pulled = match ahead.slot.take().await {
             Some(ready) => {
                 // The pull that left it has ended or is about to; nothing else to await.

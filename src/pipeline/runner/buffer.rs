@@ -96,7 +96,7 @@ impl Runner {
         }
         self.metrics.inflight.set(part.envelopes.len() as i64);
         self.settler
-            .settle(part, &mut self.ahead, &mut self.stop)
+            .settle(part, None, &mut self.ahead, &mut self.stop)
             .await;
         self.metrics.inflight.set(0);
         true

@@ -241,6 +241,16 @@ impl Runner {
         self
     }
 
+    /// `delivery.batches_in_flight` 2: a second writer of the destination, opened, so the
+    /// batch pulled ahead is written while the one in hand commits.
+    pub fn with_second_writer(mut self, writer: Option<Box<dyn Sink>>) -> Runner {
+        if let Some(w) = writer {
+            let w = self.settler.second_writer(w);
+            self.ahead.lend(w);
+        }
+        self
+    }
+
     /// With `telemetry.otlp`: every message's write is traced with `tracer`.
     pub fn with_tracer(mut self, tracer: Option<crate::telemetry::SinkTracer>) -> Runner {
         if let Some(t) = tracer {
@@ -295,8 +305,17 @@ impl Runner {
                 // drop (nats-server before 2.10.14).
                 self.settler.delivered_before(up_to);
             }
+            let mut first = None;
             let mut prepared = match pulled {
                 Pulled::Batch(p) => p,
+                Pulled::Written(writing) => {
+                    let (p, written) = self
+                        .settler
+                        .take_written(writing, &mut self.ahead, Some(&mut self.puller), &self.stop)
+                        .await;
+                    first = Some(written);
+                    p
+                }
                 Pulled::Failed => continue,
                 Pulled::Stopped => break,
             };
@@ -345,9 +364,20 @@ impl Runner {
                 self.puller.pull_ahead(&mut self.ahead).await;
             }
             self.settler
-                .settle(batch, &mut self.ahead, &mut self.stop)
+                .settle(batch, first, &mut self.ahead, &mut self.stop)
                 .await;
             self.metrics.inflight.set(0);
+        }
+        if let Some(writing) = self.ahead.take_writing() {
+            // Written ahead when shutdown came: settled like any batch in hand, so what
+            // committed is ACKed and the rest handed back.
+            let (p, written) = self
+                .settler
+                .take_written(writing, &mut self.ahead, Some(&mut self.puller), &self.stop)
+                .await;
+            self.settler
+                .settle(p.batch, Some(written), &mut self.ahead, &mut self.stop)
+                .await;
         }
         // A pull in flight returns at once (no-wait) or within the batch timeout.
         let by = self

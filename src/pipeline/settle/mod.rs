@@ -19,6 +19,7 @@
 //! recording acknowledger on tokio's paused clock.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -31,16 +32,17 @@ use tokio::time::Instant;
 
 use super::acks::{AckQueue, Acknowledger};
 use super::batch::Batch;
+use super::batch::Prepared;
 use super::disposal::Disposal;
 use super::keeper::Keeper;
-use super::puller::Ahead;
+use super::puller::{Ahead, Puller, WriteTask};
 use super::retry::{backoff, HeldBound, Suspects};
 use crate::config::RetryConfig;
 use crate::envelope::Envelope;
 use crate::health::SinkHealth;
 use crate::jobs::ResultPublisher;
 use crate::pipeline::metrics::SinkMetrics;
-use crate::sinks::{CutShort, Sink, Written};
+use crate::sinks::{CutShort, Sink, SinkError, Written};
 use crate::telemetry::{BatchSpans, Outcome, SinkTracer};
 
 mod outcomes;
@@ -59,6 +61,12 @@ const SUSPECTS: usize = 1024;
 struct Part {
     positions: Vec<usize>,
     suspect: bool,
+}
+
+/// The first write of a batch written ahead: what it came to, and when it began.
+pub(super) struct FirstWrite {
+    written: Written,
+    began: SystemTime,
 }
 
 /// How the attempts of one part ended.
@@ -107,7 +115,10 @@ impl InHand {
 /// The writing and acknowledging side of one sink.
 pub(super) struct Settler<A: Acknowledger> {
     name: Arc<str>,
-    sink: Box<dyn Sink>,
+    /// The destination's writer; with `delivery.batches_in_flight` 2, lent to the batch
+    /// pulled ahead while the batch in hand waits for its write ahead, and the writer that
+    /// wrote that batch taken instead.
+    sink: Option<Box<dyn Sink>>,
     acks: AckQueue<A>,
     /// The sink's one `+WPI` clock, shared with the puller and the buffer stage.
     keeper: Keeper<A>,
@@ -148,7 +159,7 @@ impl<A: Acknowledger> Settler<A> {
         sink.cut_short_by(CutShort::new(rx));
         Settler {
             name: parts.name.into(),
-            sink,
+            sink: Some(sink),
             acks: AckQueue::new(acks),
             keeper: parts.keeper,
             disposal: parts.disposal,
@@ -162,6 +173,13 @@ impl<A: Acknowledger> Settler<A> {
             cut,
             tracer: None,
         }
+    }
+
+    /// Readies a second writer of the same destination (`delivery.batches_in_flight` 2)
+    /// for [`Ahead::lend`]: it is cut short by the same shutdown deadline as the first.
+    pub(super) fn second_writer(&self, mut writer: Box<dyn Sink>) -> Box<dyn Sink> {
+        writer.cut_short_by(CutShort::new(self.cut.subscribe()));
+        writer
     }
 
     /// Traces every message's write with `tracer` (`telemetry.otlp`).
@@ -179,7 +197,9 @@ impl<A: Acknowledger> Settler<A> {
     /// Tells the destination that messages at or below `up_to` may have been delivered
     /// before ([`Sink::delivered_before`]).
     pub(super) fn delivered_before(&mut self, up_to: u64) {
-        self.sink.delivered_before(up_to);
+        if let Some(sink) = self.sink.as_mut() {
+            sink.delivered_before(up_to);
+        }
     }
 
     /// Whether the last write reached the destination (a failing one gets no pull ahead).
@@ -197,8 +217,50 @@ impl<A: Acknowledger> Settler<A> {
         &self.keeper
     }
 
-    /// Gives every message of the batch its outcome.
-    pub(super) async fn settle(&mut self, batch: Batch, ahead: &mut Ahead, stop: &mut Stop) {
+    /// Waits for the batch written ahead (`writing`), lending this settler's writer to the
+    /// next batch pulled meanwhile (and, given the `puller`, pulling on), and keeps the writer
+    /// that wrote it: the batch and what
+    /// its first write came to, for [`Settler::settle`]. A panic in the write is the
+    /// runner's, as it would be inline.
+    pub(super) async fn take_written(
+        &mut self,
+        writing: WriteTask,
+        ahead: &mut Ahead,
+        puller: Option<&mut Puller>,
+        stop: &Stop,
+    ) -> (Prepared, FirstWrite) {
+        if let Some(mine) = self.sink.take() {
+            ahead.lend(mine);
+        }
+        let wait = cut_at(&self.cut, stop.deadline_passed(), writing);
+        let joined = match (self.healthy && !stop.signalled(), puller) {
+            (true, Some(puller)) => puller.alongside_writing(ahead, wait).await,
+            (true, None) => ahead.alongside_writing(wait).await,
+            (false, _) => ahead.alongside(wait).await,
+        };
+        let done = match joined {
+            Ok(done) => done,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        self.keeper.slot().hand_written().await;
+        self.metrics.write_seconds.observe(done.took.as_secs_f64());
+        self.sink = Some(done.sink);
+        let first = FirstWrite {
+            written: done.written,
+            began: done.began,
+        };
+        (done.prepared, first)
+    }
+
+    /// Gives every message of the batch its outcome. `first` is what its first write came
+    /// to when it was written ahead ([`Settler::take_written`]); `None` writes it now.
+    pub(super) async fn settle(
+        &mut self,
+        batch: Batch,
+        first: Option<FirstWrite>,
+        ahead: &mut Ahead,
+        stop: &mut Stop,
+    ) {
         let Batch { envelopes, replies } = batch;
         let replies = Arc::new(replies);
         self.keeper.hold(replies.clone()).await;
@@ -221,8 +283,12 @@ impl<A: Acknowledger> Settler<A> {
             suspect: false,
         }];
         let mut isolated = false;
+        let mut first = first;
         while let Some(part) = todo.pop() {
-            match self.attempts(&hand, part, &mut todo, ahead, stop).await {
+            match self
+                .attempts(&hand, part, first.take(), &mut todo, ahead, stop)
+                .await
+            {
                 PartEnd::Settled { refused } => isolated |= refused,
                 PartEnd::Split => isolated = true,
                 PartEnd::Abandoned(held) => {
@@ -243,11 +309,12 @@ impl<A: Acknowledger> Settler<A> {
     }
 
     /// Writes one part until each of its messages is settled, it is split, or shutdown
-    /// abandons what is held.
+    /// abandons what is held; `first`, when given, is its first attempt, already written.
     async fn attempts(
         &mut self,
         hand: &InHand,
         part: Part,
+        mut first: Option<FirstWrite>,
         todo: &mut Vec<Part>,
         ahead: &mut Ahead,
         stop: &mut Stop,
@@ -261,7 +328,13 @@ impl<A: Acknowledger> Settler<A> {
         let mut attempt: u32 = 0;
         let mut refused = false;
         loop {
-            let written = {
+            let written = if let Some(FirstWrite { written, began }) = first.take() {
+                if let Some(s) = &hand.spans {
+                    s.start(&hand.envelopes, &positions, began);
+                    s.wrote(&positions, began, verdict::batch_error(&written).as_deref());
+                }
+                written
+            } else {
                 let envelopes = hand.part(&positions);
                 let wall = hand.spans.as_ref().map(|s| {
                     let now = SystemTime::now();
@@ -330,26 +403,20 @@ impl<A: Acknowledger> Settler<A> {
         }
     }
 
-    /// Writes a part, cutting it short when the shutdown deadline passes meanwhile.
+    /// Writes a part, cutting it short when the shutdown deadline passes meanwhile. While
+    /// the destination is healthy, a batch pulled ahead meanwhile is written ahead (with a
+    /// second writer lent to `ahead`).
     async fn write(&mut self, part: &[Envelope], ahead: &mut Ahead, stop: &Stop) -> Written {
-        let deadline = stop.deadline_passed();
-        let cut = &self.cut;
-        let write = self.sink.write(part);
-        ahead
-            .alongside(async move {
-                tokio::pin!(write, deadline);
-                let mut fired = false;
-                loop {
-                    tokio::select! {
-                        written = &mut write => return written,
-                        () = &mut deadline, if !fired => {
-                            fired = true;
-                            cut.send_replace(true);
-                        }
-                    }
-                }
-            })
-            .await
+        let Some(sink) = self.sink.as_mut() else {
+            // Only while a write ahead is awaited, which never writes through here.
+            return Written::Batch(Err(SinkError::transient("no writer is free")));
+        };
+        let work = cut_at(&self.cut, stop.deadline_passed(), sink.write(part));
+        if self.healthy && !stop.signalled() {
+            ahead.alongside_writing(work).await
+        } else {
+            ahead.alongside(work).await
+        }
     }
 
     /// Holds the messages in hand for `delay` before the next attempt, beating the
@@ -393,6 +460,26 @@ impl<A: Acknowledger> Settler<A> {
                 .send(p.all_replies().cloned().collect(), AckKind::Nak(None));
             if tokio::time::timeout_at(by, nak).await.is_err() {
                 tracing::warn!(sink = %self.name, "no time left to hand back the batch pulled ahead; it is redelivered after AckWait");
+            }
+        }
+    }
+}
+
+/// Runs `work` to its end, firing `cut` once when `deadline` passes meanwhile, so a
+/// destination that can stop work in progress does ([`CutShort`]).
+async fn cut_at<F: Future>(
+    cut: &watch::Sender<bool>,
+    deadline: impl Future<Output = ()>,
+    work: F,
+) -> F::Output {
+    tokio::pin!(work, deadline);
+    let mut fired = false;
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            () = &mut deadline, if !fired => {
+                fired = true;
+                cut.send_replace(true);
             }
         }
     }

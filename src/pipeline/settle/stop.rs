@@ -37,6 +37,11 @@ impl Stop {
         self.deadline.is_some()
     }
 
+    /// Whether shutdown was signalled, without starting the deadline.
+    pub(super) fn signalled(&self) -> bool {
+        self.deadline.is_some() || *self.rx.borrow()
+    }
+
     /// Whether the deadline for the batch in hand has passed.
     pub(super) fn expired(&mut self) -> bool {
         self.stopping() && self.deadline.is_some_and(|d| Instant::now() >= d)

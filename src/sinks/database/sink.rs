@@ -265,6 +265,12 @@ impl<D: Dialect> Sink for DatabaseSink<D> {
         self.write(batch).await
     }
 
+    fn commits_in_any_order(&self) -> bool {
+        self.conns[0]
+            .as_ref()
+            .is_some_and(|c| D::plan(c).keyed_by_message())
+    }
+
     async fn health(&mut self) -> Result<(), SinkError> {
         self.check().await
     }

@@ -157,6 +157,10 @@ impl DestinationSettings for MysqlConfig {
         MysqlConfig::target(self)
     }
 
+    fn writes_batches_at_once(&self) -> bool {
+        true
+    }
+
     fn server(&self) -> Option<ServerProcess> {
         Some(ServerProcess {
             host: crate::sinks::database::config::server_host(
