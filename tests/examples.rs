@@ -17,8 +17,9 @@ use serde_json::Value;
 /// HTTPS endpoint and its token (HTTP), certificates and a TLS server (NATS TLS), an
 /// S3-compatible store and its keys (S3), a target stream (the shuffler's republish). `validate`, the schema and the port check below
 /// still cover them.
-const NEED_MORE_THAN_A_SERVER: [&str; 10] = [
+const NEED_MORE_THAN_A_SERVER: [&str; 11] = [
     "postgres.json",
+    "postgres-in-flight.json",
     "job-results-postgres.json",
     "mysql.json",
     "nats-republish.json",

@@ -782,7 +782,8 @@ async fn a_batch_pulled_ahead_is_written_while_the_one_in_hand_commits_and_each_
     let (p, first) = r
         .settler
         .take_written(writing, &mut ahead, None, &r.stop)
-        .await;
+        .await
+        .expect("not cancelled");
     r.settler
         .settle(p.batch, Some(first), &mut ahead, &mut r.stop)
         .await;
@@ -827,7 +828,8 @@ async fn a_batch_written_ahead_is_kept_alive_until_its_ack() {
     let (p, first) = r
         .settler
         .take_written(writing, &mut ahead, None, &r.stop)
-        .await;
+        .await
+        .expect("not cancelled");
     r.settler
         .settle(p.batch, Some(first), &mut ahead, &mut r.stop)
         .await;
@@ -872,7 +874,8 @@ async fn a_write_ahead_that_failed_is_held_and_written_again_before_its_ack() {
     let (p, first) = r
         .settler
         .take_written(writing, &mut ahead, None, &r.stop)
-        .await;
+        .await
+        .expect("not cancelled");
     r.settler
         .settle(p.batch, Some(first), &mut ahead, &mut r.stop)
         .await;

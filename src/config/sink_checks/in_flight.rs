@@ -5,7 +5,7 @@
 use super::paths::SinkPaths;
 use crate::config::destination::DestinationConfig;
 use crate::config::raw::DeliveryConfig;
-use crate::config::IdempotencyKey;
+use crate::shared::idempotency::IdempotencyKey;
 use crate::shared::issue::Issues;
 
 /// The most batches a sink writes at once.

@@ -309,10 +309,13 @@ impl Runner {
             let mut prepared = match pulled {
                 Pulled::Batch(p) => p,
                 Pulled::Written(writing) => {
-                    let (p, written) = self
+                    let taken = self
                         .settler
                         .take_written(writing, &mut self.ahead, Some(&mut self.puller), &self.stop)
                         .await;
+                    let Some((p, written)) = taken else {
+                        continue;
+                    };
                     first = Some(written);
                     p
                 }
@@ -371,13 +374,15 @@ impl Runner {
         if let Some(writing) = self.ahead.take_writing() {
             // Written ahead when shutdown came: settled like any batch in hand, so what
             // committed is ACKed and the rest handed back.
-            let (p, written) = self
+            let taken = self
                 .settler
                 .take_written(writing, &mut self.ahead, Some(&mut self.puller), &self.stop)
                 .await;
-            self.settler
-                .settle(p.batch, Some(written), &mut self.ahead, &mut self.stop)
-                .await;
+            if let Some((p, written)) = taken {
+                self.settler
+                    .settle(p.batch, Some(written), &mut self.ahead, &mut self.stop)
+                    .await;
+            }
         }
         // A pull in flight returns at once (no-wait) or within the batch timeout.
         let by = self

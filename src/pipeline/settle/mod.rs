@@ -19,7 +19,6 @@
 //! recording acknowledger on tokio's paused clock.
 
 use std::borrow::Cow;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -32,10 +31,9 @@ use tokio::time::Instant;
 
 use super::acks::{AckQueue, Acknowledger};
 use super::batch::Batch;
-use super::batch::Prepared;
 use super::disposal::Disposal;
 use super::keeper::Keeper;
-use super::puller::{Ahead, Puller, WriteTask};
+use super::puller::Ahead;
 use super::retry::{backoff, HeldBound, Suspects};
 use crate::config::RetryConfig;
 use crate::envelope::Envelope;
@@ -48,7 +46,9 @@ use crate::telemetry::{BatchSpans, Outcome, SinkTracer};
 mod outcomes;
 mod stop;
 pub(super) mod verdict;
+mod written;
 
+use stop::cut_at;
 pub(super) use stop::Stop;
 use verdict::Attempt;
 
@@ -64,7 +64,7 @@ struct Part {
 }
 
 /// The first write of a batch written ahead: what it came to, and when it began.
-pub(super) struct FirstWrite {
+pub(crate) struct FirstWrite {
     written: Written,
     began: SystemTime,
 }
@@ -215,41 +215,6 @@ impl<A: Acknowledger> Settler<A> {
     /// The keep-alive, shared with the puller and the buffer stage.
     pub(super) fn keeper(&self) -> &Keeper<A> {
         &self.keeper
-    }
-
-    /// Waits for the batch written ahead (`writing`), lending this settler's writer to the
-    /// next batch pulled meanwhile (and, given the `puller`, pulling on), and keeps the writer
-    /// that wrote it: the batch and what
-    /// its first write came to, for [`Settler::settle`]. A panic in the write is the
-    /// runner's, as it would be inline.
-    pub(super) async fn take_written(
-        &mut self,
-        writing: WriteTask,
-        ahead: &mut Ahead,
-        puller: Option<&mut Puller>,
-        stop: &Stop,
-    ) -> (Prepared, FirstWrite) {
-        if let Some(mine) = self.sink.take() {
-            ahead.lend(mine);
-        }
-        let wait = cut_at(&self.cut, stop.deadline_passed(), writing);
-        let joined = match (self.healthy && !stop.signalled(), puller) {
-            (true, Some(puller)) => puller.alongside_writing(ahead, wait).await,
-            (true, None) => ahead.alongside_writing(wait).await,
-            (false, _) => ahead.alongside(wait).await,
-        };
-        let done = match joined {
-            Ok(done) => done,
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        };
-        self.keeper.slot().hand_written().await;
-        self.metrics.write_seconds.observe(done.took.as_secs_f64());
-        self.sink = Some(done.sink);
-        let first = FirstWrite {
-            written: done.written,
-            began: done.began,
-        };
-        (done.prepared, first)
     }
 
     /// Gives every message of the batch its outcome. `first` is what its first write came
@@ -460,26 +425,6 @@ impl<A: Acknowledger> Settler<A> {
                 .send(p.all_replies().cloned().collect(), AckKind::Nak(None));
             if tokio::time::timeout_at(by, nak).await.is_err() {
                 tracing::warn!(sink = %self.name, "no time left to hand back the batch pulled ahead; it is redelivered after AckWait");
-            }
-        }
-    }
-}
-
-/// Runs `work` to its end, firing `cut` once when `deadline` passes meanwhile, so a
-/// destination that can stop work in progress does ([`CutShort`]).
-async fn cut_at<F: Future>(
-    cut: &watch::Sender<bool>,
-    deadline: impl Future<Output = ()>,
-    work: F,
-) -> F::Output {
-    tokio::pin!(work, deadline);
-    let mut fired = false;
-    loop {
-        tokio::select! {
-            out = &mut work => return out,
-            () = &mut deadline, if !fired => {
-                fired = true;
-                cut.send_replace(true);
             }
         }
     }

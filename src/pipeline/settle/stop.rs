@@ -97,3 +97,23 @@ impl Stop {
         }
     }
 }
+
+/// Runs `work` to its end, firing `cut` once when `deadline` passes meanwhile, so a
+/// destination that can stop work in progress does ([`crate::sinks::CutShort`]).
+pub(super) async fn cut_at<F: Future>(
+    cut: &watch::Sender<bool>,
+    deadline: impl Future<Output = ()>,
+    work: F,
+) -> F::Output {
+    tokio::pin!(work, deadline);
+    let mut fired = false;
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            () = &mut deadline, if !fired => {
+                fired = true;
+                cut.send_replace(true);
+            }
+        }
+    }
+}
