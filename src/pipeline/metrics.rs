@@ -26,6 +26,9 @@ pub struct SinkMetrics {
     pub batches_isolated: IntCounter,
     /// Batches left for redelivery at shutdown.
     pub batches_abandoned: IntCounter,
+    /// Batches whose first write ran while the batch before was written
+    /// (`jetsink_batches_written_ahead_total`, `delivery.batches_in_flight` 2).
+    pub written_ahead: IntCounter,
     /// Duration of one write (`jetsink_sink_write_seconds`).
     pub write_seconds: Histogram,
     errors: [IntCounter; 4],
@@ -105,6 +108,7 @@ impl SinkMetrics {
             batches_retried: batch("retried"),
             batches_isolated: batch("isolated"),
             batches_abandoned: batch("abandoned"),
+            written_ahead: c("jetsink_batches_written_ahead_total", "Batches written on the second writer while the batch before was written (delivery.batches_in_flight 2)."),
             write_seconds: m.histogram("jetsink_sink_write_seconds", "Time of one write call, commit included.", SECONDS, &s),
             errors: [
                 error(ErrorClass::Transient),

@@ -810,6 +810,7 @@ async fn a_batch_pulled_ahead_is_written_while_the_one_in_hand_commits_and_each_
         ]
     );
     assert_eq!(r.metrics.batches_committed.get(), 2);
+    assert_eq!(r.metrics.written_ahead.get(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -844,6 +844,14 @@ pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commi
         consumer_state(&js, &stream, "jetsink").await == (0, 0)
     })
     .await;
+    // The batch that waited on the second writer counts as written ahead.
+    let listen = cfg["http"]["listen"].as_str().expect("listen").to_string();
+    let ahead = metric_value(
+        &listen,
+        "jetsink_batches_written_ahead_total{sink=\"main\"}",
+    )
+    .await;
+    assert!(ahead.is_some_and(|n| n >= 1.0), "{ahead:?}");
     daemon.stop_cleanly();
     assert_eq!(
         db.count("(SELECT DISTINCT idempotency_key FROM events) k")

@@ -39,6 +39,7 @@ impl<A: Acknowledger> Settler<A> {
             }
         };
         self.metrics.write_seconds.observe(done.took.as_secs_f64());
+        self.metrics.written_ahead.inc();
         self.sink = Some(done.sink);
         let first = FirstWrite {
             written: done.written,
