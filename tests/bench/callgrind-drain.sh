@@ -11,7 +11,8 @@
 #               fresh table of its own, dropped at the end
 #   MESSAGES    backlog to drain (default 50000; 200-byte JSON payloads, batch 500)
 # env: DEST_EXTRA (more destination settings for postgres or mysql, as JSON members after
-#      a comma: DEST_EXTRA=', "connections": 2'), JETSINK (binary, default target/profiling/jetsink: the release build with line
+#      a comma: DEST_EXTRA=', "connections": 2'), DELIVERY_EXTRA (the same for the sink's
+#      delivery section: DELIVERY_EXTRA=', "batches_in_flight": 2'), JETSINK (binary, default target/profiling/jetsink: the release build with line
 #      tables, which the stripped release binary lacks), OUT (callgrind output file,
 #      default callgrind.<destination>.out in the current directory)
 # needs: nats-server, valgrind, curl
@@ -56,7 +57,7 @@ cat > "$work/c.json" <<JSON
  "logging": {"level": "warn"},
  "sinks": {"drain": {
    "source": {"stream": "DRAIN", "consumer": "jetsink", "create_stream": {"subjects": ["drain.>"]}},
-   "delivery": {"batch_size": 500},
+   "delivery": {"batch_size": 500${DELIVERY_EXTRA:-}},
    "destination": $destination}}}
 JSON
 
