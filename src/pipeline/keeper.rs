@@ -8,9 +8,9 @@
 //! keeper sees all of them in one [`Held`] behind one lock, so a message moving between
 //! them (pulled-ahead → written ahead → in hand, buffer → in hand) is never outside the
 //! keeper's view, and the clock is never restarted by a hand-off: it ticks at a fixed
-//! cadence whatever moves. Each message thus
-//! goes at most one tick without a `+WPI` (or the delivery itself): the gap never exceeds
-//! the cadence, which is half the shortest redelivery interval the consumer has
+//! cadence whatever moves. Each message thus goes at most one tick without a `+WPI` (or
+//! the delivery itself): the gap never exceeds the cadence, which is half the shortest
+//! redelivery interval the consumer has
 //! ([`crate::config::SourceConfig::shortest_redelivery`]: AckWait, or the shortest
 //! `backoff_ms` step, which is what nats-server times each delivery by).
 //!
