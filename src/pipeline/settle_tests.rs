@@ -116,6 +116,24 @@ impl Rig {
         self.settler.finish(&mut ahead, far()).await;
     }
 
+    /// Settles `1..=3` while the batch in the slot (`4..=6`) is written ahead, then takes
+    /// that batch into hand and settles it, and waits for the ACK tasks.
+    async fn settle_with_one_written_ahead(&mut self, ahead: &mut Ahead) {
+        self.settler
+            .settle(batch(1..=3), None, ahead, &mut self.stop)
+            .await;
+        let writing = ahead.take_writing().expect("4..=6 is written ahead");
+        let (p, first) = self
+            .settler
+            .take_written(writing, ahead, None, &self.stop)
+            .await
+            .expect("not cancelled");
+        self.settler
+            .settle(p.batch, Some(first), ahead, &mut self.stop)
+            .await;
+        self.settler.finish(ahead, far()).await;
+    }
+
     /// Every sequence ACKed after commit, in order of the ACKs.
     fn acked(&self) -> Vec<u64> {
         let mut out = Vec::new();
@@ -775,19 +793,7 @@ async fn a_batch_pulled_ahead_is_written_while_the_one_in_hand_commits_and_each_
         (Duration::from_secs(4), script(|_, _| Ok(()))),
     )
     .await;
-    r.settler
-        .settle(batch(1..=3), None, &mut ahead, &mut r.stop)
-        .await;
-    let writing = ahead.take_writing().expect("4..=6 is written ahead");
-    let (p, first) = r
-        .settler
-        .take_written(writing, &mut ahead, None, &r.stop)
-        .await
-        .expect("not cancelled");
-    r.settler
-        .settle(p.batch, Some(first), &mut ahead, &mut r.stop)
-        .await;
-    r.settler.finish(&mut ahead, far()).await;
+    r.settle_with_one_written_ahead(&mut ahead).await;
     // The second batch's write ended first: it ran while the first one's did.
     let events: Vec<Event> = log
         .events()
@@ -822,19 +828,7 @@ async fn a_batch_written_ahead_is_kept_alive_until_its_ack() {
         (ACK_WAIT * 3, script(|_, _| Ok(()))),
     )
     .await;
-    r.settler
-        .settle(batch(1..=3), None, &mut ahead, &mut r.stop)
-        .await;
-    let writing = ahead.take_writing().expect("4..=6 is written ahead");
-    let (p, first) = r
-        .settler
-        .take_written(writing, &mut ahead, None, &r.stop)
-        .await
-        .expect("not cancelled");
-    r.settler
-        .settle(p.batch, Some(first), &mut ahead, &mut r.stop)
-        .await;
-    r.settler.finish(&mut ahead, far()).await;
+    r.settle_with_one_written_ahead(&mut ahead).await;
     let events = log.events();
     let acked = events
         .iter()
@@ -868,19 +862,7 @@ async fn a_write_ahead_that_failed_is_held_and_written_again_before_its_ack() {
         ),
     )
     .await;
-    r.settler
-        .settle(batch(1..=3), None, &mut ahead, &mut r.stop)
-        .await;
-    let writing = ahead.take_writing().expect("4..=6 is written ahead");
-    let (p, first) = r
-        .settler
-        .take_written(writing, &mut ahead, None, &r.stop)
-        .await
-        .expect("not cancelled");
-    r.settler
-        .settle(p.batch, Some(first), &mut ahead, &mut r.stop)
-        .await;
-    r.settler.finish(&mut ahead, far()).await;
+    r.settle_with_one_written_ahead(&mut ahead).await;
     let writes: Vec<Event> = log
         .events()
         .into_iter()
