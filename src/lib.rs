@@ -27,8 +27,10 @@
 //! - [`logging`], [`exit`]: log setup and process exit codes.
 //! - [`telemetry`]: OpenTelemetry spans of every message's write, exported over OTLP.
 //! - [`files`]: the bounded reader of every file an operator names (config, keys, secrets).
+//! - [`allocator`]: how soon the binary's allocator returns freed memory.
 #![deny(missing_docs)]
 
+pub mod allocator;
 pub mod api;
 pub mod cmd;
 pub mod config;
