@@ -57,6 +57,12 @@ pub trait BlockingSink: Send {
         Ok(None)
     }
 
+    /// Drops the (scratch) table the destination writes; see [`Sink::drop_table`]. The
+    /// default has none.
+    fn drop_table_blocking(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
     /// Whether the destination holds one message, and where; see [`Sink::locate`]. The
     /// default cannot tell.
     fn locate_blocking(
@@ -114,6 +120,10 @@ impl<T: BlockingSink> Sink for T {
 
     async fn locate(&mut self, stream: &str, wanted: Wanted<'_>) -> Result<Located, SinkError> {
         tokio::task::block_in_place(|| self.locate_blocking(stream, wanted))
+    }
+
+    async fn drop_table(&mut self) -> Result<(), SinkError> {
+        tokio::task::block_in_place(|| self.drop_table_blocking())
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {

@@ -333,6 +333,15 @@ pub trait Sink: Send {
         Ok(None)
     }
 
+    /// Drops the table the destination writes, for `jetsink bench`, which points a
+    /// destination at a scratch table of its own (see
+    /// [`crate::sinks::DestinationConfig::with_scratch_table`]) and removes it after the
+    /// pass, so every pass starts from an empty table. Never called on a configured
+    /// table. The default has no table to drop.
+    async fn drop_table(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
     /// Whether the destination holds one message of `stream`, and where, for `jetsink
     /// trace`. Reads only: it creates, locks and writes nothing, so it may run beside a
     /// live `jetsink run`. The default says the destination cannot be asked.

@@ -89,6 +89,19 @@ macro_rules! destinations {
                 self.settings().writes_batches_at_once()
             }
 
+            /// The same destination writing into the scratch table `table`, where it has
+            /// one ([`DestinationSettings::with_scratch_table`]).
+            ///
+            /// [`DestinationSettings::with_scratch_table`]: $crate::sinks::settings::DestinationSettings::with_scratch_table
+            pub fn with_scratch_table(&self, table: &str) -> Option<DestinationConfig> {
+                match self {
+                    $(DestinationConfig::$variant(c) => {
+                        $crate::sinks::settings::DestinationSettings::with_scratch_table(c, table)
+                            .map(DestinationConfig::$variant)
+                    })*
+                }
+            }
+
             /// The server process the destination writes to, if any.
             pub fn server(&self) -> Option<$crate::sinks::settings::ServerProcess> {
                 self.settings().server()

@@ -38,6 +38,18 @@ pub trait DestinationSettings {
         false
     }
 
+    /// The same settings writing into `table`, a table of jetsink's own layout that
+    /// `jetsink bench` has the destination create, then drops, so a pass starts from an
+    /// empty table and never writes into the configured one. `None` where the destination
+    /// has no table, or writes a table of the user's own (a column mapping, or
+    /// `auto_create` off): the bench then writes where the config says.
+    fn with_scratch_table(&self, _table: &str) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        None
+    }
+
     /// The server process this destination writes to, for tools that account for its CPU
     /// time (`jetsink bench`). `None`: no server (files, SQLite) or none to name.
     fn server(&self) -> Option<ServerProcess> {

@@ -35,6 +35,20 @@ pub async fn pass(
     let (Some(destination), scratch) = opts.destination(stream, run, "destination")? else {
         return Ok(None);
     };
+    let measured = write_all(opts, &destination, stream, run, watched, bar).await;
+    scratch.remove().await;
+    measured.map(Some)
+}
+
+/// Writes and verifies the rows of [`pass`] into `destination`.
+async fn write_all(
+    opts: &Options,
+    destination: &crate::config::DestinationConfig,
+    stream: &str,
+    run: usize,
+    watched: &Watched,
+    bar: &indicatif::ProgressBar,
+) -> Result<Pass, BenchError> {
     let label = format!("{stream}_D{run}");
     let spec = pipeline::spec(
         opts,
@@ -44,7 +58,7 @@ pub async fn pass(
         destination.clone(),
     );
     let stages = crate::pipeline::Stages::for_sink(&spec);
-    let mut sink = sinks::build(&destination);
+    let mut sink = sinks::build(destination);
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: label.clone(),
@@ -85,11 +99,7 @@ pub async fn pass(
     let cpu = cpu.until(&watched.read(), opts.messages);
     let peak = probe::peak_rss_kib();
     drop(sink);
-    let check = verify::stored(&destination, &label, opts.messages).await;
-    if let Some(dir) = scratch {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    check?;
+    verify::stored(destination, &label, opts.messages).await?;
     let pass = Pass::new(
         "destination",
         opts.messages,
@@ -98,7 +108,7 @@ pub async fn pass(
         &mut lags,
         peak,
     );
-    Ok(Some(pass.with_cpu(cpu)))
+    Ok(pass.with_cpu(cpu))
 }
 
 /// Message `seq` as JetStream would deliver it: the bench publisher's payload, and an

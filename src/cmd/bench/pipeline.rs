@@ -125,12 +125,43 @@ pub async fn pass(
     bar: &indicatif::ProgressBar,
 ) -> Result<(Pass, String), BenchError> {
     let (destination, scratch) = opts.destination(stream, run, "pipeline")?;
+    let on = On {
+        stream,
+        subject,
+        run,
+    };
+    let measured = drain(opts, js, on, watched, bar, destination.as_ref()).await;
+    scratch.remove().await;
+    measured
+}
+
+/// Where a pipeline pass reads: the run's stream, its subject, the run's number.
+struct On<'a> {
+    stream: &'a str,
+    subject: &'a str,
+    run: usize,
+}
+
+/// The pipeline pass of [`pass`], into `destination`.
+async fn drain(
+    opts: &Options,
+    js: &jetstream::Context,
+    on: On<'_>,
+    watched: &Watched,
+    bar: &indicatif::ProgressBar,
+    destination: Option<&DestinationConfig>,
+) -> Result<(Pass, String), BenchError> {
+    let On {
+        stream,
+        subject,
+        run,
+    } = on;
     let spec = spec(
         opts,
         stream,
         subject,
         format!("pipeline-{run}"),
-        match &destination {
+        match destination {
             Some(d) => d.clone(),
             None => placeholder()?,
         },
@@ -139,14 +170,14 @@ pub async fn pass(
         .await
         .map_err(|e| BenchError::Nats(e.to_string()))?;
     let lags = Arc::new(Mutex::new(Vec::with_capacity(opts.messages as usize)));
-    let sink = open_timed(opts, &spec, destination.as_ref(), &lags).await?;
+    let sink = open_timed(opts, &spec, destination, &lags).await?;
     // `delivery.batches_in_flight` 2: a second writer, as the daemon opens one.
-    let second = match (&destination, spec.delivery.batches_in_flight > 1) {
-        (Some(_), true) => Some(Box::new(
-            open_timed(opts, &spec, destination.as_ref(), &lags).await?,
-        ) as Box<dyn sinks::Sink>),
-        _ => None,
-    };
+    let second =
+        match (destination, spec.delivery.batches_in_flight > 1) {
+            (Some(_), true) => Some(Box::new(open_timed(opts, &spec, destination, &lags).await?)
+                as Box<dyn sinks::Sink>),
+            _ => None,
+        };
     let metrics = Metrics::new();
     let sink_metrics = crate::pipeline::SinkMetrics::new(&metrics, "bench");
     let acked = sink_metrics.acked.clone();
@@ -216,11 +247,8 @@ pub async fn pass(
         peak,
     )
     .with_cpu(cpu);
-    let check = verify::run(js, stream, &spec, destination.as_ref(), opts.messages).await;
-    if let Some(dir) = scratch {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    Ok((pass, check?))
+    let check = verify::run(js, stream, &spec, destination, opts.messages).await?;
+    Ok((pass, check))
 }
 
 #[cfg(test)]

@@ -66,6 +66,12 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         stream: &str,
     ) -> impl Future<Output = Result<u64, SinkError>> + Send;
 
+    /// Drops the table (`DROP TABLE IF EXISTS`), for a bench's scratch table only.
+    fn drop_table(
+        &self,
+        conn: &mut Self::Conn,
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
+
     /// Runs `query` among `stream`'s rows on a connection of its own that creates, locks
     /// and writes nothing (a missing table is [`Located::Absent`]), for `jetsink trace`.
     fn locate(

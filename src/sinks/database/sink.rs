@@ -309,6 +309,19 @@ impl<D: Dialect> Sink for DatabaseSink<D> {
         Ok(Some(count))
     }
 
+    async fn drop_table(&mut self) -> Result<(), SinkError> {
+        if self.conns[0].is_none() {
+            self.connect(0).await?;
+        }
+        let conn = self.conns[0].as_mut().ok_or_else(not_open::<D>)?;
+        let limit = self.limits.connect;
+        bounded(limit, self.dialect.drop_table(conn), || {
+            format!("{}: dropping the table timed out", D::NAME)
+        })
+        .await
+        .map_err(|e| e.with_context(&self.target))
+    }
+
     async fn locate(&mut self, stream: &str, wanted: Wanted<'_>) -> Result<Located, SinkError> {
         let mapping = match &self.mapping {
             Ok(mapping) => mapping,

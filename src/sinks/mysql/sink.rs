@@ -306,6 +306,14 @@ impl Dialect for Mysql {
         Ok(count.unwrap_or(0))
     }
 
+    async fn drop_table(&self, live: &mut Live) -> Result<(), SinkError> {
+        let sql = format!("DROP TABLE IF EXISTS {}", self.table_sql);
+        live.conn
+            .query_drop(sql)
+            .await
+            .map_err(|e| classify(&e, Phase::Write, None))
+    }
+
     async fn locate(&self, query: &Query<'_>, stream: &str) -> Result<Located, SinkError> {
         let opts = self.opts()?;
         super::locate::locate(opts, &self.config.table, &self.table_sql, query, stream).await

@@ -209,6 +209,13 @@ impl DestinationSettings for PostgresConfig {
         true
     }
 
+    fn with_scratch_table(&self, table: &str) -> Option<Self> {
+        (self.columns.is_none() && self.auto_create).then(|| Self {
+            table: table.to_string(),
+            ..self.clone()
+        })
+    }
+
     fn server(&self) -> Option<ServerProcess> {
         Some(ServerProcess {
             host: crate::sinks::database::config::server_host(

@@ -224,6 +224,14 @@ impl Dialect for Postgres {
         Ok(row.get::<_, i64>(0).max(0) as u64)
     }
 
+    async fn drop_table(&self, conn: &mut Conn) -> Result<(), SinkError> {
+        let sql = format!("DROP TABLE IF EXISTS {}", self.table_sql);
+        conn.client
+            .batch_execute(&sql)
+            .await
+            .map_err(|e| classify(&e, Phase::Write, None))
+    }
+
     async fn locate(&self, query: &Query<'_>, stream: &str) -> Result<Located, SinkError> {
         super::locate::locate(&self.config, &self.table_sql, query, stream).await
     }

@@ -109,6 +109,14 @@ impl DestinationSettings for SqliteConfig {
     fn target(&self) -> String {
         format!("sqlite:{}#{}", self.path, self.table)
     }
+
+    /// SQLite always creates its table in jetsink's layout.
+    fn with_scratch_table(&self, table: &str) -> Option<Self> {
+        Some(Self {
+            table: table.to_string(),
+            ..self.clone()
+        })
+    }
 }
 
 fn default_sqlite_path() -> String {

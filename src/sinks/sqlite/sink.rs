@@ -232,6 +232,21 @@ impl BlockingSink for SqliteSink {
             .map_err(|e| classify(&e, None).with_context("counting the stored keys"))
     }
 
+    fn drop_table_blocking(&mut self) -> Result<(), SinkError> {
+        if self.conn.is_none() {
+            self.open_blocking()?;
+        }
+        let Some(conn) = self.conn.as_ref() else {
+            return Ok(());
+        };
+        let sql = format!(
+            "DROP TABLE IF EXISTS {}",
+            schema::quote_ident(&self.config.table)
+        );
+        conn.execute_batch(&sql)
+            .map_err(|e| classify(&e, None).with_context("dropping the table"))
+    }
+
     /// The row of one message, through a read-only connection of its own.
     fn locate_blocking(&mut self, stream: &str, wanted: Wanted<'_>) -> Result<Located, SinkError> {
         super::locate::locate(&self.path, &self.config.table, stream, wanted)

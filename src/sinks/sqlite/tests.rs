@@ -892,3 +892,30 @@ fn a_page_size_sqlite_cannot_take_is_refused_by_name() {
     }
     assert!(config(path, TABLE).problems().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scratch_table_is_written_beside_the_configured_one_and_dropped_leaving_it() {
+    use crate::sinks::settings::DestinationSettings;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut configured = opened(&path).await;
+    configured.write_batch(&batch(1..=3)).await.unwrap();
+    let scratch = config(&path, TABLE)
+        .with_scratch_table("jetsink_bench_1_2_r1_pipeline")
+        .expect("SQLite always writes its own layout");
+    let mut sink = SqliteSink::new(scratch);
+    sink.open().await.unwrap();
+    sink.write_batch(&batch(1..=5)).await.unwrap();
+    assert_eq!(read_rows(&path, "jetsink_bench_1_2_r1_pipeline").len(), 5);
+    sink.drop_table().await.unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let tables: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name LIKE 'jetsink_bench%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0, "the scratch table is gone");
+    assert_eq!(read_rows(&path, TABLE).len(), 3, "the configured table keeps its rows");
+}
