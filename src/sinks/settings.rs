@@ -38,11 +38,11 @@ pub trait DestinationSettings {
         false
     }
 
-    /// The same settings writing into `table`, a table of jetsink's own layout that
-    /// `jetsink bench` has the destination create, then drops, so a pass starts from an
-    /// empty table and never writes into the configured one. `None` where the destination
-    /// has no table, or writes a table of the user's own (a column mapping, or
-    /// `auto_create` off): the bench then writes where the config says.
+    /// The same settings writing into `table`, a scratch table `jetsink bench` has the
+    /// destination create at open (jetsink's layout, or a copy of the user's own table),
+    /// then drops, so a pass starts from an empty table and never writes into the
+    /// configured one. `None` where the destination has no table: the bench then writes
+    /// where the config says.
     fn with_scratch_table(&self, _table: &str) -> Option<Self>
     where
         Self: Sized,

@@ -156,7 +156,7 @@ macro_rules! conformance_suite {
             a_row_breaking_a_check_constraint_is_isolated_and_the_rest_commit,
             column_mapping_fills_a_typed_user_table,
             start_up_exits_78_for_a_wrong_table_and_69_for_an_unreachable_server,
-            bench_of_a_configured_sink_verifies_every_stored_key_in_scratch_tables_it_drops,
+            bench_of_a_configured_sink_verifies_every_key_in_scratch_tables_it_drops_even_for_a_mapped_table,
             locate_finds_a_written_key_and_a_message_id_and_not_an_absent_one,
             a_batch_spread_over_two_connections_commits_each_run_on_its_own,
             a_valid_traceparent_stores_its_trace_id_on_every_write_path_and_none_stores_null,
@@ -1058,7 +1058,7 @@ pub async fn start_up_exits_78_for_a_wrong_table_and_69_for_an_unreachable_serve
     assert_eq!(status.code(), Some(69), "{}", daemon.log_text());
 }
 
-pub async fn bench_of_a_configured_sink_verifies_every_stored_key_in_scratch_tables_it_drops<
+pub async fn bench_of_a_configured_sink_verifies_every_key_in_scratch_tables_it_drops_even_for_a_mapped_table<
     D: TestDatabase,
 >() {
     let db = D::create("bench").await;
@@ -1079,6 +1079,23 @@ pub async fn bench_of_a_configured_sink_verifies_every_stored_key_in_scratch_tab
          AND (table_schema = '{name}' OR table_catalog = '{name}')"
     );
     assert_eq!(db.count(&scratch).await, 0, "no scratch table is left");
+
+    // A table of the user's own, through a column mapping: each pass writes a copy of it
+    // (`CREATE TABLE … LIKE`), and the table itself gets no row.
+    db.exec("CREATE TABLE mine (k VARCHAR(200) PRIMARY KEY, s VARCHAR(200), n BIGINT)")
+        .await;
+    let mapped = db.destination(json!({
+        "table": "mine",
+        "columns": {"k": "$idempotency_key", "s": "$stream", "n": "/n"}
+    }));
+    let out = bench_configured_sink(&server, dir.path(), mapped, 300);
+    assert!(out.contains("verified: 300 distinct keys stored"), "{out}");
+    assert_eq!(
+        db.count("mine").await,
+        0,
+        "the user's table gets no bench row"
+    );
+    assert_eq!(db.count(&scratch).await, 0, "no scratch copy is left");
 }
 
 pub async fn a_batch_spread_over_two_connections_commits_each_run_on_its_own<D: TestDatabase>() {

@@ -3,9 +3,10 @@
 //!
 //! Each run gets a fresh, uniquely named file-storage stream, prefilled (or, with `--rate`,
 //! fed at a fixed offered load during each pass), so a table that outlives the runs
-//! receives new keys in every run; a configured database destination of jetsink's own
-//! layout writes each pass into a scratch table it drops after, so every pass starts
-//! from an empty table and the configured one is never written. The **ceiling** pass is a bare pull consumer that
+//! receives new keys in every run; a configured database destination writes each pass
+//! into a scratch table (jetsink's layout, or a copy of the user's table) it drops after,
+//! so every pass starts from an empty table and the configured one is never written.
+//! The **ceiling** pass is a bare pull consumer that
 //! fetches the same batch size and ACKs each message, flushing once per batch. The
 //! **destination** pass writes the same rows straight into the destination, with no NATS
 //! (its own limit on this machine). The **pipeline** pass runs

@@ -72,11 +72,12 @@ impl Options {
     /// The destination of pass `tag` of run `run` (`None` to discard), and the scratch
     /// directory or table to remove after it.
     ///
-    /// A configured database destination writing jetsink's own layout gets a scratch table
-    /// per pass, named for the run's stream and the pass: every pass then starts from an
-    /// empty table, as the first run of a command does, instead of each writing into a
-    /// table the earlier ones grew (whose index maintenance made MariaDB's CPU per message
-    /// nearly triple over three commands), and the configured table is never touched.
+    /// A configured database destination gets a scratch table per pass, named for the
+    /// run's stream and the pass (jetsink's layout, or a copy of the user's own table):
+    /// every pass then starts from an empty table, as the first run of a command does,
+    /// instead of each writing into a table the earlier ones grew (whose index maintenance
+    /// made MariaDB's CPU per message nearly triple over three commands), and the
+    /// configured table never receives a bench row.
     pub fn destination(
         &self,
         stream: &str,
@@ -250,7 +251,8 @@ mod tests {
     }
 
     #[test]
-    fn a_database_sink_of_jetsinks_layout_writes_a_scratch_table_and_a_mapped_one_its_own() {
+    fn a_database_sink_writes_a_scratch_table_a_mapped_one_copied_from_the_users_and_a_file_sink_its_own(
+    ) {
         let spec = |destination: serde_json::Value| {
             let cfg = serde_json::json!({
                 "nats": {"servers": ["nats://127.0.0.1:4222"]},
@@ -287,7 +289,19 @@ mod tests {
             "type": "mysql", "url": "mysql://u@h/db", "table": "events",
             "columns": {"k": "$idempotency_key", "p": "/id"}
         }));
-        assert!(d.expect("destination").target().ends_with("events"));
+        assert!(d
+            .expect("destination")
+            .target()
+            .ends_with("jetsink_bench_1_2_r1_pipeline"));
+        match scratch {
+            Scratch::Table(d) => match *d {
+                DestinationConfig::Mysql(c) => assert_eq!(c.copy_of.as_deref(), Some("events")),
+                other => panic!("not mysql: {other:?}"),
+            },
+            other => panic!("no scratch table: {other:?}"),
+        }
+        let (d, scratch) = spec(serde_json::json!({"type": "file", "directory": "out"}));
+        assert!(d.expect("destination").target().contains("out"));
         assert!(matches!(scratch, Scratch::Nothing));
     }
 

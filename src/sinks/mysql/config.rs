@@ -83,6 +83,12 @@ pub struct MysqlConfig {
     /// MySQL, which has no bulk command. Default true.
     #[serde(default = "yes")]
     pub bulk: bool,
+    /// Set only by `jetsink bench` on its scratch table: the configured table the scratch
+    /// one is created from at open (`CREATE TABLE … LIKE`), so a table of the user's own
+    /// is measured without a row written into it. Never read from a config file.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub copy_of: Option<String>,
 }
 
 /// Storage type of the default MySQL table's `payload` column.
@@ -161,9 +167,13 @@ impl DestinationSettings for MysqlConfig {
         true
     }
 
+    /// jetsink's own layout is created as at a first start; a table of the user's own (a
+    /// column mapping, or `auto_create` off) is copied with `LIKE` at open.
     fn with_scratch_table(&self, table: &str) -> Option<Self> {
-        (self.columns.is_none() && self.auto_create).then(|| Self {
+        let own = self.columns.is_none() && self.auto_create;
+        Some(Self {
             table: table.to_string(),
+            copy_of: (!own).then(|| self.table.clone()),
             ..self.clone()
         })
     }

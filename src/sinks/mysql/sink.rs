@@ -217,23 +217,32 @@ impl Dialect for Mysql {
                     self.config.table
                 )));
             }
-            if !(default_layout && self.config.auto_create) {
-                return Err(SinkError::Misconfigured {
-                    message: format!(
-                        "table {} does not exist (or the user may not see it){}",
-                        self.config.table,
-                        if default_layout {
-                            " and auto_create is false"
-                        } else {
-                            "; with `columns` the table must be created beforehand"
-                        }
-                    ),
-                });
-            }
-            let payload = self.config.payload_type.unwrap_or_default();
-            conn.query_drop(schema::create_table_sql(&self.config.table, payload))
-                .await
-                .map_err(db)?;
+            let create = match &self.config.copy_of {
+                // A bench's scratch copy of the user's table (columns and indexes).
+                Some(source) => format!(
+                    "CREATE TABLE {} LIKE {}",
+                    self.table_sql,
+                    schema::quote_ident(source)
+                ),
+                None if default_layout && self.config.auto_create => schema::create_table_sql(
+                    &self.config.table,
+                    self.config.payload_type.unwrap_or_default(),
+                ),
+                None => {
+                    return Err(SinkError::Misconfigured {
+                        message: format!(
+                            "table {} does not exist (or the user may not see it){}",
+                            self.config.table,
+                            if default_layout {
+                                " and auto_create is false"
+                            } else {
+                                "; with `columns` the table must be created beforehand"
+                            }
+                        ),
+                    })
+                }
+            };
+            conn.query_drop(create).await.map_err(db)?;
             tracing::info!(table = %self.config.table, "created mysql table");
             columns = read_columns(&mut conn, &self.config.table)
                 .await

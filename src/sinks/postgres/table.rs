@@ -65,14 +65,19 @@ pub(super) async fn resolve(
              re-create it, so rows are not split across two tables)"
         )));
     }
-    if !(default_layout && config.auto_create) {
-        return Err(missing_table(table_sql, default_layout));
-    }
-    let payload = config.payload_type.unwrap_or_default();
-    client
-        .batch_execute(&schema::create_table_sql(table_sql, payload))
-        .await
-        .map_err(db)?;
+    let create = match &config.copy_of {
+        // A bench's scratch copy of the user's table: its columns, defaults, constraints
+        // and indexes (not its triggers or foreign keys).
+        Some(source) => format!(
+            "CREATE TABLE {table_sql} (LIKE {} INCLUDING ALL)",
+            schema::qualified(config.schema.as_deref(), source)
+        ),
+        None if default_layout && config.auto_create => {
+            schema::create_table_sql(table_sql, config.payload_type.unwrap_or_default())
+        }
+        None => return Err(missing_table(table_sql, default_layout)),
+    };
+    client.batch_execute(&create).await.map_err(db)?;
     tracing::info!(table = %table_sql, "created postgres table");
     lookup(client, table_sql).await.map_err(db)?.ok_or_else(|| {
         SinkError::transient(format!("table {table_sql} vanished right after creation"))
