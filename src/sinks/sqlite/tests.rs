@@ -917,5 +917,9 @@ async fn a_scratch_table_is_written_beside_the_configured_one_and_dropped_leavin
         )
         .unwrap();
     assert_eq!(tables, 0, "the scratch table is gone");
-    assert_eq!(read_rows(&path, TABLE).len(), 3, "the configured table keeps its rows");
+    assert_eq!(
+        read_rows(&path, TABLE).len(),
+        3,
+        "the configured table keeps its rows"
+    );
 }
