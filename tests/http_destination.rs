@@ -269,17 +269,6 @@ async fn publish_with_poison(js: &jetstream::Context, subject: &str, n: usize, p
     }
 }
 
-/// Whether the consumer exists and has nothing pending or unacknowledged.
-async fn settled(js: &jetstream::Context, stream: &str) -> bool {
-    let Ok(s) = js.get_stream(stream).await else {
-        return false;
-    };
-    match s.consumer_info("jetsink").await {
-        Ok(info) => info.num_pending == 0 && info.num_ack_pending == 0,
-        Err(_) => false,
-    }
-}
-
 /// Original sequences of the dead-letter copies.
 async fn dead_lettered(js: &jetstream::Context) -> Vec<String> {
     stream_messages(js, "DLQ", "dlq.>")
@@ -311,7 +300,7 @@ async fn through_faults(stream: &str, mode: &str, n: usize, batch_size: u64) {
     let mut d = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
 
     eventually(Duration::from_secs(50), "every message settled", || async {
-        settled(&js, stream).await
+        drained(&js, stream).await
     })
     .await;
     let keys = receiver.distinct();

@@ -59,16 +59,6 @@ async fn distinct_stored(store: &Arc<dyn ObjectStore>) -> (HashSet<String>, usiz
 }
 
 /// The consumer exists and has nothing pending or unacknowledged.
-async fn drained(js: &async_nats::jetstream::Context, stream: &str) -> bool {
-    let Ok(s) = js.get_stream(stream).await else {
-        return false;
-    };
-    match s.consumer_info("jetsink").await {
-        Ok(info) => info.num_pending == 0 && info.num_ack_pending == 0,
-        Err(_) => false,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn every_message_is_stored_once_by_key_across_a_sigkill_in_gzip_objects_read_back() {
     const N: usize = 20_000;
