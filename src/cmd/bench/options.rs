@@ -107,8 +107,8 @@ impl Options {
 }
 
 /// The scratch table of pass `tag` on the run stream `stream` (`JETSINK_BENCH_<pid>_<ns>_R<run>`):
-/// unique to the command and the pass, a plain SQL identifier of at most 50 characters,
-/// within every engine's limit.
+/// unique to the command and the pass, a plain SQL identifier of at most 51 characters,
+/// within every engine's limit (PostgreSQL's 63).
 fn scratch_table(stream: &str, tag: &str) -> String {
     format!("{}_{tag}", stream.to_lowercase())
 }
@@ -130,8 +130,12 @@ impl Scratch {
         match self {
             Scratch::Nothing => {}
             Scratch::Directory(dir) => {
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    tracing::warn!(directory = %dir.display(), error = %e, "could not remove the benchmark directory");
+                // Not there: the pass failed before its destination made it.
+                match std::fs::remove_dir_all(&dir) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        tracing::warn!(directory = %dir.display(), error = %e, "could not remove the benchmark directory");
+                    }
+                    _ => {}
                 }
             }
             Scratch::Table(d) => {
