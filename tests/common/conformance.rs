@@ -1066,6 +1066,10 @@ pub async fn bench_of_a_configured_sink_verifies_every_key_in_scratch_tables_it_
     let dir = tempfile::tempdir().unwrap();
     let out = bench_configured_sink(&server, dir.path(), db.destination(json!({})), 300);
     assert!(out.contains("verified: 300 distinct keys stored"), "{out}");
+    assert!(
+        out.contains("; each pass writes a scratch table beside it, dropped after"),
+        "the report says where the rows went: {out}"
+    );
     // Each pass wrote a scratch table of its own (jetsink's layout, as configured), and
     // dropped it after counting its keys: the configured table was never created.
     assert_eq!(

@@ -212,7 +212,14 @@ pub fn describe(target: &Target) -> String {
     match target {
         Target::Discard => "none (discard)".into(),
         Target::Builtin { describe, .. } => describe.clone(),
-        Target::Configured(s) => format!("sink {}: {}", s.name, s.destination.describe()),
+        Target::Configured(s) => {
+            // The configured table is named, but the rows go beside it.
+            let beside = match s.destination.with_scratch_table("jetsink_bench") {
+                Some(_) => "; each pass writes a scratch table beside it, dropped after",
+                None => "",
+            };
+            format!("sink {}: {}{beside}", s.name, s.destination.describe())
+        }
     }
 }
 
