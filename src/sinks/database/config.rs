@@ -70,6 +70,13 @@ pub(crate) fn default_statement_timeout_ms() -> u64 {
     30_000
 }
 
+/// The table a bench's scratch table is copied from (`copy_of`): none where jetsink
+/// creates its own layout (no `columns`, `auto_create` on), else the configured `table`,
+/// which is the user's own.
+pub(crate) fn scratch_copy_of(mapped: bool, auto_create: bool, table: &str) -> Option<String> {
+    (mapped || !auto_create).then(|| table.to_string())
+}
+
 /// How `validate` and the start-up log describe a database destination: its target, the
 /// write mode, and whether the table is the user's own (mapped columns).
 pub(crate) fn describe_table(target: String, mode: WriteMode, mapped: bool) -> String {

@@ -85,6 +85,22 @@ impl Mysql {
             .into())
     }
 
+    /// Why a missing table is not created: it is the user's own (`columns`), or
+    /// `auto_create` is off.
+    fn missing_table(&self, default_layout: bool) -> SinkError {
+        SinkError::Misconfigured {
+            message: format!(
+                "table {} does not exist (or the user may not see it){}",
+                self.config.table,
+                if default_layout {
+                    " and auto_create is false"
+                } else {
+                    "; with `columns` the table must be created beforehand"
+                }
+            ),
+        }
+    }
+
     /// [`Dialect::probe`] on a connection: the table, its keys, the insert prepared.
     async fn probe_on(&self, conn: &mut Conn, mapping: &Mapping) -> Result<Probe, SinkError> {
         let db = |e: mysql_async::Error| classify(&e, Phase::Open, None);
@@ -94,17 +110,7 @@ impl Mysql {
             if default_layout && self.config.auto_create {
                 Ok(Probe::WouldCreate(format!("table {}", self.config.table)))
             } else {
-                Err(SinkError::Misconfigured {
-                    message: format!(
-                        "table {} does not exist (or the user may not see it){}",
-                        self.config.table,
-                        if default_layout {
-                            " and auto_create is false"
-                        } else {
-                            "; with `columns` the table must be created beforehand"
-                        }
-                    ),
-                })
+                Err(self.missing_table(default_layout))
             }
         } else {
             let keys = read_keys(conn, &self.config.table).await.map_err(db)?;
@@ -228,19 +234,7 @@ impl Dialect for Mysql {
                     &self.config.table,
                     self.config.payload_type.unwrap_or_default(),
                 ),
-                None => {
-                    return Err(SinkError::Misconfigured {
-                        message: format!(
-                            "table {} does not exist (or the user may not see it){}",
-                            self.config.table,
-                            if default_layout {
-                                " and auto_create is false"
-                            } else {
-                                "; with `columns` the table must be created beforehand"
-                            }
-                        ),
-                    })
-                }
+                None => return Err(self.missing_table(default_layout)),
             };
             conn.query_drop(create).await.map_err(db)?;
             tracing::info!(table = %self.config.table, "created mysql table");

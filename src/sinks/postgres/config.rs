@@ -218,10 +218,13 @@ impl DestinationSettings for PostgresConfig {
     /// jetsink's own layout is created as at a first start; a table of the user's own (a
     /// column mapping, or `auto_create` off) is copied with `LIKE` at open.
     fn with_scratch_table(&self, table: &str) -> Option<Self> {
-        let own = self.columns.is_none() && self.auto_create;
         Some(Self {
             table: table.to_string(),
-            copy_of: (!own).then(|| self.table.clone()),
+            copy_of: crate::sinks::database::config::scratch_copy_of(
+                self.columns.is_some(),
+                self.auto_create,
+                &self.table,
+            ),
             ..self.clone()
         })
     }
