@@ -369,19 +369,20 @@ async fn the_next_buffer_is_pulled_while_a_flush_is_written() {
     cfg["sinks"]["main"]["source"]["max_ack_pending"] = json!(1000);
     let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
     // Two pulls fill the buffer; its first part (50) is in the held request; the third
-    // pull went out while it was written.
+    // and fourth pulls went out while it was written (two batches pulled ahead of a
+    // backlog: max_ack_pending carries the buffer and three batches).
     eventually(
         Duration::from_secs(30),
-        "the third batch delivered while the first part is held",
+        "the third and fourth batches delivered while the first part is held",
         || async {
-            receiver.requests.load(SeqCst) == 1 && delivered_so_far(&js, "SHUFO").await.0 == 150
+            receiver.requests.load(SeqCst) == 1 && delivered_so_far(&js, "SHUFO").await.0 == 200
         },
     )
     .await;
     let info = common::consumer_info(&js, "SHUFO", "jetsink").await;
     assert_eq!(
         (info.num_ack_pending, info.ack_floor.stream_sequence),
-        (150, 0),
+        (200, 0),
         "nothing ACKed while the write is held"
     );
     receiver.open.send_replace(true);

@@ -86,3 +86,75 @@ async fn blocked_past_redelivery(consumer: serde_json::Value) {
     assert_eq!(info.delivered.stream_sequence, N as u64);
     daemon.stop_cleanly();
 }
+
+/// With a backlog, a sink keeps two batches pulled ahead of the one it writes, no more:
+/// while its write is blocked, the consumer has delivered exactly three batches through
+/// four `+WPI` rounds, and once the write ends every message lands, delivered once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sink_with_a_backlog_keeps_two_batches_pulled_ahead_while_its_write_is_blocked() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "AHEAD", "ahead.>").await;
+    // The database and its table exist, and another writer holds the write lock.
+    let BlockedSqliteSink {
+        mut daemon,
+        db,
+        listen,
+        blocker,
+    } = blocked_sqlite_sink(
+        &js,
+        &server.url(),
+        dir.path(),
+        "AHEAD",
+        "ahead.x",
+        serde_json::json!({"ack_wait_ms": 2000}),
+        0,
+    )
+    .await;
+    daemon.stop_cleanly();
+    // A backlog of six batches of 50, stored before the sink pulls: every pull is full.
+    publish_n(&js, "ahead.x", N).await;
+    let mut daemon = Daemon::start(&dir.path().join("jetsink.json"), dir.path());
+    let delivered = || async {
+        common::consumer_info(&js, "AHEAD", "to-db")
+            .await
+            .delivered
+            .stream_sequence
+    };
+    daemon
+        .eventually(
+            Duration::from_secs(60),
+            "one batch in hand and two pulled ahead",
+            || async { delivered().await == 1 + 150 },
+        )
+        .await;
+    let series = "jetsink_progress_acks_total{sink=\"db\"}";
+    let before = metric_value(&listen, series).await.unwrap_or(0.0);
+    daemon
+        .eventually(Duration::from_secs(60), "four more +WPI rounds", || async {
+            metric_value(&listen, series).await.unwrap_or(0.0) >= before + 4.0
+        })
+        .await;
+    assert_eq!(delivered().await, 1 + 150, "nothing more pulled ahead");
+    assert_eq!(sqlite_count(&db, "events"), 1);
+    blocker.execute_batch("ROLLBACK").unwrap();
+    drop(blocker);
+    daemon
+        .eventually(Duration::from_secs(60), "every row", || async {
+            sqlite_count(&db, "events") == 1 + N as u64
+        })
+        .await;
+    daemon
+        .eventually(Duration::from_secs(30), "the consumer drained", || async {
+            consumer_state(&js, "AHEAD", "to-db").await == (0, 0)
+        })
+        .await;
+    let info = common::consumer_info(&js, "AHEAD", "to-db").await;
+    assert_eq!(
+        info.delivered.consumer_sequence,
+        1 + N as u64,
+        "one delivery per message: {info:?}"
+    );
+    daemon.stop_cleanly();
+}

@@ -53,6 +53,21 @@ pub struct FetchLimits {
     pub wait: Duration,
 }
 
+impl FetchLimits {
+    /// Whether a pull that returned messages of these payload sizes took all it could:
+    /// `max_messages` of them, or so many bytes that one more of the largest would not have
+    /// fit. A pull that took less found the consumer with nothing more to deliver.
+    pub fn filled_by(&self, sizes: impl Iterator<Item = usize>) -> bool {
+        let (mut count, mut bytes, mut largest) = (0usize, 0usize, 0usize);
+        for size in sizes {
+            count += 1;
+            bytes = bytes.saturating_add(size);
+            largest = largest.max(size);
+        }
+        count > 0 && (count >= self.max_messages || bytes.saturating_add(largest) > self.max_bytes)
+    }
+}
+
 /// Largest message count a pull's vector is sized for up front.
 const MAX_PRESIZE: usize = 4_096;
 /// Extra time past a pull's `expires` before the local timeout gives up on it.
@@ -337,6 +352,30 @@ pub(super) async fn idle_round(
 #[cfg(test)]
 mod pull_reply_tests {
     use super::*;
+
+    #[test]
+    fn a_pull_is_full_at_its_message_count_or_when_one_more_message_would_not_fit() {
+        let limits = FetchLimits {
+            max_messages: 3,
+            max_bytes: 1_000,
+            wait: Duration::from_secs(1),
+        };
+        assert!(!limits.filled_by([].into_iter()), "nothing");
+        assert!(!limits.filled_by([10, 10].into_iter()));
+        assert!(limits.filled_by([10, 10, 10].into_iter()), "three messages");
+        assert!(
+            !limits.filled_by([400, 100].into_iter()),
+            "another 400 fits"
+        );
+        assert!(
+            limits.filled_by([400, 400].into_iter()),
+            "another 400 does not"
+        );
+        assert!(
+            limits.filled_by([5_000].into_iter()),
+            "larger than max_bytes alone"
+        );
+    }
 
     #[test]
     fn batch_completed_409_does_not_end_the_pull_but_other_409s_fail_it() {

@@ -27,7 +27,7 @@ use std::time::Duration;
 use async_nats::jetstream::AckKind;
 use async_nats::Subject;
 use prometheus::IntCounter;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -37,8 +37,15 @@ use super::batch::Prepared;
 /// What a sink holds unacknowledged, as the keeper sees it.
 #[derive(Default)]
 struct Held {
-    /// The batch pulled ahead and not yet taken by the runner.
-    ahead: Option<Prepared>,
+    /// The batches pulled ahead and not yet taken by the runner, oldest first.
+    ahead: VecDeque<Prepared>,
+    /// Set at shutdown: the pull task pulls nothing more ahead.
+    closing: bool,
+    /// A pull task is pulling into the slot (from its start until it decides, as it
+    /// puts a batch, to pull no more).
+    pulling: bool,
+    /// The destination is failing: nothing more is pulled ahead until it writes again.
+    failing: bool,
     /// The reply subjects of the batch in hand.
     hand: Arc<Vec<Subject>>,
     /// Which of `hand` are settled (their acknowledgement is being sent or was sent).
@@ -77,58 +84,114 @@ impl Held {
         {
             out.extend(part.iter().cloned());
         }
-        if let Some(p) = &self.ahead {
+        for p in &self.ahead {
             out.extend(p.all_replies().cloned());
         }
         out
     }
 }
 
-/// Where the pull task leaves the batch it pulled ahead; shared with the keeper, which
-/// keeps it alive from the moment it is put there.
+/// Where the pull task leaves the batches it pulled ahead; shared with the keeper, which
+/// keeps them alive from the moment they are put there.
 #[derive(Clone, Default)]
-pub(super) struct Slot(Arc<Mutex<Held>>);
+pub(super) struct Slot {
+    held: Arc<Mutex<Held>>,
+    /// Woken by each batch put, so the runner can take one while the pull task goes on
+    /// to pull the next.
+    arrived: Arc<Notify>,
+}
 
 impl Slot {
-    /// Leaves a prepared pull for the runner.
-    pub(super) async fn put(&self, p: Prepared) {
-        self.0.lock().await.ahead = Some(p);
+    /// Leaves a prepared pull for the runner, after those put before it, and says whether
+    /// the pull task goes on to pull another: while fewer than `depth` wait, `more` (the
+    /// pull was full: a backlog), the destination is not failing and shutdown has not
+    /// closed the slot. Decided under the lock, so [`Slot::pulling`] is never stale.
+    pub(super) async fn put(&self, p: Prepared, depth: usize, more: bool) -> bool {
+        let mut held = self.held.lock().await;
+        held.ahead.push_back(p);
+        let again = more && !held.closing && !held.failing && held.ahead.len() < depth;
+        held.pulling = again;
+        drop(held);
+        self.arrived.notify_one();
+        again
     }
 
-    /// Whether a batch waits.
-    pub(super) async fn is_empty(&self) -> bool {
-        self.0.lock().await.ahead.is_none()
+    /// Whether fewer than `depth` batches wait and shutdown has not closed the slot.
+    pub(super) async fn has_room(&self, depth: usize) -> bool {
+        let held = self.held.lock().await;
+        !held.closing && held.ahead.len() < depth
     }
 
-    /// Takes the batch pulled ahead into the runner's hand: in one step, so the keeper sees
-    /// it either waiting or in hand, never neither. Its messages are in hand in the order
-    /// of [`Prepared::all_replies`]: the batch, then the refused ones.
+    /// A pull task starts pulling into the slot (`true`), or ended with a failed pull.
+    pub(super) async fn set_pulling(&self, pulling: bool) {
+        self.held.lock().await.pulling = pulling;
+    }
+
+    /// Whether a pull task is pulling into the slot.
+    pub(super) async fn pulling(&self) -> bool {
+        self.held.lock().await.pulling
+    }
+
+    /// Resolves once a batch was put since the last time it resolved (at once if one
+    /// was put meanwhile).
+    pub(super) async fn arrival(&self) {
+        self.arrived.notified().await;
+    }
+
+    /// While the destination fails (`true`), the pull task pulls nothing more ahead after
+    /// the pull it is in, so delivery counts do not climb while a batch is held.
+    pub(super) async fn set_failing(&self, failing: bool) {
+        self.held.lock().await.failing = failing;
+    }
+
+    /// At shutdown: the pull task pulls nothing more ahead after the pull it is in.
+    pub(super) async fn close(&self) {
+        self.held.lock().await.closing = true;
+    }
+
+    /// Takes the oldest batch pulled ahead into the runner's hand: in one step, so the
+    /// keeper sees it either waiting or in hand, never neither. Its messages are in hand
+    /// in the order of [`Prepared::all_replies`]: the batch, then the refused ones.
     pub(super) async fn take(&self) -> Option<Prepared> {
-        let mut held = self.0.lock().await;
-        let p = held.ahead.take()?;
+        let mut held = self.held.lock().await;
+        let p = held.ahead.pop_front()?;
         held.set_hand(Arc::new(p.all_replies().cloned().collect()));
         Some(p)
+    }
+
+    /// At shutdown: takes every batch pulled ahead into the runner's hand, in one step,
+    /// and returns their reply subjects (each batch's as [`Prepared::all_replies`] orders
+    /// them, oldest batch first), to be handed back.
+    pub(super) async fn take_all(&self) -> Vec<Subject> {
+        let mut held = self.held.lock().await;
+        let all: Vec<Subject> = held
+            .ahead
+            .drain(..)
+            .flat_map(|p| p.all_replies().cloned().collect::<Vec<_>>())
+            .collect();
+        held.set_hand(Arc::new(all.clone()));
+        all
     }
 
     /// Takes the batch pulled ahead to be written ahead, in one step (the keeper sees it
     /// waiting or being written, never neither) — only a batch the runner has nothing to
     /// do with before its write: nothing refused early and nothing past a replay's bound.
     pub(super) async fn take_to_write(&self) -> Option<Prepared> {
-        let mut held = self.0.lock().await;
-        let ready = held.ahead.as_ref().is_some_and(|p| {
+        let mut held = self.held.lock().await;
+        let ready = held.ahead.front().is_some_and(|p| {
             p.refused.is_empty() && p.beyond.is_empty() && !p.batch.envelopes.is_empty()
         });
         if !ready {
             return None;
         }
-        let p = held.ahead.take()?;
+        let p = held.ahead.pop_front()?;
         held.writing.push_back(Arc::new(p.batch.replies.clone()));
         Some(p)
     }
 
     /// Takes the oldest batch written ahead into the runner's hand, in one step.
     pub(super) async fn hand_written(&self) {
-        let mut held = self.0.lock().await;
+        let mut held = self.held.lock().await;
         if let Some(replies) = held.writing.pop_front() {
             held.set_hand(replies);
         }
@@ -188,7 +251,7 @@ impl<A: Acknowledger> Keeper<A> {
 
     async fn held(&self) -> tokio::sync::MutexGuard<'_, Held> {
         self.start();
-        self.slot.0.lock().await
+        self.slot.held.lock().await
     }
 
     fn start(&self) {
@@ -197,7 +260,7 @@ impl<A: Acknowledger> Keeper<A> {
             *task = Some(tokio::spawn(tick(
                 self.acks.clone(),
                 self.every,
-                self.slot.0.clone(),
+                self.slot.held.clone(),
                 self.sent.clone(),
             )));
         }
@@ -305,7 +368,7 @@ mod tests {
             batch: batch(1..=3),
             ..Default::default()
         };
-        k.slot().put(prepared).await;
+        k.slot().put(prepared, 1, false).await;
         tokio::time::sleep(Duration::from_millis(5_100)).await;
         assert_eq!(progress(&log), vec![vec![1, 2, 3]], "waiting in the slot");
         // Taken 4.8 s into the next period: the next round is still 5 s after the last.
@@ -317,6 +380,65 @@ mod tests {
         k.settle([1]).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(progress(&log)[2], vec![1, 3]);
+    }
+
+    fn pulled(range: std::ops::RangeInclusive<u64>) -> Prepared {
+        Prepared {
+            pulled: range.clone().count(),
+            batch: batch(range),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_pull_task_goes_on_only_after_a_full_pull_while_fewer_than_depth_wait() {
+        let slot = Slot::default();
+        assert!(
+            !slot.put(pulled(1..=2), 2, false).await,
+            "not full: no backlog"
+        );
+        assert!(!slot.pulling().await);
+        assert!(
+            slot.put(pulled(3..=4), 3, true).await,
+            "two wait, three may"
+        );
+        assert!(slot.pulling().await);
+        assert!(!slot.put(pulled(5..=6), 3, true).await, "three wait");
+        assert!(!slot.pulling().await);
+        // The oldest first.
+        assert_eq!(slot.take().await.map(|p| p.batch.replies.len()), Some(2));
+        assert!(slot.has_room(3).await);
+        slot.set_failing(true).await;
+        assert!(
+            !slot.put(pulled(7..=7), 9, true).await,
+            "the destination fails"
+        );
+        slot.set_failing(false).await;
+        slot.close().await;
+        assert!(!slot.put(pulled(8..=8), 9, true).await, "shutdown");
+        assert!(!slot.has_room(9).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_batch_pulled_ahead_is_kept_alive_and_all_are_taken_at_shutdown() {
+        let log = Log::default();
+        let k = keeper(&log);
+        k.slot().put(pulled(1..=2), 2, true).await;
+        k.slot().put(pulled(3..=3), 2, true).await;
+        tokio::time::sleep(Duration::from_millis(5_001)).await;
+        assert_eq!(progress(&log), vec![vec![1, 2, 3]]);
+        let all = k.slot().take_all().await;
+        assert_eq!(all.len(), 3, "oldest batch first: {all:?}");
+        assert_eq!(all[0], reply(1));
+        assert_eq!(all[2], reply(3));
+        assert!(k.slot().take().await.is_none());
+        k.settle(0..3).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            progress(&log).len(),
+            1,
+            "handed back: nothing more to keep alive"
+        );
     }
 
     #[tokio::test(start_paused = true)]

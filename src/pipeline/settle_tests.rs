@@ -397,11 +397,15 @@ impl Sink for BlockingSink {
         let slot = self.arrives.lock().ok().and_then(|s| s.clone());
         tokio::task::block_in_place(|| {
             if let Some(slot) = slot {
-                tokio::runtime::Handle::current().block_on(slot.put(Prepared {
-                    pulled: 1,
-                    batch: super::testing::batch(9..=9),
-                    ..Default::default()
-                }));
+                tokio::runtime::Handle::current().block_on(slot.put(
+                    Prepared {
+                        pulled: 1,
+                        batch: super::testing::batch(9..=9),
+                        ..Default::default()
+                    },
+                    1,
+                    false,
+                ));
             }
             let kept = self.log.block_until(
                 Duration::from_secs(30),

@@ -86,10 +86,13 @@ impl Ahead {
         self.write_ahead().await;
         tokio::pin!(work);
         loop {
+            let arrival = self.slot.clone();
             tokio::select! {
                 biased;
                 out = &mut work => return out,
                 () = self.collect() => self.write_ahead().await,
+                // The pull task may go on to pull another batch after this one.
+                () = arrival.arrival() => self.write_ahead().await,
             }
         }
     }
@@ -132,6 +135,18 @@ impl Ahead {
         };
         let pulled = pending.await;
         self.pending = None;
+        self.note(pulled);
+    }
+
+    /// Forgets the pull task if it has ended (noting how), so the next pull can start; a
+    /// task still pulling a further batch ahead is left to run.
+    pub(super) async fn reap(&mut self) {
+        if self.pending.as_ref().is_some_and(JoinHandle::is_finished) {
+            self.collect().await;
+        }
+    }
+
+    fn note(&self, pulled: Result<Result<(), async_nats::Error>, tokio::task::JoinError>) {
         match pulled {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
@@ -141,14 +156,17 @@ impl Ahead {
         }
     }
 
-    /// At shutdown: the batch pulled ahead, taken into hand, waiting until `by` at most
-    /// for a pull in flight (it returns at once, no-wait, or within the batch timeout), so
-    /// what it received is handed back too instead of waiting out AckWait.
-    pub(crate) async fn finish(&mut self, by: Instant) -> Option<Prepared> {
+    /// At shutdown: every batch pulled ahead, taken into hand (their reply subjects, to be
+    /// handed back), waiting until `by` at most for a pull in flight (it returns at once,
+    /// no-wait, or within the batch timeout; the slot is closed first, so it pulls no
+    /// further batch), so what it received is handed back too instead of waiting out
+    /// AckWait.
+    pub(crate) async fn finish(&mut self, by: Instant) -> Vec<async_nats::Subject> {
+        self.slot.close().await;
         if let Some(pending) = self.pending.take() {
             let _ = tokio::time::timeout_at(by, pending).await;
         }
-        self.slot.take().await
+        self.slot.take_all().await
     }
 
     /// A pull in flight that never returns, as one lost in a disconnect.
@@ -162,7 +180,7 @@ impl Ahead {
     /// A batch already pulled ahead.
     #[cfg(test)]
     pub(crate) async fn with_waiting(sink: &str, slot: &Slot, p: Prepared) -> Ahead {
-        slot.put(p).await;
+        slot.put(p, 1, false).await;
         Ahead::new(sink, slot)
     }
 }

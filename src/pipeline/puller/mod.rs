@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::response::Response;
 use async_nats::jetstream::{self};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -37,12 +36,15 @@ use crate::pipeline::pause::Pause;
 const REBIND_AFTER: u32 = 3;
 
 mod ahead;
+mod depth;
 mod interleave;
 mod order;
 mod paused;
+mod pinned;
 
 use ahead::PendingPull;
 pub(super) use ahead::{Ahead, WriteTask};
+use depth::pull_depth;
 use interleave::interleave;
 use order::Order;
 
@@ -86,6 +88,8 @@ pub(super) struct Puller {
     rebinds: bool,
     /// Which consumers are paused in the server.
     pause: Pause,
+    /// Batches kept pulled ahead ([`pull_depth`]).
+    depth: usize,
 }
 
 /// This sink's side of an active/standby priority group.
@@ -93,28 +97,6 @@ struct Pinned {
     pin: Arc<Pin>,
     was_held: bool,
     gauge: prometheus::IntGauge,
-}
-
-impl Pinned {
-    /// Logs and shows a change of the pin since the last pull. A standby is healthy and
-    /// ready: it only has nothing to write.
-    fn note(&mut self, sink: &str) {
-        let held = self.pin.held();
-        if held == self.was_held {
-            return;
-        }
-        self.was_held = held;
-        self.gauge.set(i64::from(held));
-        if held {
-            tracing::info!(
-                sink,
-                group = self.pin.group(),
-                "this instance holds the pin: it is the active one and writes"
-            );
-        } else {
-            tracing::info!(sink, group = self.pin.group(), "the pin moved to another instance: standing by (what this instance pulled is still written and ACKed)");
-        }
-    }
 }
 
 impl Puller {
@@ -149,6 +131,11 @@ impl Puller {
             .map(|c| c.cached_info().name.clone())
             .collect();
         let pause = Pause::new(&spec.name, names, metrics.paused.clone(), health.clone());
+        // MaxAckPending as the server has it: an existing consumer keeps its own.
+        let max_ack_pending = consumers.first().map_or(spec.source.max_ack_pending, |c| {
+            c.cached_info().config.max_ack_pending
+        });
+        let depth = pull_depth(&spec, consumers.len(), max_ack_pending);
         Puller {
             spec,
             js,
@@ -165,6 +152,7 @@ impl Puller {
             pinned,
             rebinds: true,
             pause,
+            depth,
         }
     }
 
@@ -178,46 +166,9 @@ impl Puller {
         self.rebinds = false;
     }
 
-    /// At shutdown, after the last pull: hands the pin over at once with the JetStream
-    /// UNPIN request, so a standby takes the new messages now instead of after the
-    /// priority timeout. Only while this instance believes it holds the pin: should the
-    /// pin have moved a moment ago, the request unpins the new holder, and the server pins
-    /// a waiting pull again at once, so the cost is one re-pin. A failure only costs the
-    /// standby the priority timeout, as before; it is logged, not retried.
-    pub(super) async fn release_pin(&mut self, by: Instant) {
-        let Some(pinned) = self.pinned.as_mut() else {
-            return;
-        };
-        if !pinned.pin.held() {
-            return;
-        }
-        let source = &self.spec.source;
-        let subject = format!("CONSUMER.UNPIN.{}.{}", source.stream, source.consumer);
-        let body = serde_json::json!({ "group": pinned.pin.group() });
-        let sent = tokio::time::timeout_at(
-            by,
-            self.js
-                .request::<_, _, Response<serde::de::IgnoredAny>>(subject, &body),
-        )
-        .await;
-        let sink = &self.spec.name;
-        match sent {
-            Ok(Ok(Response::Ok(_))) => {
-                pinned.pin.lost();
-                pinned.was_held = false;
-                pinned.gauge.set(0);
-                tracing::info!(sink = %sink, group = pinned.pin.group(), "released the pin at shutdown: a standby takes over now");
-            }
-            Ok(Ok(Response::Err { error })) => {
-                tracing::warn!(sink = %sink, error = %error, "the server refused to release the pin; a standby takes over after the priority timeout")
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(sink = %sink, error = %e, "could not release the pin; a standby takes over after the priority timeout")
-            }
-            Err(_) => {
-                tracing::warn!(sink = %sink, "no time left to release the pin; a standby takes over after the priority timeout")
-            }
-        }
+    /// Batches kept pulled ahead with a backlog ([`pull_depth`]).
+    pub(super) fn depth(&self) -> usize {
+        self.depth
     }
 
     /// The sink's config.
@@ -235,13 +186,16 @@ impl Puller {
         self.limits.wait
     }
 
-    /// Starts the next pull in the background, unless one is running or a batch waits.
+    /// Starts the next pull in the background, unless one is running or enough batches
+    /// wait.
     pub(super) async fn pull_ahead(&mut self, ahead: &mut Ahead) {
         if self.pause.sink_paused().is_some() {
             return;
         }
-        if ahead.pending.is_none() && ahead.slot.is_empty().await {
-            ahead.pending = Some(self.spawn(ahead.slot.clone()));
+        ahead.reap().await;
+        if !ahead.slot.pulling().await && ahead.slot.has_room(self.depth).await {
+            // A task that decided to pull no more is ending: it is left to end.
+            ahead.pending = Some(self.spawn(ahead.slot.clone()).await);
         }
     }
 
@@ -257,16 +211,20 @@ impl Puller {
         loop {
             ahead.write_ahead().await;
             self.pull_ahead(ahead).await;
+            let slot = ahead.slot.clone();
             tokio::select! {
                 biased;
                 out = &mut work => return out,
                 () = ahead.collect() => {}
+                // The pull task may go on to pull another batch after this one.
+                () = slot.arrival() => {}
             }
         }
     }
 
     /// Starts a pull whose prepared batch goes into `into`.
-    fn spawn(&mut self, into: Slot) -> PendingPull {
+    async fn spawn(&mut self, into: Slot) -> PendingPull {
+        into.set_pulling(true).await;
         let prepare = self.prepare.clone();
         let limits = self.limits;
         let drops = self.drops.clone();
@@ -274,10 +232,26 @@ impl Puller {
             let consumer = self.consumers[0].clone();
             let js = self.js.clone();
             let pin = self.pinned.as_ref().map(|p| p.pin.clone());
+            let depth = self.depth;
+            // Pulls batch after batch while the slot has room: the runner takes each as it
+            // arrives, and the server goes on delivering the next meanwhile.
             return tokio::spawn(async move {
-                let messages = fetch_batch(&js, &consumer, limits, &drops, pin.as_deref()).await?;
-                into.put(prepare.prepare(messages)).await;
-                Ok(())
+                loop {
+                    let messages =
+                        match fetch_batch(&js, &consumer, limits, &drops, pin.as_deref()).await {
+                            Ok(m) => m,
+                            Err(e) => {
+                                into.set_pulling(false).await;
+                                return Err(e);
+                            }
+                        };
+                    // A pull that took less than it could found no backlog: the next pull
+                    // starts when the runner takes a batch, gathering what arrived meanwhile.
+                    let more = limits.filled_by(messages.iter().map(|m| m.payload.len()));
+                    if !into.put(prepare.prepare(messages), depth, more).await {
+                        return Ok(());
+                    }
+                }
             });
         }
         let order = self
@@ -298,16 +272,30 @@ impl Puller {
         if concurrent {
             let mut rng = StdRng::seed_from_u64(self.rng.random());
             return tokio::spawn(async move {
-                let groups = fetch_each(&js, &consumers, &order, limits, &drops).await?;
-                into.put(prepare.prepare(interleave(groups, &mut rng)))
+                let groups = match fetch_each(&js, &consumers, &order, limits, &drops).await {
+                    Ok(g) => g,
+                    Err(e) => {
+                        into.set_pulling(false).await;
+                        return Err(e);
+                    }
+                };
+                into.put(prepare.prepare(interleave(groups, &mut rng)), 1, false)
                     .await;
                 Ok(())
             });
         }
         tokio::spawn(async move {
-            let messages = fetch_any(&js, &consumers, &order, limits, &drops).await?;
-            into.put(prepare.prepare(messages)).await;
-            Ok(())
+            let messages = fetch_any(&js, &consumers, &order, limits, &drops).await;
+            match messages {
+                Ok(m) => {
+                    into.put(prepare.prepare(m), 1, false).await;
+                    Ok(())
+                }
+                Err(e) => {
+                    into.set_pulling(false).await;
+                    Err(e)
+                }
+            }
         })
     }
 
@@ -333,41 +321,58 @@ impl Puller {
         }
         let pulled = match ahead.slot.take().await {
             Some(ready) => {
-                // The pull that left it has ended or is about to; nothing else to await.
-                ahead.pending = None;
+                // The pull task may still be pulling a further batch ahead; it runs on.
+                ahead.reap().await;
                 Ok(ready)
             }
             None => {
+                let pulling = ahead.slot.pulling().await;
                 let mut handle = match ahead.pending.take() {
-                    Some(h) => h,
-                    None if self.pause.sink_paused().is_some() => {
+                    Some(h) if pulling => h,
+                    _ if self.pause.sink_paused().is_some() => {
                         return self.while_paused(shutdown, by).await;
                     }
-                    None => self.spawn(ahead.slot.clone()),
+                    _ => self.spawn(ahead.slot.clone()).await,
                 };
-                let timer = async {
-                    match by {
-                        Some(by) => tokio::time::sleep_until(by).await,
-                        None => std::future::pending().await,
+                loop {
+                    let timer = async {
+                        match by {
+                            Some(by) => tokio::time::sleep_until(by).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    let ended = tokio::select! {
+                        r = &mut handle => Some(r.unwrap_or_else(|e| Err(format!("pull task failed: {e}").into()))),
+                        () = ahead.slot.arrival() => None,
+                        _ = shutdown.wait_for(|s| *s) => {
+                            // Kept: the wind-down waits for it and hands back what it
+                            // received, instead of leaving that to wait out AckWait (and a
+                            // NAK of a held buffer must not reach a pull still waiting).
+                            ahead.pending = Some(handle);
+                            return Pulled::Stopped;
+                        }
+                        () = timer => {
+                            ahead.pending = Some(handle);
+                            return Pulled::Batch(Prepared::default());
+                        }
+                    };
+                    let taken = ahead.slot.take().await;
+                    match (ended, taken) {
+                        // A batch arrived and the task pulls the next one ahead.
+                        (None, Some(p)) => {
+                            ahead.pending = Some(handle);
+                            break Ok(p);
+                        }
+                        // Woken by a batch taken already: wait on.
+                        (None, None) => {}
+                        (Some(Ok(())), p) => break Ok(p.unwrap_or_default()),
+                        // A pull after the first failed: the batch before it is good.
+                        (Some(Err(e)), Some(p)) => {
+                            tracing::debug!(sink = %self.spec.name, error = %e, "pull ahead failed; pulling again later");
+                            break Ok(p);
+                        }
+                        (Some(Err(e)), None) => break Err(e),
                     }
-                };
-                let r = tokio::select! {
-                    r = &mut handle => r.unwrap_or_else(|e| Err(format!("pull task failed: {e}").into())),
-                    _ = shutdown.wait_for(|s| *s) => {
-                        // Kept: the wind-down waits for it and hands back what it
-                        // received, instead of leaving that to wait out AckWait (and a
-                        // NAK of a held buffer must not reach a pull still waiting).
-                        ahead.pending = Some(handle);
-                        return Pulled::Stopped;
-                    }
-                    () = timer => {
-                        ahead.pending = Some(handle);
-                        return Pulled::Batch(Prepared::default());
-                    }
-                };
-                match r {
-                    Ok(()) => Ok(ahead.slot.take().await.unwrap_or_default()),
-                    Err(e) => Err(e),
                 }
             }
         };

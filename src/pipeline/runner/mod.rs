@@ -191,14 +191,26 @@ impl Runner {
             prepare,
             randomizer,
         } = stages;
+        let shuffle = Shuffle::for_sink(&spec, &metrics);
+        let puller = Puller::new(
+            spec,
+            js,
+            consumers,
+            drops,
+            prepare,
+            metrics.clone(),
+            health.clone(),
+        );
+        let spec = puller.spec();
         let server_fed = spec.delivery.randomizer.adaptive
             && spec.delivery.randomizer.adaptive_source == AdaptiveSource::Server;
+        // The batch being written and those pulled ahead are this instance's.
+        let own = spec.delivery.batch_size.saturating_mul(1 + puller.depth());
         let delay = randomizer.map(|r| {
             let stage = DelayStage::new(r, spec.source.effective_ack_wait());
             Delay {
-                // The batch being written and the one pulled ahead are this instance's.
                 stage: match server_fed {
-                    true => stage.fed_by_server(spec.delivery.batch_size.saturating_mul(2)),
+                    true => stage.fed_by_server(own),
                     false => stage,
                 },
                 origin: Instant::now(),
@@ -206,7 +218,6 @@ impl Runner {
                 outstanding: Outstanding::default(),
             }
         });
-        let shuffle = Shuffle::for_sink(&spec, &metrics);
         Runner {
             reconfirm,
             ahead,
@@ -218,15 +229,7 @@ impl Runner {
                 shutdown,
                 Duration::from_millis(spec.delivery.shutdown_timeout_ms),
             ),
-            puller: Puller::new(
-                spec,
-                js,
-                consumers,
-                drops,
-                prepare,
-                metrics.clone(),
-                health.clone(),
-            ),
+            puller,
             metrics,
             health,
         }

@@ -347,6 +347,9 @@ impl<A: Acknowledger> Settler<A> {
                 .await;
             let Some(error) = error else {
                 self.health.destination_ok();
+                if !self.healthy {
+                    self.keeper.slot().set_failing(false).await;
+                }
                 self.healthy = true;
                 if attempt > 0 {
                     tracing::info!(sink = %self.name, attempts = attempt + 1, "destination recovered");
@@ -357,6 +360,9 @@ impl<A: Acknowledger> Settler<A> {
             self.metrics.batches_retried.inc();
             let message = error.to_string();
             self.health.destination_failed(&message);
+            if self.healthy {
+                self.keeper.slot().set_failing(true).await;
+            }
             self.healthy = false;
             let delay = backoff(&self.retry, attempt, &mut self.rng);
             tracing::warn!(sink = %self.name, error = %message, messages = held.len(), attempt = attempt + 1, retry_in_ms = delay.as_millis() as u64, "destination failed; holding the batch");
@@ -415,14 +421,11 @@ impl<A: Acknowledger> Settler<A> {
         {
             tracing::warn!(sink = %self.name, "ACKs still unsent at the shutdown deadline; those messages will be redelivered (idempotently)");
         }
-        if let Some(p) = ahead.finish(by).await {
+        let replies = ahead.finish(by).await;
+        if !replies.is_empty() {
             // Taken into hand by `finish`; let go of all of it before the NAK.
-            let n = p.batch.replies.len() + p.refused.len();
-            self.keeper.settle(0..n).await;
-            let nak = self
-                .acks
-                .acknowledger()
-                .send(p.all_replies().cloned().collect(), AckKind::Nak(None));
+            self.keeper.settle(0..replies.len()).await;
+            let nak = self.acks.acknowledger().send(replies, AckKind::Nak(None));
             if tokio::time::timeout_at(by, nak).await.is_err() {
                 tracing::warn!(sink = %self.name, "no time left to hand back the batch pulled ahead; it is redelivered after AckWait");
             }
