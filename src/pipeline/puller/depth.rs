@@ -4,25 +4,34 @@
 //! starts only once the runner takes the batch before it. With two, the server is already
 //! delivering the next whenever the destination writes slower than it delivers, which is
 //! most of the time with a backlog (issue 27: SQLite 0.67–0.72 → 0.73–0.76 of the ceiling
-//! at 200 B, 0.54–0.56 → 0.60–0.63 at 4 KiB, in alternated runs of one build). The pull task
-//! pulls the second only after a full pull (a backlog), so a sink keeping up with a trickle
-//! pulls as before, one batch gathering what arrived during the write.
+//! at 200 B, 0.54–0.56 → 0.60–0.63 at 4 KiB, in alternated runs of one build; strict lanes
+//! 5 % faster, their urgent p99 unchanged). The pull task pulls the second only after a
+//! full pull (a backlog), so a sink keeping up with a trickle pulls as before, one batch
+//! gathering what arrived during the write.
 
+use crate::config::buckets::BucketPull;
 use crate::config::SinkSpec;
 
 /// Batches kept pulled ahead where [`pull_depth`] allows more than one.
 pub(super) const PULL_DEPTH: usize = 2;
 
-/// [`PULL_DEPTH`] for a sink with one consumer, no priority lanes and no job-queue
-/// `results`, when the consumer's MaxAckPending as the server has it (`max_ack_pending`)
-/// carries the batches pulled ahead besides the batches being written and what the
-/// shuffler, an s3 `rollover` or the randomizer holds; else one. Lanes keep one so an
-/// urgent message waits for at most the batch in hand and one pulled ahead; a job-queue
-/// worker keeps one so the jobs it has not started stay with the stream, for another
-/// worker to take.
+/// [`PULL_DEPTH`], when the consumer's MaxAckPending as the server has it
+/// (`max_ack_pending`) carries the batches pulled ahead besides the batches being written
+/// and what the shuffler, an s3 `rollover` or the randomizer holds; else one. With several
+/// consumers (per-lane consumers, buckets read in turn) the pull task draws each next
+/// visiting order itself, so strict lanes still ask the first lane first on every pull.
+/// One for buckets pulled all at once (each pull already asks every bucket) and for a
+/// job-queue worker (`results`), so the jobs it has not started stay with the stream for
+/// another worker to take.
 pub(super) fn pull_depth(spec: &SinkSpec, consumers: usize, max_ack_pending: i64) -> usize {
     let d = &spec.delivery;
-    if consumers != 1 || d.priority_lanes.enabled || spec.results.is_some() {
+    let concurrent = consumers > 1
+        && spec
+            .source
+            .buckets
+            .as_ref()
+            .is_some_and(|b| b.pull == BucketPull::Concurrent);
+    if concurrent || spec.results.is_some() {
         return 1;
     }
     let held = match (&d.shuffle, spec.destination.accumulate()) {
@@ -75,12 +84,12 @@ mod tests {
     }
 
     #[test]
-    fn lanes_buckets_and_job_queue_workers_pull_one_ahead() {
+    fn concurrent_buckets_and_job_queue_workers_pull_one_ahead() {
         let plain = spec(json!({}), file());
         assert_eq!(
             pull_depth(&plain, 3, -1),
-            1,
-            "per-lane consumers or buckets"
+            2,
+            "per-lane consumers, buckets in turn"
         );
         let lanes = spec(
             json!({"priority_lanes": {"enabled": true, "default_lane": "routine", "lanes": [
@@ -89,7 +98,13 @@ mod tests {
             ]}}),
             file(),
         );
-        assert_eq!(pull_depth(&lanes, 1, -1), 1, "in-batch lanes");
+        assert_eq!(pull_depth(&lanes, 1, -1), 2, "in-batch lanes");
+        let mut concurrent = spec(json!({}), file());
+        concurrent.source.buckets = Some(
+            serde_json::from_value(json!({"prefix": "b", "count": 4, "pull": "concurrent"}))
+                .expect("buckets"),
+        );
+        assert_eq!(pull_depth(&concurrent, 4, -1), 1, "every bucket at once");
         let mut jobs = spec(json!({}), file());
         jobs.results = Some(
             serde_json::from_value(json!({"subject_prefix": "jobs.results"})).expect("results"),

@@ -12,7 +12,7 @@
 //! are, the puller waits for the pause to end instead (`paused.rs`).
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
@@ -36,6 +36,7 @@ use crate::pipeline::pause::Pause;
 const REBIND_AFTER: u32 = 3;
 
 mod ahead;
+mod chain;
 mod depth;
 mod interleave;
 mod order;
@@ -44,6 +45,7 @@ mod pinned;
 
 use ahead::PendingPull;
 pub(super) use ahead::{Ahead, WriteTask};
+use chain::{leave, visiting_order};
 use depth::pull_depth;
 use interleave::interleave;
 use order::Order;
@@ -71,7 +73,13 @@ pub(super) struct Puller {
     limits: FetchLimits,
     /// The drop count of the connection, which ends a pull its connection dropped under.
     drops: Drops,
-    order: Order,
+    /// The visiting order of the consumers and its rng, shared with the pull task, which
+    /// draws the next order itself for each batch it pulls ahead.
+    order: Arc<StdMutex<(Order, StdRng)>>,
+    /// One consumer.
+    single: bool,
+    /// Buckets pulled all at once.
+    concurrent: bool,
     /// Consecutive failed pulls.
     failed: u32,
     /// A re-binding failed, so `/readyz` reports the consumer not bound until a pull
@@ -116,6 +124,7 @@ impl Puller {
             wait: Duration::from_millis(spec.delivery.batch_timeout_ms),
         };
         let order = Order::for_sink(&spec, consumers.len());
+        let (single, concurrent) = (order.is_single(), order.concurrent());
         let pinned = spec.source.pinned.as_ref().map(|p| {
             let gauge = metrics.pinned();
             gauge.set(0);
@@ -143,7 +152,9 @@ impl Puller {
             prepare: Arc::new(prepare),
             limits,
             drops,
-            order,
+            order: Arc::new(StdMutex::new((order, StdRng::from_os_rng()))),
+            single,
+            concurrent,
             failed: 0,
             unbound: false,
             rng: StdRng::from_os_rng(),
@@ -228,48 +239,26 @@ impl Puller {
         let prepare = self.prepare.clone();
         let limits = self.limits;
         let drops = self.drops.clone();
-        if self.order.is_single() {
+        let depth = self.depth;
+        if self.single {
             let consumer = self.consumers[0].clone();
             let js = self.js.clone();
             let pin = self.pinned.as_ref().map(|p| p.pin.clone());
-            let depth = self.depth;
             // Pulls batch after batch while the slot has room: the runner takes each as it
             // arrives, and the server goes on delivering the next meanwhile.
             return tokio::spawn(async move {
                 loop {
-                    let messages =
-                        match fetch_batch(&js, &consumer, limits, &drops, pin.as_deref()).await {
-                            Ok(m) => m,
-                            Err(e) => {
-                                into.set_pulling(false).await;
-                                return Err(e);
-                            }
-                        };
-                    // A pull that took less than it could found no backlog: the next pull
-                    // starts when the runner takes a batch, gathering what arrived meanwhile.
-                    let more = limits.filled_by(messages.iter().map(|m| m.payload.len()));
-                    if !into.put(prepare.prepare(messages), depth, more).await {
+                    let pulled = fetch_batch(&js, &consumer, limits, &drops, pin.as_deref()).await;
+                    if !leave(&into, &prepare, limits, depth, pulled).await? {
                         return Ok(());
                     }
                 }
             });
         }
-        let order = self
-            .order
-            .next(self.consumers.len(), &mut self.rng, Instant::now());
-        let concurrent = self.order.concurrent();
-        // A consumer paused in the server would only hold its pull.
-        let order: Vec<usize> = order
-            .into_iter()
-            .filter(|&i| {
-                self.consumers
-                    .get(i)
-                    .is_some_and(|c| !self.pause.consumer_paused(&c.cached_info().name))
-            })
-            .collect();
         let consumers = self.consumers.clone();
         let js = self.js.clone();
-        if concurrent {
+        let order = visiting_order(&self.order, &consumers, &self.pause);
+        if self.concurrent {
             let mut rng = StdRng::seed_from_u64(self.rng.random());
             return tokio::spawn(async move {
                 let groups = match fetch_each(&js, &consumers, &order, limits, &drops).await {
@@ -284,17 +273,18 @@ impl Puller {
                 Ok(())
             });
         }
+        let shared = self.order.clone();
+        let pause = self.pause.clone();
         tokio::spawn(async move {
-            let messages = fetch_any(&js, &consumers, &order, limits, &drops).await;
-            match messages {
-                Ok(m) => {
-                    into.put(prepare.prepare(m), 1, false).await;
-                    Ok(())
+            let mut order = order;
+            loop {
+                let pulled = fetch_any(&js, &consumers, &order, limits, &drops).await;
+                if !leave(&into, &prepare, limits, depth, pulled).await? {
+                    return Ok(());
                 }
-                Err(e) => {
-                    into.set_pulling(false).await;
-                    Err(e)
-                }
+                // Drawn now, as the runner would have drawn it: strict lanes still ask the
+                // first lane first, and weighted turns and bucket orders go on turning.
+                order = visiting_order(&shared, &consumers, &pause);
             }
         })
     }

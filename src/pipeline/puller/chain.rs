@@ -1,0 +1,59 @@
+//! What the pull task does between the pulls it chains: leaves each batch in the slot,
+//! deciding whether to pull another ahead, and draws the next order in which a pull
+//! visits the consumers, as the runner would.
+
+use std::sync::Mutex as StdMutex;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use rand::rngs::StdRng;
+use tokio::time::Instant;
+
+use super::order::Order;
+use crate::nats::FetchLimits;
+use crate::pipeline::batch::Prepare;
+use crate::pipeline::keeper::Slot;
+use crate::pipeline::pause::Pause;
+
+/// Leaves what a pull of the pull task got in the slot, and says whether the task pulls
+/// another ahead. A pull that took less than it could found no backlog: the next pull
+/// starts when the runner takes a batch, gathering what arrived meanwhile. A failed pull
+/// ends the task (the slot is no longer pulled into).
+pub(super) async fn leave(
+    into: &Slot,
+    prepare: &Prepare,
+    limits: FetchLimits,
+    depth: usize,
+    pulled: Result<Vec<async_nats::Message>, async_nats::Error>,
+) -> Result<bool, async_nats::Error> {
+    let messages = match pulled {
+        Ok(m) => m,
+        Err(e) => {
+            into.set_pulling(false).await;
+            return Err(e);
+        }
+    };
+    let more = limits.filled_by(messages.iter().map(|m| m.payload.len()));
+    Ok(into.put(prepare.prepare(messages), depth, more).await)
+}
+
+/// The next order in which a pull visits `consumers`, leaving out those paused in the
+/// server (a paused consumer would only hold the pull).
+pub(super) fn visiting_order(
+    order: &StdMutex<(Order, StdRng)>,
+    consumers: &[PullConsumer],
+    pause: &Pause,
+) -> Vec<usize> {
+    let drawn = {
+        let mut guard = order.lock().unwrap_or_else(|p| p.into_inner());
+        let (order, rng) = &mut *guard;
+        order.next(consumers.len(), rng, Instant::now())
+    };
+    drawn
+        .into_iter()
+        .filter(|&i| {
+            consumers
+                .get(i)
+                .is_some_and(|c| !pause.consumer_paused(&c.cached_info().name))
+        })
+        .collect()
+}
