@@ -135,6 +135,10 @@ impl Ahead {
         };
         let pulled = pending.await;
         self.pending = None;
+        if pulled.is_err() {
+            // The task died (a panic) before it could say it stopped pulling.
+            self.slot.set_pulling(false).await;
+        }
         self.note(pulled);
     }
 
@@ -182,5 +186,27 @@ impl Ahead {
     pub(crate) async fn with_waiting(sink: &str, slot: &Slot, p: Prepared) -> Ahead {
         slot.put(p, 1, false).await;
         Ahead::new(sink, slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pull_task_that_died_leaves_the_slot_to_the_next_pull() {
+        let slot = Slot::default();
+        slot.set_pulling(true).await;
+        let mut ahead = Ahead::new("t", &slot);
+        let died: PendingPull = tokio::spawn(async {
+            if std::hint::black_box(true) {
+                panic!("the pull task dies");
+            }
+            Ok(())
+        });
+        ahead.pending = Some(died);
+        ahead.collect().await;
+        assert!(ahead.pending.is_none());
+        assert!(!slot.pulling().await, "a new pull may start");
     }
 }
