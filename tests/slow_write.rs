@@ -25,6 +25,17 @@ async fn a_sqlite_write_blocked_past_the_first_backoff_step_is_kept_alive_too() 
     .await;
 }
 
+/// Waits for four more `+WPI` rounds of sink `db`, one every half redelivery interval: two
+/// redelivery intervals pass, observed, not slept.
+async fn four_more_wpi_rounds(listen: &str) {
+    let series = "jetsink_progress_acks_total{sink=\"db\"}";
+    let before = metric_value(listen, series).await.unwrap_or(0.0);
+    eventually(Duration::from_secs(60), "four more +WPI rounds", || async {
+        metric_value(listen, series).await.unwrap_or(0.0) >= before + 4.0
+    })
+    .await;
+}
+
 /// A write blocked for two redelivery intervals of the consumer (`consumer`): no message
 /// is delivered twice.
 async fn blocked_past_redelivery(consumer: serde_json::Value) {
@@ -48,16 +59,9 @@ async fn blocked_past_redelivery(consumer: serde_json::Value) {
         N - 1,
     )
     .await;
-    let series = "jetsink_progress_acks_total{sink=\"db\"}";
-    let before = metric_value(&listen, series).await.unwrap_or(0.0);
-    // Four more +WPI rounds, one every half redelivery interval: the write has been
-    // blocked for two of them with its batch (and the one pulled ahead) held.
-    eventually(
-        Duration::from_secs(60),
-        "+WPI while the write is blocked",
-        || async { metric_value(&listen, series).await.unwrap_or(0.0) >= before + 4.0 },
-    )
-    .await;
+    // The write has been blocked for two redelivery intervals with its batch (and those
+    // pulled ahead) held.
+    four_more_wpi_rounds(&listen).await;
     let (_, ack_pending) = consumer_state(&js, "SLOW", "to-db").await;
     assert!(ack_pending > 0, "a batch is held by the blocked write");
     assert_eq!(
@@ -129,13 +133,7 @@ async fn a_sink_with_a_backlog_keeps_two_batches_pulled_ahead_while_its_write_is
             || async { delivered().await == 1 + 150 },
         )
         .await;
-    let series = "jetsink_progress_acks_total{sink=\"db\"}";
-    let before = metric_value(&listen, series).await.unwrap_or(0.0);
-    daemon
-        .eventually(Duration::from_secs(60), "four more +WPI rounds", || async {
-            metric_value(&listen, series).await.unwrap_or(0.0) >= before + 4.0
-        })
-        .await;
+    four_more_wpi_rounds(&listen).await;
     assert_eq!(delivered().await, 1 + 150, "nothing more pulled ahead");
     assert_eq!(sqlite_count(&db, "events"), 1);
     blocker.execute_batch("ROLLBACK").unwrap();

@@ -116,10 +116,11 @@ impl Slot {
         again
     }
 
-    /// Whether fewer than `depth` batches wait and shutdown has not closed the slot.
-    pub(super) async fn has_room(&self, depth: usize) -> bool {
+    /// Whether a new pull task may start: none is pulling into the slot, fewer than
+    /// `depth` batches wait, and shutdown has not closed the slot.
+    pub(super) async fn may_pull(&self, depth: usize) -> bool {
         let held = self.held.lock().await;
-        !held.closing && held.ahead.len() < depth
+        !held.pulling && !held.closing && held.ahead.len() < depth
     }
 
     /// A pull task starts pulling into the slot (`true`), or ended with a failed pull.
@@ -407,7 +408,7 @@ mod tests {
         assert!(!slot.pulling().await);
         // The oldest first.
         assert_eq!(slot.take().await.map(|p| p.batch.replies.len()), Some(2));
-        assert!(slot.has_room(3).await);
+        assert!(slot.may_pull(3).await);
         slot.set_failing(true).await;
         assert!(
             !slot.put(pulled(7..=7), 9, true).await,
@@ -416,7 +417,7 @@ mod tests {
         slot.set_failing(false).await;
         slot.close().await;
         assert!(!slot.put(pulled(8..=8), 9, true).await, "shutdown");
-        assert!(!slot.has_room(9).await);
+        assert!(!slot.may_pull(9).await);
     }
 
     #[tokio::test(start_paused = true)]

@@ -204,7 +204,7 @@ impl Puller {
             return;
         }
         ahead.reap().await;
-        if !ahead.slot.pulling().await && ahead.slot.has_room(self.depth).await {
+        if ahead.slot.may_pull(self.depth).await {
             // A task that decided to pull no more is ending: it is left to end.
             ahead.pending = Some(self.spawn(ahead.slot.clone()).await);
         }
