@@ -130,6 +130,73 @@ async fn strict_lane_pulls_write_the_whole_urgent_backlog_before_any_routine_mes
     );
 }
 
+/// The subjects of each batch a strict pull handed back, in order.
+fn batch_subjects(p: &jetsink::nats::StrictPull) -> Vec<Vec<String>> {
+    p.batches
+        .iter()
+        .map(|b| b.iter().map(|m| m.subject.to_string()).collect())
+        .collect()
+}
+
+/// A strict pull asks the first lane alone, falling through to the next only when it is
+/// empty; asked together (after the first lane answered empty), both lanes are pulled at
+/// once and both batches come back, the first lane's first. Driven pull by pull against a
+/// real server, so each case is certain.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_strict_pull_asks_the_first_lane_alone_or_beside_the_next_and_keeps_its_batch_first() {
+    use async_nats::jetstream::consumer::{pull, AckPolicy};
+    use jetsink::nats::{fetch_strict, FetchLimits};
+    let server = NatsServer::start();
+    let js = server.js().await;
+    create_stream(&js, "WORK", "work.>").await;
+    let stream = js.get_stream("WORK").await.unwrap();
+    let mut consumers = Vec::new();
+    for (name, filter) in [("urgent", "work.urgent"), ("routine", "work.routine")] {
+        let config = pull::Config {
+            durable_name: Some(name.into()),
+            filter_subject: filter.into(),
+            ack_policy: AckPolicy::Explicit,
+            ..Default::default()
+        };
+        consumers.push(stream.create_consumer(config).await.unwrap());
+    }
+    let limits = FetchLimits {
+        max_messages: 100,
+        max_bytes: 1 << 20,
+        wait: Duration::from_millis(200),
+    };
+    let drops = Default::default();
+    let urgent = |n| vec!["work.urgent".to_string(); n];
+    let routine = |n| vec!["work.routine".to_string(); n];
+
+    publish_n(&js, "work.routine", 10).await;
+    let p = fetch_strict(&js, &consumers, &[0, 1], limits, &drops, false)
+        .await
+        .unwrap();
+    assert_eq!(batch_subjects(&p), vec![routine(10)], "fell through");
+    assert!(p.first_empty);
+
+    publish_n(&js, "work.urgent", 3).await;
+    publish_n(&js, "work.routine", 5).await;
+    let p = fetch_strict(&js, &consumers, &[0, 1], limits, &drops, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        batch_subjects(&p),
+        vec![urgent(3), routine(5)],
+        "both, urgent first"
+    );
+    assert!(!p.first_empty);
+
+    publish_n(&js, "work.urgent", 2).await;
+    publish_n(&js, "work.routine", 4).await;
+    let p = fetch_strict(&js, &consumers, &[0, 1], limits, &drops, false)
+        .await
+        .unwrap();
+    assert_eq!(batch_subjects(&p), vec![urgent(2)], "the first lane alone");
+    assert!(!p.first_empty);
+}
+
 #[test]
 fn per_lane_consumer_mode_needs_subjects_on_every_lane() {
     let dir = tempfile::tempdir().unwrap();

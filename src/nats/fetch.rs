@@ -309,8 +309,21 @@ pub async fn fetch_any(
     limits: FetchLimits,
     drops: &Drops,
 ) -> Result<Vec<Message>, async_nats::Error> {
-    let mut last_err = None;
-    for &i in order {
+    first_ready(js, consumers, order, 0, limits, drops, None).await
+}
+
+/// [`fetch_any`] over `order` from its `skip`-th consumer on, those before it asked
+/// already (`last_err`: one of them failed); the idle round still polls `order`'s first.
+pub(super) async fn first_ready(
+    js: &Context,
+    consumers: &[PullConsumer],
+    order: &[usize],
+    skip: usize,
+    limits: FetchLimits,
+    drops: &Drops,
+    mut last_err: Option<async_nats::Error>,
+) -> Result<Vec<Message>, async_nats::Error> {
+    for &i in order.iter().skip(skip) {
         let Some(c) = consumers.get(i) else { continue };
         let started = Instant::now();
         let res = no_wait(js, c, limits.max_messages, limits.max_bytes, drops, None).await;

@@ -107,8 +107,15 @@ impl Slot {
     /// pull was full: a backlog), the destination is not failing and shutdown has not
     /// closed the slot. Decided under the lock, so [`Slot::pulling`] is never stale.
     pub(super) async fn put(&self, p: Prepared, depth: usize, more: bool) -> bool {
+        self.put_all(vec![p], depth, more).await
+    }
+
+    /// [`Slot::put`] for the batches of one pull that got several (a strict lane pull
+    /// that asked two lanes at once), in order. They are all kept whatever `depth` says:
+    /// they were pulled already.
+    pub(super) async fn put_all(&self, ps: Vec<Prepared>, depth: usize, more: bool) -> bool {
         let mut held = self.held.lock().await;
-        held.ahead.push_back(p);
+        held.ahead.extend(ps);
         let again = more && !held.closing && !held.failing && held.ahead.len() < depth;
         held.pulling = again;
         drop(held);
@@ -418,6 +425,23 @@ mod tests {
         slot.close().await;
         assert!(!slot.put(pulled(8..=8), 9, true).await, "shutdown");
         assert!(!slot.may_pull(9).await);
+    }
+
+    #[tokio::test]
+    async fn the_batches_of_one_pull_are_all_kept_in_their_order_past_the_depth() {
+        let slot = Slot::default();
+        assert!(slot.put(pulled(1..=1), 2, true).await);
+        assert!(
+            !slot
+                .put_all(vec![pulled(2..=3), pulled(4..=6)], 2, true)
+                .await,
+            "three wait: no more ahead"
+        );
+        let mut sizes = Vec::new();
+        while let Some(p) = slot.take().await {
+            sizes.push(p.batch.replies.len());
+        }
+        assert_eq!(sizes, vec![1, 2, 3], "oldest first, none dropped");
     }
 
     #[tokio::test(start_paused = true)]

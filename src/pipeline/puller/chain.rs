@@ -25,15 +25,35 @@ pub(super) async fn leave(
     depth: usize,
     pulled: Result<Vec<async_nats::Message>, async_nats::Error>,
 ) -> Result<bool, async_nats::Error> {
-    let messages = match pulled {
-        Ok(m) => m,
+    leave_all(into, prepare, limits, depth, pulled.map(|m| vec![m])).await
+}
+
+/// [`leave`] for a pull that may have got several batches (a strict lane pull that asked
+/// two lanes at once), kept in their order; whether the task goes on is decided by the
+/// last, as the one the lane behind the others gave. No batch at all leaves an empty one,
+/// as an empty pull does.
+pub(super) async fn leave_all(
+    into: &Slot,
+    prepare: &Prepare,
+    limits: FetchLimits,
+    depth: usize,
+    pulled: Result<Vec<Vec<async_nats::Message>>, async_nats::Error>,
+) -> Result<bool, async_nats::Error> {
+    let mut batches = match pulled {
+        Ok(b) => b,
         Err(e) => {
             into.set_pulling(false).await;
             return Err(e);
         }
     };
-    let more = limits.filled_by(messages.iter().map(|m| m.payload.len()));
-    Ok(into.put(prepare.prepare(messages), depth, more).await)
+    if batches.is_empty() {
+        batches.push(Vec::new());
+    }
+    let more = batches
+        .last()
+        .is_some_and(|m| limits.filled_by(m.iter().map(|m| m.payload.len())));
+    let prepared = batches.into_iter().map(|m| prepare.prepare(m)).collect();
+    Ok(into.put_all(prepared, depth, more).await)
 }
 
 /// The next order in which a pull visits `consumers`, leaving out those paused in the

@@ -10,6 +10,7 @@
 //! gathering what arrived during the write.
 
 use crate::config::buckets::BucketPull;
+use crate::config::lanes::ConsumerPull;
 use crate::config::SinkSpec;
 
 /// Batches kept pulled ahead where [`pull_depth`] allows more than one.
@@ -41,7 +42,11 @@ pub(super) fn pull_depth(spec: &SinkSpec, consumers: usize, max_ack_pending: i64
         (None, None) => 0,
     };
     let writing = d.batches_in_flight.max(1) as usize;
-    let needed = held.saturating_add((PULL_DEPTH + writing).saturating_mul(d.batch_size));
+    // Strict lane pulls can leave one batch more: the next lane's, pulled beside the probe
+    // that found the first lane's backlog beginning (`fetch_strict`).
+    let strict = consumers > 1 && d.priority_lanes.consumer_pull == ConsumerPull::Strict;
+    let ahead = PULL_DEPTH + usize::from(strict);
+    let needed = held.saturating_add((ahead + writing).saturating_mul(d.batch_size));
     if max_ack_pending == -1 || i64::try_from(needed).is_ok_and(|n| max_ack_pending >= n) {
         PULL_DEPTH
     } else {
@@ -126,6 +131,21 @@ mod tests {
         );
         assert_eq!(pull_depth(&randomized, 1, 1_300), 2);
         assert_eq!(pull_depth(&randomized, 1, 1_299), 1);
+    }
+
+    #[test]
+    fn strict_lanes_count_the_batch_pulled_beside_the_probe() {
+        let strict = spec(
+            json!({"batch_size": 500, "priority_lanes": {"enabled": true, "default_lane": "routine",
+                "consumer_pull": "strict", "lanes": [
+                {"name": "urgent", "subjects": ["s.urgent"]},
+                {"name": "routine", "subjects": ["s.routine"]}
+            ]}}),
+            file(),
+        );
+        assert_eq!(pull_depth(&strict, 2, 2_000), 2);
+        assert_eq!(pull_depth(&strict, 2, 1_999), 1);
+        assert_eq!(pull_depth(&strict, 2, -1), 2);
     }
 
     #[test]

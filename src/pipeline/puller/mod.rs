@@ -27,7 +27,9 @@ use super::keeper::Slot;
 use super::retry::backoff;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
-use crate::nats::{bind, fetch_any, fetch_batch, fetch_each, Drops, FetchLimits, Needs, Pin};
+use crate::nats::{
+    bind, fetch_any, fetch_batch, fetch_each, fetch_strict, Drops, FetchLimits, Needs, Pin,
+};
 use crate::pipeline::metrics::SinkMetrics;
 use crate::pipeline::pause::Pause;
 
@@ -45,7 +47,7 @@ mod pinned;
 
 use ahead::PendingPull;
 pub(super) use ahead::{Ahead, WriteTask};
-use chain::{leave, visiting_order};
+use chain::{leave, leave_all, visiting_order};
 use depth::pull_depth;
 use interleave::interleave;
 use order::Order;
@@ -80,6 +82,8 @@ pub(super) struct Puller {
     single: bool,
     /// Buckets pulled all at once.
     concurrent: bool,
+    /// Strict lane priority ([`fetch_strict`]).
+    strict: bool,
     /// Consecutive failed pulls.
     failed: u32,
     /// A re-binding failed, so `/readyz` reports the consumer not bound until a pull
@@ -124,7 +128,8 @@ impl Puller {
             wait: Duration::from_millis(spec.delivery.batch_timeout_ms),
         };
         let order = Order::for_sink(&spec, consumers.len());
-        let (single, concurrent) = (order.is_single(), order.concurrent());
+        let (single, concurrent, strict) =
+            (order.is_single(), order.concurrent(), order.is_strict());
         let pinned = spec.source.pinned.as_ref().map(|p| {
             let gauge = metrics.pinned();
             gauge.set(0);
@@ -155,6 +160,7 @@ impl Puller {
             order: Arc::new(StdMutex::new((order, StdRng::from_os_rng()))),
             single,
             concurrent,
+            strict,
             failed: 0,
             unbound: false,
             rng: StdRng::from_os_rng(),
@@ -275,11 +281,26 @@ impl Puller {
         }
         let shared = self.order.clone();
         let pause = self.pause.clone();
+        // Strict lanes ask the first lane together with the next while it answers empty,
+        // when a batch more than the depth fits (see `pull_depth`).
+        let strict = self.strict && depth > 1;
         tokio::spawn(async move {
             let mut order = order;
+            let mut together = false;
             loop {
-                let pulled = fetch_any(&js, &consumers, &order, limits, &drops).await;
-                if !leave(&into, &prepare, limits, depth, pulled).await? {
+                let more = if strict {
+                    let pulled = fetch_strict(&js, &consumers, &order, limits, &drops, together)
+                        .await
+                        .map(|p| {
+                            together = p.first_empty;
+                            p.batches
+                        });
+                    leave_all(&into, &prepare, limits, depth, pulled).await?
+                } else {
+                    let pulled = fetch_any(&js, &consumers, &order, limits, &drops).await;
+                    leave(&into, &prepare, limits, depth, pulled).await?
+                };
+                if !more {
                     return Ok(());
                 }
                 // Drawn now, as the runner would have drawn it: strict lanes still ask the

@@ -100,6 +100,17 @@ impl Order {
         )
     }
 
+    /// Whether per-lane consumers pull with strict priority (`consumer_pull: "strict"`).
+    pub(super) fn is_strict(&self) -> bool {
+        matches!(
+            self,
+            Order::Lanes {
+                strict: Some(_),
+                ..
+            }
+        )
+    }
+
     /// The visiting order of the next pull over `consumers` consumers, at `now`.
     pub(super) fn next(&mut self, consumers: usize, rng: &mut StdRng, now: Instant) -> Vec<usize> {
         match self {
