@@ -20,15 +20,14 @@ use std::time::Duration;
 #[cfg(test)]
 use async_nats::jetstream::consumer::PriorityPolicy;
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::context::{
-    ConsumerInfoErrorKind, CreateStreamError, CreateStreamErrorKind, GetStreamErrorKind,
-};
+use async_nats::jetstream::context::{ConsumerInfoErrorKind, GetStreamErrorKind};
 use async_nats::jetstream::stream::{
     self, ConsumerError, ConsumerErrorKind, ConsumerUpdateError, ConsumerUpdateErrorKind, Stream,
 };
 use async_nats::jetstream::{self, ErrorCode};
 
 pub use super::binding_terms::{BindError, Needs};
+use super::concurrent_create::{get_or_create, stream_error};
 pub use super::consumer_checks::{
     check_drift, check_limits, check_read_back, check_server_version, tunable_differences,
     wanted_consumer,
@@ -89,16 +88,6 @@ fn failed(
             message: j.to_string(),
         },
         _ => api(sink, action, e),
-    }
-}
-
-/// JetStream's "stream name already in use with a different configuration".
-const STREAM_NAME_IN_USE: u64 = 10058;
-
-fn stream_error(e: &CreateStreamError) -> Option<jetstream::Error> {
-    match e.kind() {
-        CreateStreamErrorKind::JetStream(j) => Some(j),
-        _ => None,
     }
 }
 
@@ -202,29 +191,17 @@ async fn bind_stream(
         ..Default::default()
     };
     tracing::info!(sink, stream = %source.stream, "creating stream");
-    let e = match js.get_or_create_stream(cfg).await {
-        Ok(s) => return Ok(s),
-        Err(e) => e,
-    };
-    let server = stream_error(&e);
-    // Another process or sink created it (with its own settings) between the lookup and
-    // the create: use that stream, as if it had been there first, instead of failing a
-    // concurrent start.
-    let taken = server
-        .as_ref()
-        .is_some_and(|j| j.error_code().0 == STREAM_NAME_IN_USE);
-    match (taken, js.get_stream(&source.stream).await) {
-        (true, Ok(s)) => {
-            tracing::info!(sink, stream = %source.stream, "stream created meanwhile by another process; using it");
-            Ok(s)
-        }
-        _ => Err(failed(
+    // Another process or sink may create it (with its own settings) between the lookup and
+    // the create: that stream is used, as if it had been there first.
+    get_or_create(js, cfg, sink).await.map_err(|e| {
+        let server = stream_error(&e);
+        failed(
             sink,
             format!("creating stream {}", source.stream),
             e,
             server,
-        )),
-    }
+        )
+    })
 }
 
 /// The durable consumer: created when missing; when present, refused on unsafe drift and

@@ -7,6 +7,7 @@ pub mod backlog;
 pub mod binding;
 pub mod binding_terms;
 pub mod capacity;
+pub mod concurrent_create;
 pub mod connect;
 pub mod consumer_checks;
 pub mod credentials;

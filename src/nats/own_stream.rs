@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, context::CreateStreamError, stream};
 
+use super::concurrent_create::get_or_create;
 use crate::config::StorageKind;
 
 /// A stream of jetsink's own copies, as its `create_stream` section describes it.
@@ -62,7 +63,7 @@ pub async fn ensure(
         duplicate_window: own.duplicate_window,
         ..Default::default()
     };
-    match js.get_or_create_stream(cfg).await {
+    match get_or_create(js, cfg, sink).await {
         Ok(_) => Ok(()),
         Err(source) => Err(CreateStreamFailed {
             sink: sink.to_string(),
