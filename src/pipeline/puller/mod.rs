@@ -183,9 +183,11 @@ impl Puller {
         self.rebinds = false;
     }
 
-    /// Batches kept pulled ahead with a backlog ([`pull_depth`]).
-    pub(super) fn depth(&self) -> usize {
-        self.depth
+    /// The most batches pulled ahead this sink can hold: the depth ([`pull_depth`]), and with strict lanes
+    /// pulling two ahead one more, the next lane's batch pulled beside the probe that found
+    /// the first lane's backlog beginning ([`fetch_strict`]).
+    pub(super) fn most_ahead(&self) -> usize {
+        self.depth + usize::from(self.strict && self.depth > 1)
     }
 
     /// The sink's config.

@@ -205,7 +205,10 @@ impl Runner {
         let server_fed = spec.delivery.randomizer.adaptive
             && spec.delivery.randomizer.adaptive_source == AdaptiveSource::Server;
         // The batch being written and those pulled ahead are this instance's.
-        let own = spec.delivery.batch_size.saturating_mul(1 + puller.depth());
+        let own = spec
+            .delivery
+            .batch_size
+            .saturating_mul(1 + puller.most_ahead());
         let delay = randomizer.map(|r| {
             let stage = DelayStage::new(r, spec.source.effective_ack_wait());
             Delay {
