@@ -20,12 +20,15 @@ use std::time::Duration;
 #[cfg(test)]
 use async_nats::jetstream::consumer::PriorityPolicy;
 use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::context::{ConsumerInfoErrorKind, GetStreamErrorKind};
+use async_nats::jetstream::context::{
+    ConsumerInfoError, ConsumerInfoErrorKind, GetStreamErrorKind,
+};
 use async_nats::jetstream::stream::{
     self, ConsumerError, ConsumerErrorKind, ConsumerUpdateError, ConsumerUpdateErrorKind, Stream,
 };
 use async_nats::jetstream::{self, ErrorCode};
 
+use super::ask_again::{ask_again, stream_lookup_timed_out};
 pub use super::binding_terms::{BindError, Needs};
 use super::concurrent_create::{get_or_create, stream_error};
 pub use super::consumer_checks::{
@@ -153,7 +156,11 @@ async fn bind_stream(
     sink: &str,
     source: &SourceConfig,
 ) -> Result<Stream, BindError> {
-    let e = match js.get_stream(&source.stream).await {
+    let lookup = format!("looking up stream {}", source.stream);
+    let looked_up = ask_again(sink, &lookup, stream_lookup_timed_out, || {
+        js.get_stream(&source.stream)
+    });
+    let e = match looked_up.await {
         Ok(s) => return Ok(s),
         Err(e) => e,
     };
@@ -166,7 +173,7 @@ async fn bind_stream(
                 stream: source.stream.clone(),
             })
         }
-        (_, false) => return Err(api(sink, format!("looking up stream {}", source.stream), e)),
+        (_, false) => return Err(api(sink, lookup, e)),
     };
     let subjects = if cs.subjects.is_empty() {
         source.subjects.clone()
@@ -215,7 +222,12 @@ async fn bind_consumer(
     modern: bool,
 ) -> Result<PullConsumer, BindError> {
     let wanted = wanted_consumer(source, owner);
-    let e = match stream.consumer_info(&source.consumer).await {
+    let lookup = format!("looking up consumer {}", source.consumer);
+    let timed_out = |e: &ConsumerInfoError| matches!(e.kind(), ConsumerInfoErrorKind::TimedOut);
+    let looked_up = ask_again(sink, &lookup, timed_out, || {
+        stream.consumer_info(&source.consumer)
+    });
+    let e = match looked_up.await {
         Ok(info) => {
             check_drift(sink, source, &info.config)?;
             check_limits(sink, source, &info.config, needs)?;
@@ -259,43 +271,20 @@ async fn bind_consumer(
         _ => false,
     };
     if !missing {
-        return Err(api(
-            sink,
-            format!("looking up consumer {}", source.consumer),
-            e,
-        ));
+        return Err(api(sink, lookup, e));
     }
     tracing::info!(sink, consumer = %source.consumer, "creating durable consumer");
-    let mut attempt = 1;
-    loop {
-        match stream.create_consumer(wanted.clone()).await {
-            Ok(c) => return Ok(c),
-            // A cluster whose meta leader is busy or being elected (just formed, a node
-            // restarting) can answer a create after the request timeout. Creating a
-            // durable with the same settings again is answered with the consumer, also when
-            // the timed-out request did create it, so asking again is safe.
-            Err(e)
-                if matches!(e.kind(), ConsumerErrorKind::TimedOut) && attempt < CREATE_ATTEMPTS =>
-            {
-                tracing::warn!(sink, consumer = %source.consumer, attempt, "creating the consumer timed out (a cluster may be electing its leader); asking again");
-                attempt += 1;
-            }
-            Err(e) => {
-                let server = consumer_error(&e);
-                return Err(failed(
-                    sink,
-                    format!("creating consumer {}", source.consumer),
-                    e,
-                    server,
-                ));
-            }
-        }
-    }
+    let creating = format!("creating consumer {}", source.consumer);
+    let timed_out = |e: &ConsumerError| matches!(e.kind(), ConsumerErrorKind::TimedOut);
+    ask_again(sink, &creating, timed_out, || {
+        stream.create_consumer(wanted.clone())
+    })
+    .await
+    .map_err(|e| {
+        let server = consumer_error(&e);
+        failed(sink, creating.clone(), e, server)
+    })
 }
-
-/// How often a consumer create that timed out is asked for in all, before start-up fails
-/// (exit 69): each attempt waits up to `nats.request_timeout_ms`.
-const CREATE_ATTEMPTS: u32 = 3;
 
 #[cfg(test)]
 mod tests {

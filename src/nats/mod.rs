@@ -3,6 +3,7 @@
 //! metadata of what was pulled, holding the pin of an active/standby priority group, pausing a consumer, and reading stored messages raw when the client cannot
 //! (with the rule that says which header blocks it cannot read).
 
+mod ask_again;
 pub mod backlog;
 pub mod binding;
 pub mod binding_terms;
