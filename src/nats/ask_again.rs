@@ -85,31 +85,26 @@ mod tests {
         assert_eq!(calls.get(), ATTEMPTS);
     }
 
+    /// `ask_again` over a call that always fails with `error`: the outcome and the calls.
+    fn always_failing(error: &'static str) -> (Result<(), &'static str>, u32) {
+        let calls = Cell::new(0);
+        let out = run(ask_again(
+            "s",
+            "r",
+            |e| *e == "timeout",
+            || {
+                calls.set(calls.get() + 1);
+                async move { Err(error) }
+            },
+        ));
+        (out, calls.get())
+    }
+
     /// Only timeouts are asked again, and at most ATTEMPTS times in all.
     #[test]
     fn other_errors_end_at_once_and_timeouts_after_the_last_attempt() {
-        let calls = Cell::new(0);
-        let out: Result<(), &str> = run(ask_again(
-            "s",
-            "r",
-            |e| *e == "timeout",
-            || {
-                calls.set(calls.get() + 1);
-                async { Err("refused") }
-            },
-        ));
-        assert_eq!((out, calls.get()), (Err("refused"), 1));
-        calls.set(0);
-        let out: Result<(), &str> = run(ask_again(
-            "s",
-            "r",
-            |e| *e == "timeout",
-            || {
-                calls.set(calls.get() + 1);
-                async { Err("timeout") }
-            },
-        ));
-        assert_eq!((out, calls.get()), (Err("timeout"), ATTEMPTS));
+        assert_eq!(always_failing("refused"), (Err("refused"), 1));
+        assert_eq!(always_failing("timeout"), (Err("timeout"), ATTEMPTS));
     }
 
     /// The client's timed-out request is recognized inside a stream lookup's error, and
