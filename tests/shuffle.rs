@@ -344,8 +344,8 @@ async fn gated_receiver() -> (String, GatedReceiver) {
 }
 
 /// The next buffer is pulled into while the flush before it is written: with the first
-/// part of a flush held in the destination, the batch after the buffer has been delivered
-/// too (one pull ahead, as without a shuffler), nothing is ACKed, and once the destination
+/// part of a flush held in the destination, the batches after the buffer have been
+/// delivered too (pulled ahead, as without a shuffler), nothing is ACKed, and once the destination
 /// answers every message lands once.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_next_buffer_is_pulled_while_a_flush_is_written() {
@@ -355,7 +355,7 @@ async fn the_next_buffer_is_pulled_while_a_flush_is_written() {
     let js = server.js().await;
     create_stream(&js, "SHUFO", "shufo.>").await;
     // The backlog is there before the first pull, so every pull is a full batch of 50.
-    publish_n(&js, "shufo.x", 300).await;
+    publish_n(&js, "shufo.x", 400).await;
     let (url, receiver) = gated_receiver().await;
     let mut cfg = config(
         &server,
@@ -369,20 +369,20 @@ async fn the_next_buffer_is_pulled_while_a_flush_is_written() {
     cfg["sinks"]["main"]["source"]["max_ack_pending"] = json!(1000);
     let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
     // Two pulls fill the buffer; its first part (50) is in the held request; the third
-    // and fourth pulls went out while it was written (two batches pulled ahead of a
-    // backlog: max_ack_pending carries the buffer and three batches).
+    // to sixth pulls went out while it was written (four batches pulled ahead of a
+    // backlog: max_ack_pending carries the buffer and five batches).
     eventually(
         Duration::from_secs(30),
-        "the third and fourth batches delivered while the first part is held",
+        "the third to sixth batches delivered while the first part is held",
         || async {
-            receiver.requests.load(SeqCst) == 1 && delivered_so_far(&js, "SHUFO").await.0 == 200
+            receiver.requests.load(SeqCst) == 1 && delivered_so_far(&js, "SHUFO").await.0 == 300
         },
     )
     .await;
     let info = common::consumer_info(&js, "SHUFO", "jetsink").await;
     assert_eq!(
         (info.num_ack_pending, info.ack_floor.stream_sequence),
-        (200, 0),
+        (300, 0),
         "nothing ACKed while the write is held"
     );
     receiver.open.send_replace(true);
@@ -392,6 +392,6 @@ async fn the_next_buffer_is_pulled_while_a_flush_is_written() {
     .await;
     let (delivered, redelivered) = delivered_so_far(&js, "SHUFO").await;
     daemon.stop_cleanly();
-    assert_eq!((delivered, redelivered), (300, 0), "each delivered once");
-    assert_eq!(receiver.records.load(SeqCst), 300, "each written once");
+    assert_eq!((delivered, redelivered), (400, 0), "each delivered once");
+    assert_eq!(receiver.records.load(SeqCst), 400, "each written once");
 }

@@ -91,11 +91,11 @@ async fn blocked_past_redelivery(consumer: serde_json::Value) {
     daemon.stop_cleanly();
 }
 
-/// With a backlog, a sink keeps two batches pulled ahead of the one it writes, no more:
-/// while its write is blocked, the consumer has delivered exactly three batches through
+/// With a backlog, a sink keeps four batches pulled ahead of the one it writes, no more:
+/// while its write is blocked, the consumer has delivered exactly five batches through
 /// four `+WPI` rounds, and once the write ends every message lands, delivered once.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_sink_with_a_backlog_keeps_two_batches_pulled_ahead_while_its_write_is_blocked() {
+async fn a_sink_with_a_backlog_keeps_four_batches_pulled_ahead_while_its_write_is_blocked() {
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
@@ -129,12 +129,12 @@ async fn a_sink_with_a_backlog_keeps_two_batches_pulled_ahead_while_its_write_is
     daemon
         .eventually(
             Duration::from_secs(60),
-            "one batch in hand and two pulled ahead",
-            || async { delivered().await == 1 + 150 },
+            "one batch in hand and four pulled ahead",
+            || async { delivered().await == 1 + 250 },
         )
         .await;
     four_more_wpi_rounds(&listen).await;
-    assert_eq!(delivered().await, 1 + 150, "nothing more pulled ahead");
+    assert_eq!(delivered().await, 1 + 250, "nothing more pulled ahead");
     assert_eq!(sqlite_count(&db, "events"), 1);
     blocker.execute_batch("ROLLBACK").unwrap();
     drop(blocker);

@@ -55,6 +55,9 @@ pub struct Refused {
 pub struct Prepared {
     /// Messages pulled (written or refused).
     pub pulled: usize,
+    /// Their payload bytes as pulled, which the pull-ahead slot counts against
+    /// `delivery.max_batch_bytes`.
+    pub bytes: usize,
     /// The ordered batch to write.
     pub batch: Batch,
     /// Messages refused by metadata or lane rules.
@@ -110,6 +113,7 @@ pub(super) struct Prepare {
 impl Prepare {
     /// Prepares pulled messages for writing.
     pub(super) fn prepare(&self, messages: Vec<async_nats::Message>) -> Prepared {
+        let bytes = messages.iter().map(|m| m.payload.len()).sum();
         let (messages, beyond) = self.split_at_bound(messages);
         let pulled = messages.len();
         let mut items: Vec<(Envelope, Subject)> = Vec::with_capacity(pulled);
@@ -132,6 +136,7 @@ impl Prepare {
         let (envelopes, replies) = items.into_iter().unzip();
         Prepared {
             pulled,
+            bytes,
             batch: Batch { envelopes, replies },
             refused,
             lanes: lane_stats,

@@ -33,6 +33,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::acks::Acknowledger;
 use super::batch::Prepared;
+use super::room::Room;
 
 /// What a sink holds unacknowledged, as the keeper sees it.
 #[derive(Default)]
@@ -61,6 +62,12 @@ struct Held {
 }
 
 impl Held {
+    /// Whether the batches pulled ahead leave `room` for one more pull.
+    fn room_for_one(&self, room: Room) -> bool {
+        let bytes = self.ahead.iter().map(|p| p.bytes).sum();
+        room.fits(self.ahead.len(), bytes)
+    }
+
     fn set_hand(&mut self, replies: Arc<Vec<Subject>>) {
         self.settled.clear();
         self.settled.resize(replies.len(), false);
@@ -103,31 +110,31 @@ pub(super) struct Slot {
 
 impl Slot {
     /// Leaves a prepared pull for the runner, after those put before it, and says whether
-    /// the pull task goes on to pull another: while fewer than `depth` wait, `more` (the
-    /// pull was full: a backlog), the destination is not failing and shutdown has not
-    /// closed the slot. Decided under the lock, so [`Slot::pulling`] is never stale.
-    pub(super) async fn put(&self, p: Prepared, depth: usize, more: bool) -> bool {
-        self.put_all(vec![p], depth, more).await
+    /// the pull task goes on to pull another: while what waits leaves `room` for one more,
+    /// `more` (the pull was full: a backlog), the destination is not failing and shutdown
+    /// has not closed the slot. Decided under the lock, so [`Slot::pulling`] is never stale.
+    pub(super) async fn put(&self, p: Prepared, room: Room, more: bool) -> bool {
+        self.put_all(vec![p], room, more).await
     }
 
     /// [`Slot::put`] for the batches of one pull that got several (a strict lane pull
-    /// that asked two lanes at once), in order. They are all kept whatever `depth` says:
+    /// that asked two lanes at once), in order. They are all kept whatever `room` says:
     /// they were pulled already.
-    pub(super) async fn put_all(&self, ps: Vec<Prepared>, depth: usize, more: bool) -> bool {
+    pub(super) async fn put_all(&self, ps: Vec<Prepared>, room: Room, more: bool) -> bool {
         let mut held = self.held.lock().await;
         held.ahead.extend(ps);
-        let again = more && !held.closing && !held.failing && held.ahead.len() < depth;
+        let again = more && !held.closing && !held.failing && held.room_for_one(room);
         held.pulling = again;
         drop(held);
         self.arrived.notify_one();
         again
     }
 
-    /// Whether a new pull task may start: none is pulling into the slot, fewer than
-    /// `depth` batches wait, and shutdown has not closed the slot.
-    pub(super) async fn may_pull(&self, depth: usize) -> bool {
+    /// Whether a new pull task may start: none is pulling into the slot, what waits leaves
+    /// `room` for one more, and shutdown has not closed the slot.
+    pub(super) async fn may_pull(&self, room: Room) -> bool {
         let held = self.held.lock().await;
-        !held.pulling && !held.closing && held.ahead.len() < depth
+        !held.pulling && !held.closing && held.room_for_one(room)
     }
 
     /// A pull task starts pulling into the slot (`true`), or ended with a failed pull.
@@ -376,7 +383,7 @@ mod tests {
             batch: batch(1..=3),
             ..Default::default()
         };
-        k.slot().put(prepared, 1, false).await;
+        k.slot().put(prepared, Room::batches(1), false).await;
         tokio::time::sleep(Duration::from_millis(5_100)).await;
         assert_eq!(progress(&log), vec![vec![1, 2, 3]], "waiting in the slot");
         // Taken 4.8 s into the next period: the next round is still 5 s after the last.
@@ -402,38 +409,69 @@ mod tests {
     async fn the_pull_task_goes_on_only_after_a_full_pull_while_fewer_than_depth_wait() {
         let slot = Slot::default();
         assert!(
-            !slot.put(pulled(1..=2), 2, false).await,
+            !slot.put(pulled(1..=2), Room::batches(2), false).await,
             "not full: no backlog"
         );
         assert!(!slot.pulling().await);
         assert!(
-            slot.put(pulled(3..=4), 3, true).await,
+            slot.put(pulled(3..=4), Room::batches(3), true).await,
             "two wait, three may"
         );
         assert!(slot.pulling().await);
-        assert!(!slot.put(pulled(5..=6), 3, true).await, "three wait");
+        assert!(
+            !slot.put(pulled(5..=6), Room::batches(3), true).await,
+            "three wait"
+        );
         assert!(!slot.pulling().await);
         // The oldest first.
         assert_eq!(slot.take().await.map(|p| p.batch.replies.len()), Some(2));
-        assert!(slot.may_pull(3).await);
+        assert!(slot.may_pull(Room::batches(3)).await);
         slot.set_failing(true).await;
         assert!(
-            !slot.put(pulled(7..=7), 9, true).await,
+            !slot.put(pulled(7..=7), Room::batches(9), true).await,
             "the destination fails"
         );
         slot.set_failing(false).await;
         slot.close().await;
-        assert!(!slot.put(pulled(8..=8), 9, true).await, "shutdown");
-        assert!(!slot.may_pull(9).await);
+        assert!(
+            !slot.put(pulled(8..=8), Room::batches(9), true).await,
+            "shutdown"
+        );
+        assert!(!slot.may_pull(Room::batches(9)).await);
+    }
+
+    #[tokio::test]
+    async fn past_two_batches_the_pull_task_goes_on_only_while_what_waits_is_small() {
+        let slot = Slot::default();
+        let room = Room {
+            batches: 4,
+            bytes: 100,
+        };
+        let sized = |range, bytes| Prepared {
+            bytes,
+            ..pulled(range)
+        };
+        assert!(slot.put(sized(1..=1, 100), room, true).await);
+        assert!(
+            slot.put(sized(2..=2, 0), room, true).await,
+            "one pull's bytes wait"
+        );
+        assert!(
+            !slot.put(sized(3..=3, 1), room, true).await,
+            "more than one pull's bytes wait"
+        );
+        assert!(!slot.may_pull(room).await);
+        assert!(slot.take().await.is_some());
+        assert!(slot.may_pull(room).await, "two small ones wait");
     }
 
     #[tokio::test]
     async fn the_batches_of_one_pull_are_all_kept_in_their_order_past_the_depth() {
         let slot = Slot::default();
-        assert!(slot.put(pulled(1..=1), 2, true).await);
+        assert!(slot.put(pulled(1..=1), Room::batches(2), true).await);
         assert!(
             !slot
-                .put_all(vec![pulled(2..=3), pulled(4..=6)], 2, true)
+                .put_all(vec![pulled(2..=3), pulled(4..=6)], Room::batches(2), true)
                 .await,
             "three wait: no more ahead"
         );
@@ -448,8 +486,8 @@ mod tests {
     async fn every_batch_pulled_ahead_is_kept_alive_and_all_are_taken_at_shutdown() {
         let log = Log::default();
         let k = keeper(&log);
-        k.slot().put(pulled(1..=2), 2, true).await;
-        k.slot().put(pulled(3..=3), 2, true).await;
+        k.slot().put(pulled(1..=2), Room::batches(2), true).await;
+        k.slot().put(pulled(3..=3), Room::batches(2), true).await;
         tokio::time::sleep(Duration::from_millis(5_001)).await;
         assert_eq!(progress(&log), vec![vec![1, 2, 3]]);
         let all = k.slot().take_all().await;

@@ -20,6 +20,7 @@ mod puller;
 pub mod randomizer;
 mod reconfirm;
 mod retry;
+mod room;
 mod runner;
 mod settle;
 #[cfg(test)]

@@ -403,7 +403,7 @@ impl Sink for BlockingSink {
                         batch: super::testing::batch(9..=9),
                         ..Default::default()
                     },
-                    1,
+                    crate::pipeline::room::Room::batches(1),
                     false,
                 ));
             }

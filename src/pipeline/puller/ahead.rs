@@ -184,7 +184,8 @@ impl Ahead {
     /// A batch already pulled ahead.
     #[cfg(test)]
     pub(crate) async fn with_waiting(sink: &str, slot: &Slot, p: Prepared) -> Ahead {
-        slot.put(p, 1, false).await;
+        slot.put(p, crate::pipeline::room::Room::batches(1), false)
+            .await;
         Ahead::new(sink, slot)
     }
 }

@@ -13,6 +13,7 @@ use crate::nats::FetchLimits;
 use crate::pipeline::batch::Prepare;
 use crate::pipeline::keeper::Slot;
 use crate::pipeline::pause::Pause;
+use crate::pipeline::room::Room;
 
 /// Leaves what a pull of the pull task got in the slot, and says whether the task pulls
 /// another ahead. A pull that took less than it could found no backlog: the next pull
@@ -22,10 +23,10 @@ pub(super) async fn leave(
     into: &Slot,
     prepare: &Prepare,
     limits: FetchLimits,
-    depth: usize,
+    room: Room,
     pulled: Result<Vec<async_nats::Message>, async_nats::Error>,
 ) -> Result<bool, async_nats::Error> {
-    leave_all(into, prepare, limits, depth, pulled.map(|m| vec![m])).await
+    leave_all(into, prepare, limits, room, pulled.map(|m| vec![m])).await
 }
 
 /// [`leave`] for a pull that may have got several batches (a strict lane pull that asked
@@ -36,7 +37,7 @@ pub(super) async fn leave_all(
     into: &Slot,
     prepare: &Prepare,
     limits: FetchLimits,
-    depth: usize,
+    room: Room,
     pulled: Result<Vec<Vec<async_nats::Message>>, async_nats::Error>,
 ) -> Result<bool, async_nats::Error> {
     let mut batches = match pulled {
@@ -53,7 +54,7 @@ pub(super) async fn leave_all(
         .last()
         .is_some_and(|m| limits.filled_by(m.iter().map(|m| m.payload.len())));
     let prepared = batches.into_iter().map(|m| prepare.prepare(m)).collect();
-    Ok(into.put_all(prepared, depth, more).await)
+    Ok(into.put_all(prepared, room, more).await)
 }
 
 /// The next order in which a pull visits `consumers`, leaving out those paused in the

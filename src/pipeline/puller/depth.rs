@@ -5,27 +5,39 @@
 //! delivering the next whenever the destination writes slower than it delivers, which is
 //! most of the time with a backlog (issue 27: SQLite 0.67–0.72 → 0.73–0.76 of the ceiling
 //! at 200 B, 0.54–0.56 → 0.60–0.63 at 4 KiB, in alternated runs of one build; strict lanes
-//! 5 % faster, their urgent p99 unchanged). The pull task pulls the second only after a
-//! full pull (a backlog), so a sink keeping up with a trickle pulls as before, one batch
-//! gathering what arrived during the write.
+//! 5 % faster, their urgent p99 unchanged). With four, SQLite wrote faster again in every
+//! alternated pair (2–7 %, more at 4 KiB), so a sink that schedules nothing pulls up to
+//! four; lanes and the randomizer stay at two, since an urgent message or a delay decision
+//! waits behind every batch pulled ahead. The pull task pulls the next only after a full
+//! pull (a backlog), so a sink keeping up with a trickle pulls as before, one batch
+//! gathering what arrived during the write; past two batches it pulls only while what
+//! waits is small ([`Room`]), so payload memory stays at two full pulls ahead.
 
 use crate::config::buckets::BucketPull;
 use crate::config::lanes::ConsumerPull;
 use crate::config::SinkSpec;
+use crate::pipeline::room::Room;
 
-/// Batches kept pulled ahead where [`pull_depth`] allows more than one.
-pub(super) const PULL_DEPTH: usize = 2;
+/// Batches kept pulled ahead of a backlog by a sink with neither lanes nor the randomizer.
+pub(super) const PULL_DEPTH: usize = 4;
+/// Batches kept pulled ahead with priority lanes or the randomizer.
+pub(super) const SCHEDULED_DEPTH: usize = 2;
 
-/// [`PULL_DEPTH`], when the consumer's MaxAckPending as the server has it
-/// (`max_ack_pending`) carries the batches pulled ahead besides the batches being written
-/// and what the shuffler, an s3 `rollover` or the randomizer holds; else one. With several
-/// consumers (per-lane consumers, buckets read in turn) the pull task draws each next
-/// visiting order itself, so strict lanes still ask the first lane first on every pull.
-/// One for buckets pulled all at once (each pull already asks every bucket) and for a
-/// job-queue worker (`results`), so the jobs it has not started stay with the stream for
-/// another worker to take.
-pub(super) fn pull_depth(spec: &SinkSpec, consumers: usize, max_ack_pending: i64) -> usize {
+/// The slot's room: the most batches, up to [`PULL_DEPTH`] (or [`SCHEDULED_DEPTH`]), that
+/// the consumer's MaxAckPending as the server has it (`max_ack_pending`) carries besides
+/// the batches being written and what the shuffler, an s3 `rollover` or the randomizer
+/// holds — one batch fewer at a time, down to one. With several consumers (per-lane
+/// consumers, buckets read in turn) the pull task draws each next visiting order itself,
+/// so strict lanes still ask the first lane first on every pull. One for buckets pulled
+/// all at once (each pull already asks every bucket) and for a job-queue worker
+/// (`results`), so the jobs it has not started stay with the stream for another worker
+/// to take.
+pub(super) fn pull_depth(spec: &SinkSpec, consumers: usize, max_ack_pending: i64) -> Room {
     let d = &spec.delivery;
+    let room = |batches| Room {
+        batches,
+        bytes: d.max_batch_bytes,
+    };
     let concurrent = consumers > 1
         && spec
             .source
@@ -33,7 +45,7 @@ pub(super) fn pull_depth(spec: &SinkSpec, consumers: usize, max_ack_pending: i64
             .as_ref()
             .is_some_and(|b| b.pull == BucketPull::Concurrent);
     if concurrent || spec.results.is_some() {
-        return 1;
+        return room(1);
     }
     let held = match (&d.shuffle, spec.destination.accumulate()) {
         (Some(s), _) => s.buffer,
@@ -45,13 +57,17 @@ pub(super) fn pull_depth(spec: &SinkSpec, consumers: usize, max_ack_pending: i64
     // Strict lane pulls can leave one batch more: the next lane's, pulled beside the probe
     // that found the first lane's backlog beginning (`fetch_strict`).
     let strict = consumers > 1 && d.priority_lanes.consumer_pull == ConsumerPull::Strict;
-    let ahead = PULL_DEPTH + usize::from(strict);
-    let needed = held.saturating_add((ahead + writing).saturating_mul(d.batch_size));
-    if max_ack_pending == -1 || i64::try_from(needed).is_ok_and(|n| max_ack_pending >= n) {
-        PULL_DEPTH
+    let deepest = if d.priority_lanes.enabled || d.randomizer.enabled {
+        SCHEDULED_DEPTH
     } else {
-        1
-    }
+        PULL_DEPTH
+    };
+    let fits = |depth: usize| {
+        let ahead = depth + usize::from(strict);
+        let needed = held.saturating_add((ahead + writing).saturating_mul(d.batch_size));
+        max_ack_pending == -1 || i64::try_from(needed).is_ok_and(|n| max_ack_pending >= n)
+    };
+    room((2..=deepest).rev().find(|&depth| fits(depth)).unwrap_or(1))
 }
 
 #[cfg(test)]
@@ -77,44 +93,73 @@ mod tests {
         json!({"type": "file", "directory": "out"})
     }
 
+    fn lanes(pull: &str) -> Value {
+        json!({"batch_size": 500, "priority_lanes": {"enabled": true, "default_lane": "routine",
+            "consumer_pull": pull, "lanes": [
+            {"name": "urgent", "weight": 3, "subjects": ["s.urgent"]},
+            {"name": "routine", "weight": 1, "subjects": ["s.routine"]}
+        ]}})
+    }
+
+    fn depth(s: &SinkSpec, consumers: usize, max_ack_pending: i64) -> usize {
+        pull_depth(s, consumers, max_ack_pending).batches
+    }
+
     #[test]
-    fn a_plain_sink_pulls_two_ahead_when_max_ack_pending_carries_them() {
+    fn a_plain_sink_pulls_four_ahead_and_steps_down_one_batch_at_a_time() {
         let s = spec(json!({"batch_size": 500}), file());
-        assert_eq!(pull_depth(&s, 1, 10_000), 2);
-        assert_eq!(pull_depth(&s, 1, -1), 2, "unlimited");
-        // In hand plus two ahead: exactly three batches fit.
-        assert_eq!(pull_depth(&s, 1, 1_500), 2);
-        assert_eq!(pull_depth(&s, 1, 1_499), 1);
-        assert_eq!(pull_depth(&s, 1, 500), 1);
+        assert_eq!(depth(&s, 1, 10_000), 4);
+        assert_eq!(depth(&s, 1, -1), 4, "unlimited");
+        // In hand plus four ahead: exactly five batches fit.
+        assert_eq!(depth(&s, 1, 2_500), 4);
+        assert_eq!(depth(&s, 1, 2_499), 3);
+        assert_eq!(depth(&s, 1, 2_000), 3);
+        assert_eq!(depth(&s, 1, 1_999), 2);
+        assert_eq!(depth(&s, 1, 1_500), 2);
+        assert_eq!(depth(&s, 1, 1_499), 1);
+        assert_eq!(depth(&s, 1, 500), 1);
+        assert_eq!(depth(&s, 1, 1), 1, "never none");
+    }
+
+    #[test]
+    fn past_two_batches_what_waits_is_bounded_by_the_pull_byte_cap() {
+        let s = spec(
+            json!({"batch_size": 500, "max_batch_bytes": 65_536}),
+            file(),
+        );
+        let room = pull_depth(&s, 1, -1);
+        assert_eq!(room.bytes, 65_536);
+        assert!(room.fits(2, 65_536));
+        assert!(!room.fits(2, 65_537));
+    }
+
+    #[test]
+    fn lanes_and_the_randomizer_pull_two_ahead() {
+        let in_batch = spec(lanes("weighted"), file());
+        assert_eq!(depth(&in_batch, 1, -1), 2, "in-batch lanes");
+        assert_eq!(depth(&in_batch, 2, -1), 2, "per-lane consumers");
+        let randomized = spec(
+            json!({"batch_size": 100, "randomizer": {"enabled": true, "max_window": 1000}}),
+            file(),
+        );
+        assert_eq!(depth(&randomized, 1, -1), 2);
     }
 
     #[test]
     fn concurrent_buckets_and_job_queue_workers_pull_one_ahead() {
         let plain = spec(json!({}), file());
-        assert_eq!(
-            pull_depth(&plain, 3, -1),
-            2,
-            "per-lane consumers, buckets in turn"
-        );
-        let lanes = spec(
-            json!({"priority_lanes": {"enabled": true, "default_lane": "routine", "lanes": [
-                {"name": "urgent", "weight": 3, "subjects": ["s.urgent"]},
-                {"name": "routine", "weight": 1, "subjects": ["s.routine"]}
-            ]}}),
-            file(),
-        );
-        assert_eq!(pull_depth(&lanes, 1, -1), 2, "in-batch lanes");
+        assert_eq!(depth(&plain, 3, -1), 4, "buckets in turn");
         let mut concurrent = spec(json!({}), file());
         concurrent.source.buckets = Some(
             serde_json::from_value(json!({"prefix": "b", "count": 4, "pull": "concurrent"}))
                 .expect("buckets"),
         );
-        assert_eq!(pull_depth(&concurrent, 4, -1), 1, "every bucket at once");
+        assert_eq!(depth(&concurrent, 4, -1), 1, "every bucket at once");
         let mut jobs = spec(json!({}), file());
         jobs.results = Some(
             serde_json::from_value(json!({"subject_prefix": "jobs.results"})).expect("results"),
         );
-        assert_eq!(pull_depth(&jobs, 1, -1), 1);
+        assert_eq!(depth(&jobs, 1, -1), 1);
     }
 
     #[test]
@@ -123,36 +168,33 @@ mod tests {
             json!({"batch_size": 100, "shuffle": {"buffer": 1000}}),
             file(),
         );
-        assert_eq!(pull_depth(&shuffled, 1, 1_300), 2);
-        assert_eq!(pull_depth(&shuffled, 1, 1_299), 1);
+        assert_eq!(depth(&shuffled, 1, 1_500), 4);
+        assert_eq!(depth(&shuffled, 1, 1_499), 3);
+        assert_eq!(depth(&shuffled, 1, 1_300), 2);
+        assert_eq!(depth(&shuffled, 1, 1_299), 1);
         let randomized = spec(
             json!({"batch_size": 100, "randomizer": {"enabled": true, "max_window": 1000}}),
             file(),
         );
-        assert_eq!(pull_depth(&randomized, 1, 1_300), 2);
-        assert_eq!(pull_depth(&randomized, 1, 1_299), 1);
+        assert_eq!(depth(&randomized, 1, 1_300), 2);
+        assert_eq!(depth(&randomized, 1, 1_299), 1);
     }
 
     #[test]
     fn strict_lanes_count_the_batch_pulled_beside_the_probe() {
-        let strict = spec(
-            json!({"batch_size": 500, "priority_lanes": {"enabled": true, "default_lane": "routine",
-                "consumer_pull": "strict", "lanes": [
-                {"name": "urgent", "subjects": ["s.urgent"]},
-                {"name": "routine", "subjects": ["s.routine"]}
-            ]}}),
-            file(),
-        );
-        assert_eq!(pull_depth(&strict, 2, 2_000), 2);
-        assert_eq!(pull_depth(&strict, 2, 1_999), 1);
-        assert_eq!(pull_depth(&strict, 2, -1), 2);
+        let strict = spec(lanes("strict"), file());
+        assert_eq!(depth(&strict, 2, 2_000), 2);
+        assert_eq!(depth(&strict, 2, 1_999), 1);
+        assert_eq!(depth(&strict, 2, -1), 2);
     }
 
     #[test]
-    fn a_second_batch_in_flight_counts_too() {
+    fn batches_in_flight_count_too() {
         let pg = json!({"type": "postgres", "host": "127.0.0.1", "user": "postgres", "table": "t"});
         let s = spec(json!({"batch_size": 500, "batches_in_flight": 2}), pg);
-        assert_eq!(pull_depth(&s, 1, 2_000), 2);
-        assert_eq!(pull_depth(&s, 1, 1_999), 1);
+        assert_eq!(depth(&s, 1, 3_000), 4);
+        assert_eq!(depth(&s, 1, 2_999), 3);
+        assert_eq!(depth(&s, 1, 2_000), 2);
+        assert_eq!(depth(&s, 1, 1_999), 1);
     }
 }

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use super::batch::{Prepare, Prepared};
 use super::keeper::Slot;
 use super::retry::backoff;
+use super::room::Room;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
 use crate::nats::{
@@ -100,8 +101,8 @@ pub(super) struct Puller {
     rebinds: bool,
     /// Which consumers are paused in the server.
     pause: Pause,
-    /// Batches kept pulled ahead ([`pull_depth`]).
-    depth: usize,
+    /// What the slot takes before the pull task stops pulling ahead ([`pull_depth`]).
+    room: Room,
 }
 
 /// This sink's side of an active/standby priority group.
@@ -149,7 +150,7 @@ impl Puller {
         let max_ack_pending = consumers.first().map_or(spec.source.max_ack_pending, |c| {
             c.cached_info().config.max_ack_pending
         });
-        let depth = pull_depth(&spec, consumers.len(), max_ack_pending);
+        let room = pull_depth(&spec, consumers.len(), max_ack_pending);
         Puller {
             spec,
             js,
@@ -169,7 +170,7 @@ impl Puller {
             pinned,
             rebinds: true,
             pause,
-            depth,
+            room,
         }
     }
 
@@ -187,7 +188,7 @@ impl Puller {
     /// pulling two ahead one more, the next lane's batch pulled beside the probe that found
     /// the first lane's backlog beginning ([`fetch_strict`]).
     pub(super) fn most_ahead(&self) -> usize {
-        self.depth + usize::from(self.strict && self.depth > 1)
+        self.room.batches + usize::from(self.strict && self.room.batches > 1)
     }
 
     /// The sink's config.
@@ -212,7 +213,7 @@ impl Puller {
             return;
         }
         ahead.reap().await;
-        if ahead.slot.may_pull(self.depth).await {
+        if ahead.slot.may_pull(self.room).await {
             // A task that decided to pull no more is ending: it is left to end.
             ahead.pending = Some(self.spawn(ahead.slot.clone()).await);
         }
@@ -247,7 +248,7 @@ impl Puller {
         let prepare = self.prepare.clone();
         let limits = self.limits;
         let drops = self.drops.clone();
-        let depth = self.depth;
+        let room = self.room;
         if self.single {
             let consumer = self.consumers[0].clone();
             let js = self.js.clone();
@@ -257,7 +258,7 @@ impl Puller {
             return tokio::spawn(async move {
                 loop {
                     let pulled = fetch_batch(&js, &consumer, limits, &drops, pin.as_deref()).await;
-                    if !leave(&into, &prepare, limits, depth, pulled).await? {
+                    if !leave(&into, &prepare, limits, room, pulled).await? {
                         return Ok(());
                     }
                 }
@@ -276,8 +277,12 @@ impl Puller {
                         return Err(e);
                     }
                 };
-                into.put(prepare.prepare(interleave(groups, &mut rng)), 1, false)
-                    .await;
+                into.put(
+                    prepare.prepare(interleave(groups, &mut rng)),
+                    Room::batches(1),
+                    false,
+                )
+                .await;
                 Ok(())
             });
         }
@@ -285,7 +290,7 @@ impl Puller {
         let pause = self.pause.clone();
         // Strict lanes ask the first lane together with the next while it answers empty,
         // when a batch more than the depth fits (see `pull_depth`).
-        let strict = self.strict && depth > 1;
+        let strict = self.strict && room.batches > 1;
         tokio::spawn(async move {
             let mut order = order;
             let mut together = false;
@@ -297,10 +302,10 @@ impl Puller {
                             together = p.first_empty;
                             p.batches
                         });
-                    leave_all(&into, &prepare, limits, depth, pulled).await?
+                    leave_all(&into, &prepare, limits, room, pulled).await?
                 } else {
                     let pulled = fetch_any(&js, &consumers, &order, limits, &drops).await;
-                    leave(&into, &prepare, limits, depth, pulled).await?
+                    leave(&into, &prepare, limits, room, pulled).await?
                 };
                 if !more {
                     return Ok(());
