@@ -45,10 +45,11 @@ pub struct PriorityLanesConfig {
     pub lanes: Vec<LaneConfig>,
     /// Per-lane consumer mode: how a pull picks the lane it asks first. `"weighted"` (the
     /// default): lanes take turns by weight across pulls. `"strict"`: the first lane is
-    /// asked first on every pull, so a message in it waits for at most the batches already
-    /// in hand; the other lanes take what is left, by weight among themselves, and one pull
-    /// starts with them whenever `strict_max_wait_ms` passed since the last that did. A
-    /// jetsink extension, opt-in.
+    /// asked first on every pull, and its batches go before the other lanes' pulled ahead,
+    /// so a message in it waits for at most the batch being written and its own lane's;
+    /// the other lanes take what is left, by weight among themselves, and one pull starts
+    /// with them whenever `strict_max_wait_ms` passed since the last that did. A jetsink
+    /// extension, opt-in.
     #[serde(default)]
     pub consumer_pull: ConsumerPull,
     /// With `consumer_pull: "strict"`: the longest time, in milliseconds, the lanes after

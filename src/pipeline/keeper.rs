@@ -38,8 +38,12 @@ use super::room::Room;
 /// What a sink holds unacknowledged, as the keeper sees it.
 #[derive(Default)]
 struct Held {
-    /// The batches pulled ahead and not yet taken by the runner, oldest first.
+    /// The batches pulled ahead and not yet taken by the runner, oldest first — except
+    /// that the first lane's batches of strict lane priority come before the others.
     ahead: VecDeque<Prepared>,
+    /// How many batches at the front of `ahead` came from the first lane of strict lane
+    /// priority: the next of that lane goes after them, before every other lane's.
+    first_lane: usize,
     /// Set at shutdown: the pull task pulls nothing more ahead.
     closing: bool,
     /// A pull task is pulling into the slot (from its start until it decides, as it
@@ -66,6 +70,13 @@ impl Held {
     fn room_for_one(&self, room: Room) -> bool {
         let bytes = self.ahead.iter().map(|p| p.bytes).sum();
         room.fits(self.ahead.len(), bytes)
+    }
+
+    /// The batch the runner takes next from those pulled ahead.
+    fn next_ahead(&mut self) -> Option<Prepared> {
+        let p = self.ahead.pop_front()?;
+        self.first_lane = self.first_lane.saturating_sub(1);
+        Some(p)
     }
 
     fn set_hand(&mut self, replies: Arc<Vec<Subject>>) {
@@ -114,15 +125,32 @@ impl Slot {
     /// `more` (the pull was full: a backlog), the destination is not failing and shutdown
     /// has not closed the slot. Decided under the lock, so [`Slot::pulling`] is never stale.
     pub(super) async fn put(&self, p: Prepared, room: Room, more: bool) -> bool {
-        self.put_all(vec![p], room, more).await
+        self.put_all(vec![p], 0, room, more).await
     }
 
     /// [`Slot::put`] for the batches of one pull that got several (a strict lane pull
     /// that asked two lanes at once), in order. They are all kept whatever `room` says:
-    /// they were pulled already.
-    pub(super) async fn put_all(&self, ps: Vec<Prepared>, room: Room, more: bool) -> bool {
+    /// they were pulled already. The first `first_lane` of them came from the first lane
+    /// of strict lane priority: they go before the other lanes' batches waiting (after
+    /// that lane's own), so an urgent message waits for the batch in hand, not for the
+    /// routine batches pulled ahead before it arrived.
+    pub(super) async fn put_all(
+        &self,
+        ps: Vec<Prepared>,
+        first_lane: usize,
+        room: Room,
+        more: bool,
+    ) -> bool {
         let mut held = self.held.lock().await;
-        held.ahead.extend(ps);
+        for (i, p) in ps.into_iter().enumerate() {
+            if i < first_lane {
+                let at = held.first_lane;
+                held.ahead.insert(at, p);
+                held.first_lane += 1;
+            } else {
+                held.ahead.push_back(p);
+            }
+        }
         let again = more && !held.closing && !held.failing && held.room_for_one(room);
         held.pulling = again;
         drop(held);
@@ -169,7 +197,7 @@ impl Slot {
     /// in the order of [`Prepared::all_replies`]: the batch, then the refused ones.
     pub(super) async fn take(&self) -> Option<Prepared> {
         let mut held = self.held.lock().await;
-        let p = held.ahead.pop_front()?;
+        let p = held.next_ahead()?;
         held.set_hand(Arc::new(p.all_replies().cloned().collect()));
         Some(p)
     }
@@ -184,6 +212,7 @@ impl Slot {
             .drain(..)
             .flat_map(|p| p.all_replies().cloned().collect::<Vec<_>>())
             .collect();
+        held.first_lane = 0;
         held.set_hand(Arc::new(all.clone()));
         all
     }
@@ -199,7 +228,7 @@ impl Slot {
         if !ready {
             return None;
         }
-        let p = held.ahead.pop_front()?;
+        let p = held.next_ahead()?;
         held.writing.push_back(Arc::new(p.batch.replies.clone()));
         Some(p)
     }
@@ -374,6 +403,42 @@ mod tests {
             .collect()
     }
 
+    fn one_batch(first: u64) -> Prepared {
+        Prepared {
+            pulled: 1,
+            batch: batch(first..=first),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn first_lane_batches_go_before_the_other_lanes_waiting_and_keep_their_own_order() {
+        let log = Log::default();
+        let k = keeper(&log);
+        let slot = k.slot();
+        let room = Room::batches(8);
+        slot.put(one_batch(1), room, true).await;
+        slot.put(one_batch(2), room, true).await;
+        // An urgent batch alone, then one pulled together with a routine batch.
+        slot.put_all(vec![one_batch(10)], 1, room, true).await;
+        slot.put_all(vec![one_batch(11), one_batch(3)], 1, room, true)
+            .await;
+        let first = slot.take().await.expect("waiting");
+        assert_eq!(first.batch.envelopes[0].stream_sequence, 10);
+        // Taken from the front: the next urgent batch goes behind the one still waiting.
+        slot.put_all(vec![one_batch(12)], 1, room, true).await;
+        let mut order = vec![];
+        while let Some(p) = slot.take().await {
+            order.push(p.batch.envelopes[0].stream_sequence);
+        }
+        assert_eq!(order, vec![11, 12, 1, 2, 3]);
+        // With none of the first lane waiting, the next goes first again.
+        slot.put(one_batch(4), room, true).await;
+        slot.put_all(vec![one_batch(13)], 1, room, true).await;
+        let taken = slot.take().await.expect("waiting");
+        assert_eq!(taken.batch.envelopes[0].stream_sequence, 13);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_hand_off_from_the_slot_keeps_the_clock_and_settled_messages_get_no_more() {
         let log = Log::default();
@@ -471,7 +536,12 @@ mod tests {
         assert!(slot.put(pulled(1..=1), Room::batches(2), true).await);
         assert!(
             !slot
-                .put_all(vec![pulled(2..=3), pulled(4..=6)], Room::batches(2), true)
+                .put_all(
+                    vec![pulled(2..=3), pulled(4..=6)],
+                    0,
+                    Room::batches(2),
+                    true
+                )
                 .await,
             "three wait: no more ahead"
         );

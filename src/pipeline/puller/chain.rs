@@ -26,19 +26,21 @@ pub(super) async fn leave(
     room: Room,
     pulled: Result<Vec<async_nats::Message>, async_nats::Error>,
 ) -> Result<bool, async_nats::Error> {
-    leave_all(into, prepare, limits, room, pulled.map(|m| vec![m])).await
+    leave_all(into, prepare, limits, room, pulled.map(|m| vec![m]), 0).await
 }
 
 /// [`leave`] for a pull that may have got several batches (a strict lane pull that asked
-/// two lanes at once), kept in their order; whether the task goes on is decided by the
-/// last, as the one the lane behind the others gave. No batch at all leaves an empty one,
-/// as an empty pull does.
+/// two lanes at once), kept in their order, the first `first_lane` of them ahead of the
+/// other lanes' batches waiting ([`Slot::put_all`]); whether the task goes on is decided
+/// by the last, as the one the lane behind the others gave. No batch at all leaves an
+/// empty one, as an empty pull does.
 pub(super) async fn leave_all(
     into: &Slot,
     prepare: &Prepare,
     limits: FetchLimits,
     room: Room,
     pulled: Result<Vec<Vec<async_nats::Message>>, async_nats::Error>,
+    first_lane: usize,
 ) -> Result<bool, async_nats::Error> {
     let mut batches = match pulled {
         Ok(b) => b,
@@ -54,7 +56,15 @@ pub(super) async fn leave_all(
         .last()
         .is_some_and(|m| limits.filled_by(m.iter().map(|m| m.payload.len())));
     let prepared = batches.into_iter().map(|m| prepare.prepare(m)).collect();
-    Ok(into.put_all(prepared, room, more).await)
+    Ok(into.put_all(prepared, first_lane, room, more).await)
+}
+
+/// How many of a strict pull's batches, at its front, came from the first lane: its
+/// consumer is the first bound (`SinkSpec::consumer_bindings` binds lanes in order), so
+/// one when the pull asked consumer 0 first (not a turn of the other lanes after
+/// `strict_max_wait_ms`) and found messages there, else none.
+pub(super) fn first_lane_batches(order: &[usize], first_empty: bool) -> usize {
+    usize::from(!first_empty && order.first() == Some(&0))
 }
 
 /// The next order in which a pull visits `consumers`, leaving out those paused in the
@@ -77,4 +87,21 @@ pub(super) fn visiting_order(
                 .is_some_and(|c| !pause.consumer_paused(&c.cached_info().name))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_lane_batches;
+
+    #[test]
+    fn only_a_batch_from_the_first_lane_asked_first_goes_ahead() {
+        assert_eq!(first_lane_batches(&[0, 1], false), 1, "urgent found");
+        assert_eq!(first_lane_batches(&[0, 1], true), 0, "urgent empty");
+        assert_eq!(
+            first_lane_batches(&[1, 0], false),
+            0,
+            "the other lanes' turn"
+        );
+        assert_eq!(first_lane_batches(&[], false), 0, "every lane paused");
+    }
 }

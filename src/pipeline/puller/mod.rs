@@ -48,7 +48,7 @@ mod pinned;
 
 use ahead::PendingPull;
 pub(super) use ahead::{Ahead, WriteTask};
-use chain::{leave, leave_all, visiting_order};
+use chain::{first_lane_batches, leave, leave_all, visiting_order};
 use depth::pull_depth;
 use interleave::interleave;
 use order::Order;
@@ -296,13 +296,15 @@ impl Puller {
             let mut together = false;
             loop {
                 let more = if strict {
+                    let mut first_lane = 0;
                     let pulled = fetch_strict(&js, &consumers, &order, limits, &drops, together)
                         .await
                         .map(|p| {
                             together = p.first_empty;
+                            first_lane = first_lane_batches(&order, p.first_empty);
                             p.batches
                         });
-                    leave_all(&into, &prepare, limits, room, pulled).await?
+                    leave_all(&into, &prepare, limits, room, pulled, first_lane).await?
                 } else {
                     let pulled = fetch_any(&js, &consumers, &order, limits, &drops).await;
                     leave(&into, &prepare, limits, room, pulled).await?
