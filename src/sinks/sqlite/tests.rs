@@ -841,6 +841,20 @@ fn connections_switching_one_rollback_database_to_wal_together_all_succeed() {
     }
 }
 
+/// A statement journal (one per multi-row INSERT of a batch) stays in memory instead of
+/// spilling to a temporary file: `temp_store` is MEMORY on the sink's connection.
+#[test]
+fn configure_keeps_statement_journals_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let conn = Connection::open(&path).unwrap();
+    super::sink::configure(&conn, &config(&path, TABLE)).unwrap();
+    let temp_store: i64 = conn
+        .query_row("PRAGMA temp_store", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(temp_store, 2, "MEMORY");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_database_gets_the_page_size_and_an_existing_one_keeps_its_own() {
     let dir = tempfile::tempdir().unwrap();
