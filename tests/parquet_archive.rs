@@ -26,6 +26,7 @@ use base64::Engine as _;
 use common::moto::{destination, Moto};
 use common::*;
 use futures::StreamExt;
+use jetsink::sinks::util::archive::Named;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde_json::{json, Value};
 
@@ -280,10 +281,9 @@ async fn s3_parquet_objects_with_rollover_hold_every_message_across_a_sigkill() 
         // The name is the range it holds; a hash follows it when the run has gaps (the
         // first start's redeliveries written beside new messages after the SIGKILL), so
         // only a gapless name says how many sequences the object spans.
-        let parts: Vec<&str> = name.trim_end_matches(".parquet").split('-').collect();
-        let range: Vec<u64> = parts[..2].iter().map(|n| n.parse().unwrap()).collect();
-        if parts.len() == 2 {
-            let span = range[1] - range[0] + 1;
+        let named = Named::parse(name.trim_end_matches(".parquet")).expect(name);
+        if !named.hashed {
+            let span = named.last - named.first + 1;
             assert!(
                 span <= rows,
                 "{name}: a gapless run of {span} in {rows} rows"
