@@ -100,9 +100,10 @@ pub(super) struct Prepare {
     pub(super) metadata: Option<MetadataPolicy>,
     /// Lane policy; `None` keeps the pulled order.
     pub(super) lanes: Option<LanePolicy>,
-    /// Per-lane consumer mode: consumer name → lane index. A message's lane is the lane
-    /// of the consumer that delivered it.
-    pub(super) consumer_lane: std::collections::HashMap<String, usize>,
+    /// Per-lane consumer mode: each consumer's name with its lane index. A message's lane
+    /// is the lane of the consumer that delivered it. A handful of entries, one per lane:
+    /// scanned, cheaper per message than hashing the name.
+    pub(super) consumer_lane: Vec<(String, usize)>,
     /// Payload encryption; `None` stores payloads in clear.
     pub(super) encryption: Option<Arc<Encryption>>,
     /// The last stream sequence to write (`jetsink replay`); messages past it are set
@@ -142,6 +143,14 @@ impl Prepare {
             lanes: lane_stats,
             beyond,
         }
+    }
+
+    /// The lane of the consumer named `consumer` in per-lane consumer mode.
+    fn lane_of_consumer(&self, consumer: &str) -> Option<usize> {
+        self.consumer_lane
+            .iter()
+            .find(|(name, _)| name == consumer)
+            .map(|&(_, lane)| lane)
     }
 
     /// With a stop bound: the messages up to it, and the reply subjects of those past it.
@@ -229,15 +238,11 @@ impl Prepare {
                     reason: err.to_string(),
                 });
             }
-            items = outcome
-                .ordered
-                .into_iter()
-                .map(|((mut e, reply), lane)| {
-                    let lane = self.consumer_lane.get(&e.consumer).copied().unwrap_or(lane);
-                    e.lane = lanes.lane_name(lane).map(str::to_string);
-                    (e, reply)
-                })
-                .collect();
+            items = outcome.ordered;
+            for ((e, _), lane) in items.iter_mut().zip(outcome.lanes) {
+                let lane = self.lane_of_consumer(&e.consumer).unwrap_or(lane);
+                e.lane = lanes.lane_name(lane).map(str::to_string);
+            }
         }
         (items, lane_stats)
     }

@@ -72,8 +72,10 @@ pub struct LaneStats {
 /// One batch after lane scheduling.
 #[derive(Debug)]
 pub struct LaneOutcome<T> {
-    /// Accepted items in the order to write them, each with its lane index.
-    pub ordered: Vec<(T, usize)>,
+    /// Accepted items in the order to write them.
+    pub ordered: Vec<T>,
+    /// The lane index of each item of `ordered`, position by position.
+    pub lanes: Vec<usize>,
     /// Refused items in fetched order, each with the reason; the runner fails them
     /// permanently (dead-letter path, or left unacked and counted).
     pub rejected: Vec<(T, LaneError)>,
@@ -168,7 +170,17 @@ impl LanePolicy {
                 limit: self.max_priority_length,
             });
         }
-        match self.by_priority.get(&value.to_lowercase()) {
+        // Priorities are short ASCII words, mostly written in lower case already: those are
+        // looked up as they are, without the allocation of a lowercased copy per message.
+        let found = if value
+            .bytes()
+            .all(|b| b.is_ascii() && !b.is_ascii_uppercase())
+        {
+            self.by_priority.get(value)
+        } else {
+            self.by_priority.get(&value.to_lowercase())
+        };
+        match found {
             Some(&lane) => Ok(LaneAssignment {
                 lane,
                 defaulted: false,
@@ -186,7 +198,9 @@ impl LanePolicy {
     }
 
     /// Assigns every item of a fetched batch to a lane and orders the accepted ones by
-    /// [`schedule`]. `priority_of` reads an item's normalized priority.
+    /// [`schedule`]. `priority_of` reads an item's normalized priority. A batch with
+    /// nothing refused whose order [`schedule`] keeps (one lane, as a per-lane consumer
+    /// delivers) is handed back as it came, without moving an item.
     pub fn order<T>(
         &self,
         batch: Vec<T>,
@@ -197,30 +211,56 @@ impl LanePolicy {
             messages: batch.len() as u64,
             ..LaneStats::default()
         };
-        let mut accepted = Vec::with_capacity(batch.len());
+        let assigned: Vec<Result<LaneAssignment, LaneError>> = batch
+            .iter()
+            .map(|item| self.assign(priority_of(item)))
+            .collect();
+        let mut lanes_of = Vec::with_capacity(batch.len());
         let mut rejected = Vec::new();
-        for item in batch {
-            let assigned = self.assign(priority_of(&item));
-            match assigned {
-                Ok(a) => {
-                    stats.defaulted += u64::from(a.defaulted);
-                    accepted.push((item, a.lane));
-                }
-                Err(e) => {
-                    stats.rejected += 1;
-                    rejected.push((item, e));
+        let accepted = if assigned.iter().all(Result::is_ok) {
+            for a in assigned.iter().flatten() {
+                stats.defaulted += u64::from(a.defaulted);
+                lanes_of.push(a.lane);
+            }
+            batch
+        } else {
+            let mut accepted = Vec::with_capacity(batch.len());
+            for (item, assigned) in batch.into_iter().zip(assigned) {
+                match assigned {
+                    Ok(a) => {
+                        stats.defaulted += u64::from(a.defaulted);
+                        lanes_of.push(a.lane);
+                        accepted.push(item);
+                    }
+                    Err(e) => {
+                        stats.rejected += 1;
+                        rejected.push((item, e));
+                    }
                 }
             }
-        }
-        let lanes_of: Vec<usize> = accepted.iter().map(|(_, lane)| *lane).collect();
+            accepted
+        };
         let order = schedule(&lanes_of, &self.weights);
-        let ordered = reorder(accepted, &order);
-        let mut seen: Vec<usize> = lanes_of;
-        seen.sort_unstable();
-        seen.dedup();
-        stats.active_lanes = seen.len();
+        let kept = order.iter().enumerate().all(|(k, &i)| k == i);
+        let mut seen = vec![false; self.names.len()];
+        for &lane in &lanes_of {
+            if let Some(s) = seen.get_mut(lane) {
+                *s = true;
+            }
+        }
+        stats.active_lanes = seen.iter().filter(|s| **s).count();
+        let (ordered, lanes) = if kept {
+            (accepted, lanes_of)
+        } else {
+            let lanes = order
+                .iter()
+                .filter_map(|&i| lanes_of.get(i).copied())
+                .collect();
+            (reorder(accepted, &order), lanes)
+        };
         LaneOutcome {
             ordered,
+            lanes,
             rejected,
             stats,
         }
@@ -233,6 +273,10 @@ impl LanePolicy {
 /// first-out inside a lane, until all are taken. A lane without a weight, or with weight 0,
 /// counts as weight 1, so every item is always placed exactly once.
 pub fn schedule(lanes_of: &[usize], weights: &[u32]) -> Vec<usize> {
+    if lanes_of.windows(2).all(|w| w[0] == w[1]) {
+        // One lane (or none): every pass takes from it alone, in fetched order.
+        return (0..lanes_of.len()).collect();
+    }
     let mut buckets: BTreeMap<usize, VecDeque<usize>> = BTreeMap::new();
     for (i, &lane) in lanes_of.iter().enumerate() {
         buckets.entry(lane).or_default().push_back(i);
@@ -359,12 +403,12 @@ mod tests {
             (5, "routine"),
         ];
         let out = policy.order(batch, |(_, p)| Some(*p));
-        let seqs: Vec<i32> = out.ordered.iter().map(|((s, _), _)| *s).collect();
+        let seqs: Vec<i32> = out.ordered.iter().map(|(s, _)| *s).collect();
         assert_eq!(seqs, vec![1, 2, 4, 3, 5]);
         let lanes: Vec<&str> = out
-            .ordered
+            .lanes
             .iter()
-            .filter_map(|(_, l)| policy.lane_name(*l))
+            .filter_map(|l| policy.lane_name(*l))
             .collect();
         assert_eq!(lanes, ["urgent", "urgent", "routine", "urgent", "routine"]);
         assert_eq!(
@@ -453,7 +497,12 @@ mod tests {
             (5, Some("routine")),
         ];
         let out = p.order(batch, |(_, pr)| *pr);
-        let ordered: Vec<(i32, usize)> = out.ordered.iter().map(|((s, _), l)| (*s, *l)).collect();
+        let ordered: Vec<(i32, usize)> = out
+            .ordered
+            .iter()
+            .zip(&out.lanes)
+            .map(|((s, _), l)| (*s, *l))
+            .collect();
         assert_eq!(ordered, vec![(3, 0), (1, 1), (5, 1)]);
         let rejected: Vec<(i32, LaneError)> =
             out.rejected.iter().map(|((s, _), e)| (*s, *e)).collect();
@@ -518,6 +567,58 @@ mod tests {
         assert_eq!(reorder(vec!['a', 'b'], &[]), ['a', 'b']);
     }
 
+    #[test]
+    fn a_batch_of_one_lane_comes_back_in_its_fetched_order() {
+        let p = two_lanes(UnknownPriorityAction::DefaultLane);
+        let batch = vec![(1, "routine"), (2, "bulk"), (3, "ROUTINE")];
+        let out = p.order(batch.clone(), |(_, pr)| Some(*pr));
+        assert_eq!(out.ordered, batch);
+        assert_eq!(out.lanes, [1, 1, 1]);
+        assert!(out.rejected.is_empty());
+        assert_eq!(
+            out.stats,
+            LaneStats {
+                batches: 1,
+                messages: 3,
+                defaulted: 1,
+                rejected: 0,
+                active_lanes: 1
+            }
+        );
+    }
+
+    #[test]
+    fn priorities_outside_ascii_match_case_insensitively() {
+        let p = LanePolicy::new(&PriorityLanesConfig {
+            enabled: true,
+            default_lane: "routine".into(),
+            lanes: vec![
+                LaneConfig {
+                    name: "urgent".into(),
+                    // KELVIN SIGN lowercases to an ASCII k.
+                    priorities: vec!["Ürgent".into(), "\u{212A}".into()],
+                    weight: 1,
+                    subjects: Vec::new(),
+                },
+                LaneConfig {
+                    name: "routine".into(),
+                    priorities: vec!["routine".into()],
+                    weight: 1,
+                    subjects: Vec::new(),
+                },
+            ],
+            ..PriorityLanesConfig::default()
+        });
+        let urgent = Ok(LaneAssignment {
+            lane: 0,
+            defaulted: false,
+        });
+        for v in ["ürgent", "ÜRGENT", "k", "K", "\u{212A}"] {
+            assert_eq!(p.assign(Some(v)), urgent, "{v}");
+        }
+        assert_eq!(p.assign(Some("urgent")).map(|a| a.defaulted), Ok(true));
+    }
+
     fn batch() -> impl Strategy<Value = (Vec<u32>, Vec<usize>)> {
         proptest::collection::vec(1u32..=6, 1..6).prop_flat_map(|weights| {
             let lanes = weights.len();
@@ -525,7 +626,59 @@ mod tests {
         })
     }
 
+    fn priorities() -> impl Strategy<Value = Vec<Option<&'static str>>> {
+        let one = proptest::sample::select(vec![
+            None,
+            Some("urgent"),
+            Some("URGENT"),
+            Some(" Routine "),
+            Some("routine"),
+            Some("bulk"),
+            Some("bad\u{7}"),
+            Some("123456789"),
+        ]);
+        proptest::collection::vec(one, 0..60)
+    }
+
     proptest! {
+        #[test]
+        fn order_matches_assigning_then_scheduling_each_item(
+            prs in priorities(),
+            reject in any::<bool>(),
+        ) {
+            let p = two_lanes(if reject {
+                UnknownPriorityAction::Reject
+            } else {
+                UnknownPriorityAction::DefaultLane
+            });
+            let batch: Vec<(usize, Option<&str>)> = prs.iter().copied().enumerate().collect();
+            // Reference: each item assigned on its own, the accepted ones scheduled.
+            let accepted: Vec<(usize, usize)> = batch
+                .iter()
+                .filter_map(|&(i, pr)| p.assign(pr).ok().map(|a| (i, a.lane)))
+                .collect();
+            let lanes_of: Vec<usize> = accepted.iter().map(|&(_, l)| l).collect();
+            let want: Vec<(usize, usize)> = schedule(&lanes_of, p.weights())
+                .into_iter()
+                .map(|k| accepted[k])
+                .collect();
+            let out = p.order(batch.clone(), |(_, pr)| *pr);
+            let got: Vec<(usize, usize)> =
+                out.ordered.iter().map(|&(i, _)| i).zip(out.lanes.iter().copied()).collect();
+            prop_assert_eq!(got, want);
+            let rejected: Vec<usize> = out.rejected.iter().map(|((i, _), _)| *i).collect();
+            let want_rejected: Vec<usize> = batch
+                .iter()
+                .filter(|&&(_, pr)| p.assign(pr).is_err())
+                .map(|&(i, _)| i)
+                .collect();
+            prop_assert_eq!(rejected, want_rejected);
+            let mut seen = lanes_of.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            prop_assert_eq!(out.stats.active_lanes, seen.len());
+        }
+
         #[test]
         fn output_is_a_permutation((weights, lanes_of) in batch()) {
             let order = schedule(&lanes_of, &weights);
