@@ -19,9 +19,9 @@ pub(crate) const ROWS_PER_STATEMENT: usize = 16;
 /// Per-batch text buffers, reused so a row costs no allocation.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
-    /// INSERT statements by row count, built once per table (formatting one per statement
-    /// cost a fifth of the sink's CPU).
-    statements: std::collections::HashMap<usize, String>,
+    /// INSERT statements by row count and shape (shared columns or not), built once per
+    /// table (formatting one per statement cost a fifth of the sink's CPU).
+    statements: std::collections::HashMap<(usize, bool), String>,
     /// `published_at` of every row, fixed width.
     times: String,
     /// `headers` JSON of every row, back to back.
@@ -83,21 +83,19 @@ pub(super) fn insert_batch(
         .map_err(|e| classify(&e, None))?;
     // One statement per chunk size, taken from the cache once per batch, not once per
     // chunk: the cache's lookup and return cost more than a row's binding.
-    let mut statement: Option<(usize, rusqlite::CachedStatement<'_>)> = None;
+    let mut statement: Option<((usize, bool), rusqlite::CachedStatement<'_>)> = None;
     for (c, chunk) in batch.chunks(ROWS_PER_STATEMENT).enumerate() {
         let first = c * ROWS_PER_STATEMENT;
-        if statement
-            .as_ref()
-            .is_none_or(|(rows, _)| *rows != chunk.len())
-        {
+        let shape = (chunk.len(), shares_columns(chunk));
+        if statement.as_ref().is_none_or(|(s, _)| *s != shape) {
             // Return the previous statement to the cache before taking the next.
             drop(statement.take());
             let sql = scratch
                 .statements
-                .entry(chunk.len())
-                .or_insert_with(|| schema::insert_rows_sql(table, chunk.len()));
+                .entry(shape)
+                .or_insert_with(|| schema::insert_rows_sql(table, shape.0, shape.1));
             let stmt = tx.prepare_cached(sql).map_err(|e| classify(&e, None))?;
-            statement = Some((chunk.len(), stmt));
+            statement = Some((shape, stmt));
         }
         let Some((_, stmt)) = statement.as_mut() else {
             return Err(SinkError::transient(
@@ -105,7 +103,12 @@ pub(super) fn insert_batch(
             ));
         };
         for (r, e) in chunk.iter().enumerate() {
-            bind_row(stmt, r, e, first + r, &written_at, scratch)
+            let row = Row {
+                r,
+                i: first + r,
+                shared: shape.1 && r > 0,
+            };
+            bind_row(stmt, row, e, &written_at, scratch)
                 .map_err(|err| classify(&err, Some(first + r)))?;
         }
         if let Err(err) = stmt.raw_execute() {
@@ -119,32 +122,55 @@ pub(super) fn insert_batch(
     tx.commit().map_err(|e| classify(&e, None))
 }
 
-/// Binds envelope `e` (batch position `i`) as row `r` of a multi-row statement.
+/// Whether every row of `chunk` has the same [`schema::SHARED_COLUMNS`] values (the commit
+/// time is one per batch), so a statement can bind them once.
+fn shares_columns(chunk: &[Envelope]) -> bool {
+    chunk.split_first().is_some_and(|(head, rest)| {
+        rest.iter()
+            .all(|e| e.stream == head.stream && e.lane == head.lane)
+    })
+}
+
+/// Where an envelope goes in a multi-row statement.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    /// The row of the statement.
+    r: usize,
+    /// The envelope's position in the batch.
+    i: usize,
+    /// The row takes the [`schema::SHARED_COLUMNS`] from the first row's parameters, so
+    /// they are not bound for it.
+    shared: bool,
+}
+
+/// Binds envelope `e` as row `row.r` of a multi-row statement.
 fn bind_row(
     stmt: &mut rusqlite::CachedStatement<'_>,
-    r: usize,
+    row: Row,
     e: &Envelope,
-    i: usize,
     written_at: &str,
     scratch: &Scratch,
 ) -> rusqlite::Result<()> {
-    let base = r * schema::COLUMNS.len();
+    let base = row.r * schema::COLUMNS.len();
     let p = |k: usize| base + k;
+    let i = row.i;
     stmt.raw_bind_parameter(p(1), &e.idempotency_key)?;
-    stmt.raw_bind_parameter(p(2), &e.stream)?;
+    if !row.shared {
+        stmt.raw_bind_parameter(p(2), &e.stream)?;
+        stmt.raw_bind_parameter(p(8), written_at)?;
+        stmt.raw_bind_parameter(p(12), &e.lane)?;
+    }
     stmt.raw_bind_parameter(p(3), e.stream_sequence)?;
     stmt.raw_bind_parameter(p(4), e.consumer_sequence)?;
     stmt.raw_bind_parameter(p(5), &e.subject)?;
     stmt.raw_bind_parameter(p(6), e.delivered)?;
     stmt.raw_bind_parameter(p(7), scratch.time(i))?;
-    stmt.raw_bind_parameter(p(8), written_at)?;
     stmt.raw_bind_parameter(p(9), &e.message_id)?;
     stmt.raw_bind_parameter(
         p(10),
         Scratch::json(&scratch.headers, &scratch.header_ends, i),
     )?;
     stmt.raw_bind_parameter(p(11), &e.priority)?;
-    stmt.raw_bind_parameter(p(12), &e.lane)?;
     stmt.raw_bind_parameter(p(13), &e.classification)?;
     stmt.raw_bind_parameter(
         p(14),
@@ -167,11 +193,16 @@ fn find_refused_row(
     if tx.execute_batch("SAVEPOINT jetsink_probe").is_err() {
         return None;
     }
-    let sql = schema::insert_rows_sql(table, 1);
+    let sql = schema::insert_rows_sql(table, 1, false);
     let mut found = None;
     if let Ok(mut stmt) = tx.prepare_cached(&sql) {
         for (r, e) in chunk.iter().enumerate() {
-            let failed = bind_row(&mut stmt, 0, e, first + r, written_at, scratch)
+            let row = Row {
+                r: 0,
+                i: first + r,
+                shared: false,
+            };
+            let failed = bind_row(&mut stmt, row, e, written_at, scratch)
                 .and_then(|()| stmt.raw_execute())
                 .is_err();
             if failed {

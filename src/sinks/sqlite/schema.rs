@@ -75,16 +75,33 @@ pub(crate) fn create_table_sql(table: &str) -> String {
 
 /// The idempotent insert of one envelope: a key already present leaves its row untouched.
 pub(crate) fn insert_sql(table: &str) -> String {
-    insert_rows_sql(table, 1)
+    insert_rows_sql(table, 1, false)
 }
 
+/// The columns whose value is often the same for every row of a statement: the stream, the
+/// commit time (always), and the lane (lanes off, or one lane per pulled batch as per-lane
+/// consumers deliver). With `shared`, every row takes them from the first row's parameters,
+/// which are then bound once per statement instead of once per row.
+pub(crate) const SHARED_COLUMNS: [&str; 3] = ["stream", "written_at", "lane"];
+
 /// The idempotent insert of `rows` envelopes in one statement; parameters are numbered
-/// row after row (`?1`..`?16` for the first row, `?17`.. for the second).
-pub(crate) fn insert_rows_sql(table: &str, rows: usize) -> String {
+/// row after row (`?1`..`?16` for the first row, `?17`.. for the second). With `shared`,
+/// the [`SHARED_COLUMNS`] of every row name the first row's parameters (`?2`, `?8`, `?12`),
+/// and the numbers they would have had are left unused.
+pub(crate) fn insert_rows_sql(table: &str, rows: usize, shared: bool) -> String {
     let n = COLUMNS.len();
     let values: Vec<String> = (0..rows)
         .map(|r| {
-            let params: Vec<String> = (1..=n).map(|i| format!("?{}", r * n + i)).collect();
+            let params: Vec<String> = (1..=n)
+                .map(|i| {
+                    let row = if shared && SHARED_COLUMNS.contains(&COLUMNS[i - 1]) {
+                        0
+                    } else {
+                        r
+                    };
+                    format!("?{}", row * n + i)
+                })
+                .collect();
             format!("({})", params.join(", "))
         })
         .collect();

@@ -304,6 +304,27 @@ fn statements_quote_the_table_name() {
     assert!(schema::create_table_sql("order").contains("\"order\""));
 }
 
+#[test]
+fn a_shared_statement_takes_the_shared_columns_of_every_row_from_the_first() {
+    let shared = schema::insert_rows_sql("t", 2, true);
+    let own = schema::insert_rows_sql("t", 2, false);
+    // Row 2's stream (2nd column), written_at (8th) and lane (12th) are ?2, ?8 and ?12.
+    assert!(
+        shared.contains("(?17, ?2, ?19, ?20, ?21, ?22, ?23, ?8, ?25, ?26, ?27, ?12, ?29, "),
+        "{shared}"
+    );
+    assert!(!shared.contains("?18") && !shared.contains("?24") && !shared.contains("?28"));
+    assert!(
+        own.contains("(?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, "),
+        "{own}"
+    );
+    // One row has nothing to share: both shapes are the same statement.
+    assert_eq!(
+        schema::insert_rows_sql("t", 1, true),
+        schema::insert_rows_sql("t", 1, false)
+    );
+}
+
 // ---------------------------------------------------------------- writing
 
 #[tokio::test(flavor = "multi_thread")]
@@ -936,4 +957,42 @@ async fn a_scratch_table_is_written_beside_the_configured_one_and_dropped_leavin
         3,
         "the configured table keeps its rows"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_row_keeps_its_own_lane_and_stream_whether_a_statement_shares_them_or_not() {
+    use super::insert::ROWS_PER_STATEMENT;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jetsink.db");
+    let mut sink = opened(&path).await;
+    let n = (3 * ROWS_PER_STATEMENT) as u64;
+    let mut envelopes = batch(1..=n);
+    // The first statement's rows all in one lane (shared), the second's alternating
+    // between two lanes and no lane, the third's with one row from another stream.
+    for (k, e) in envelopes.iter_mut().enumerate() {
+        e.lane = match (k / ROWS_PER_STATEMENT, k % 3) {
+            (0, _) => Some("urgent".into()),
+            (1, 0) => None,
+            (1, 1) => Some("urgent".into()),
+            _ => Some("routine".into()),
+        };
+    }
+    let odd = 2 * ROWS_PER_STATEMENT + 5;
+    envelopes[odd].stream = "OTHER".into();
+    sink.write_batch(&envelopes).await.unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT stream_sequence, stream, lane, written_at FROM jetsink_events ORDER BY stream_sequence")
+        .unwrap();
+    let rows: Vec<(u64, String, Option<String>, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), envelopes.len());
+    for (row, e) in rows.iter().zip(&envelopes) {
+        assert_eq!(row.0, e.stream_sequence);
+        assert_eq!((&row.1, &row.2), (&e.stream, &e.lane), "row {}", row.0);
+        assert_eq!(row.3, rows[0].3, "one commit time per batch");
+    }
 }
