@@ -327,6 +327,12 @@ mod tests {
     }
 
     fn two_lanes(action: UnknownPriorityAction) -> LanePolicy {
+        urgent_and_routine(action, &["Urgent"])
+    }
+
+    /// Lanes `urgent` (weight 2, taking the `urgent` priorities) and `routine` (the default),
+    /// priorities of at most 8 characters.
+    fn urgent_and_routine(action: UnknownPriorityAction, urgent: &[&str]) -> LanePolicy {
         LanePolicy::new(&PriorityLanesConfig {
             enabled: true,
             default_lane: "routine".into(),
@@ -335,7 +341,7 @@ mod tests {
             lanes: vec![
                 LaneConfig {
                     name: "urgent".into(),
-                    priorities: vec!["Urgent".into()],
+                    priorities: urgent.iter().map(|p| p.to_string()).collect(),
                     weight: 2,
                     subjects: Vec::new(),
                 },
@@ -589,26 +595,8 @@ mod tests {
 
     #[test]
     fn priorities_outside_ascii_match_case_insensitively() {
-        let p = LanePolicy::new(&PriorityLanesConfig {
-            enabled: true,
-            default_lane: "routine".into(),
-            lanes: vec![
-                LaneConfig {
-                    name: "urgent".into(),
-                    // KELVIN SIGN lowercases to an ASCII k.
-                    priorities: vec!["Ürgent".into(), "\u{212A}".into()],
-                    weight: 1,
-                    subjects: Vec::new(),
-                },
-                LaneConfig {
-                    name: "routine".into(),
-                    priorities: vec!["routine".into()],
-                    weight: 1,
-                    subjects: Vec::new(),
-                },
-            ],
-            ..PriorityLanesConfig::default()
-        });
+        // KELVIN SIGN lowercases to an ASCII k.
+        let p = urgent_and_routine(UnknownPriorityAction::DefaultLane, &["Ürgent", "\u{212A}"]);
         let urgent = Ok(LaneAssignment {
             lane: 0,
             defaulted: false,
