@@ -34,8 +34,9 @@ pub fn shares(max_messages: usize, max_bytes: usize, n: usize) -> Vec<(usize, us
         .map(|i| {
             let messages = base + usize::from(i < extra);
             // Bytes in proportion to messages; 0 means "no limit" to the server, so a
-            // share of messages always gets at least one byte of limit.
-            if max_bytes == 0 {
+            // share of messages always gets at least one byte of limit. A share of no
+            // messages (every share, for a batch of 0) is not pulled and needs no bytes.
+            if max_bytes == 0 || messages == 0 {
                 return (messages, 0);
             }
             let bytes = ((max_bytes as u128 * messages as u128) / max_messages as u128) as usize;
@@ -107,6 +108,8 @@ mod tests {
         assert_eq!(shares(3, 1, 3), vec![(1, 1), (1, 1), (1, 1)]);
         // No byte limit stays none.
         assert_eq!(shares(4, 0, 2), vec![(2, 0), (2, 0)]);
+        // A batch of no messages (the edge the property test once drew and divided by).
+        assert_eq!(shares(0, 1000, 3), vec![(0, 0), (0, 0), (0, 0)]);
     }
 
     proptest! {
