@@ -37,6 +37,9 @@ pub enum Kind {
     /// A metrics snapshot file (`jetsink metrics show FILE`): 16 MiB, far beyond 64 sinks'
     /// metrics as pretty JSON.
     Metrics,
+    /// The seal of a JSON Lines file (the stream sequences it holds, as runs): 64 MiB,
+    /// beyond any file's lines each a run of their own.
+    Seal,
 }
 
 impl Kind {
@@ -46,7 +49,7 @@ impl Kind {
             Kind::Config | Kind::Certificates => 4 << 20,
             Kind::Key => 4 << 10,
             Kind::Secret | Kind::Credentials | Kind::PrivateKey => 64 << 10,
-            Kind::Payload => 64 << 20,
+            Kind::Payload | Kind::Seal => 64 << 20,
             Kind::Metrics => 16 << 20,
         }
     }
@@ -61,6 +64,7 @@ impl Kind {
             Kind::PrivateKey => "private key file",
             Kind::Payload => "payload file",
             Kind::Metrics => "metrics snapshot file",
+            Kind::Seal => "JSON Lines seal",
         }
     }
 }

@@ -3,6 +3,8 @@
 //! dead-letter and results streams, and start the tasks that watch its consumers. What
 //! comes out is a [`Runner`] ready to fetch, or the first failure.
 
+use std::time::SystemTime;
+
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -70,13 +72,9 @@ async fn one(
     check_capacity(spec, &bound)?;
     let health = shared.health.sink(&spec.name);
     health.set_bound(true);
-    let delivered_up_to = bound
-        .iter()
-        .map(|b| b.consumer.cached_info().delivered.stream_sequence)
-        .max()
-        .unwrap_or(0);
-    let sink = open_destination(spec, delivered_up_to).await?;
-    let second = second_writer(spec, sink.as_ref(), delivered_up_to).await?;
+    let created = stream_created(&bound);
+    let sink = open_destination(spec, created).await?;
+    let second = second_writer(spec, sink.as_ref(), created).await?;
     health.destination_ok();
     tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
     log_encryption(spec);
@@ -150,18 +148,25 @@ fn check_capacity(spec: &SinkSpec, bound: &[Bound]) -> Result<(), DaemonError> {
     Ok(())
 }
 
-/// Builds and opens the destination, fed by consumers that had delivered up to stream
-/// sequence `delivered_up_to` when they were bound.
+/// When the sink's stream was created, as the server reported it at binding (every
+/// consumer of a sink reads the same stream).
+fn stream_created(bound: &[Bound]) -> SystemTime {
+    bound.first().map_or(SystemTime::UNIX_EPOCH, |b| {
+        b.stream.cached_info().created.into()
+    })
+}
+
+/// Builds and opens the destination, whose source stream was created at `created`.
 async fn open_destination(
     spec: &SinkSpec,
-    delivered_up_to: u64,
+    created: SystemTime,
 ) -> Result<Box<dyn Sink>, DaemonError> {
     let mut sink = sinks::build(&spec.destination);
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
     });
-    sink.delivered_before(delivered_up_to);
+    sink.stream_created(created);
     sink.open().await.map_err(|source| DaemonError::Open {
         sink: spec.name.clone(),
         destination: spec.destination.describe(),
@@ -176,7 +181,7 @@ async fn open_destination(
 async fn second_writer(
     spec: &SinkSpec,
     opened: &dyn Sink,
-    delivered_up_to: u64,
+    created: SystemTime,
 ) -> Result<Option<Box<dyn Sink>>, DaemonError> {
     if spec.delivery.batches_in_flight < 2 {
         return Ok(None);
@@ -197,7 +202,7 @@ async fn second_writer(
             setting,
         });
     }
-    open_destination(spec, delivered_up_to).await.map(Some)
+    open_destination(spec, created).await.map(Some)
 }
 
 /// Says which keys encrypt the sink's payloads: ids and fingerprints only, key material

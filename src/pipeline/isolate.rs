@@ -136,27 +136,20 @@ impl Isolator {
     /// After a pull: if the connection dropped since the last scan, waits (up to
     /// [`RECONNECT_WAIT`]) for it to be back, scans every consumer and settles what the
     /// client cannot read. A scan that cannot finish (the connection is still down, a
-    /// request failed) is tried again after the next pull. After a finished scan: the
-    /// highest stream sequence the consumers had delivered, every message at or below
-    /// which may have been delivered before the drop ([`crate::sinks::Sink::delivered_before`]).
-    pub(super) async fn after_pull(&mut self, consumers: &[PullConsumer]) -> Option<u64> {
+    /// request failed) is tried again after the next pull.
+    pub(super) async fn after_pull(&mut self, consumers: &[PullConsumer]) {
         let drops = self.drops.count();
         if drops == self.seen || !self.reconnected().await {
-            return None;
+            return;
         }
-        let mut delivered = 0;
         for c in consumers {
-            match self.scan(c).await {
-                Ok(up_to) => delivered = delivered.max(up_to),
-                Err(e) => {
-                    tracing::warn!(sink = %self.sink, error = %e, "looking for unreadable messages after a connection drop failed; trying again after the next pull");
-                    return None;
-                }
+            if let Err(e) = self.scan(c).await {
+                tracing::warn!(sink = %self.sink, error = %e, "looking for unreadable messages after a connection drop failed; trying again after the next pull");
+                return;
             }
         }
         self.seen = drops;
         self.metrics.unreadable_scans.inc();
-        Some(delivered)
     }
 
     /// Whether the connection is up, waiting a bounded time for the reconnect.
@@ -171,9 +164,8 @@ impl Isolator {
         true
     }
 
-    /// Settles what the client cannot read of `consumer`'s outstanding messages; the
-    /// highest stream sequence it had delivered.
-    async fn scan(&mut self, consumer: &PullConsumer) -> Result<u64, RawReadError> {
+    /// Settles what the client cannot read of `consumer`'s outstanding messages.
+    async fn scan(&mut self, consumer: &PullConsumer) -> Result<(), RawReadError> {
         let o = raw_read::outstanding(consumer).await?;
         self.settled
             .retain(|(c, s)| c != &o.consumer || *s > o.floor);
@@ -192,7 +184,7 @@ impl Isolator {
                 }
             }
         }
-        Ok(o.delivered)
+        Ok(())
     }
 
     /// Dead-letters (or only terminates) one unreadable message; whether it is settled.

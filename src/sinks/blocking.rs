@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 
-use super::contract::{Located, Probe, Sink, SinkError, Wanted, Written, CANNOT_ASK};
+use super::contract::{Feed, Located, Probe, Sink, SinkError, Wanted, Written, CANNOT_ASK};
 use crate::envelope::Envelope;
 
 /// A destination whose calls block: the synchronous form of [`Sink`], with the same
@@ -22,9 +22,13 @@ use crate::envelope::Envelope;
 /// `health_blocking` only ever run on an open destination, and `write_blocking` never sees
 /// an empty batch.
 pub trait BlockingSink: Send {
-    /// Messages at or below `up_to` may have been delivered before; see
-    /// [`Sink::delivered_before`]. Most destinations ignore it.
-    fn delivered_before_blocking(&mut self, _up_to: u64) {}
+    /// The sink's name and source stream, before `open`; see [`Sink::attach`]. Most
+    /// destinations ignore it.
+    fn attach_blocking(&mut self, _feed: &Feed) {}
+
+    /// When the source stream was created; see [`Sink::stream_created`]. Most
+    /// destinations ignore it.
+    fn stream_created_blocking(&mut self, _at: std::time::SystemTime) {}
 
     /// Whether the destination holds an open handle (file, connection).
     fn is_open(&self) -> bool;
@@ -76,8 +80,12 @@ pub trait BlockingSink: Send {
 
 #[async_trait]
 impl<T: BlockingSink> Sink for T {
-    fn delivered_before(&mut self, up_to: u64) {
-        self.delivered_before_blocking(up_to);
+    fn attach(&mut self, feed: &Feed) {
+        self.attach_blocking(feed);
+    }
+
+    fn stream_created(&mut self, at: std::time::SystemTime) {
+        self.stream_created_blocking(at);
     }
 
     async fn open(&mut self) -> Result<(), SinkError> {

@@ -294,15 +294,14 @@ pub trait Sink: Send {
     /// destinations ignore it.
     fn cut_short_by(&mut self, _signal: CutShort) {}
 
-    /// Says that every message at or below stream sequence `up_to` may have been delivered
-    /// before — to an earlier process, or to this one before a connection drop — whatever
-    /// its delivery count says: nats-server before 2.10.14 can send such a message as
-    /// delivery 1 again (nats-server#5305). The daemon says it after binding at start-up
-    /// (what the consumers had delivered) and after each connection drop; the archive
-    /// destinations, which find a redelivery's earlier copy only when they look, then look
-    /// for these too. A value below an earlier one changes nothing. Most destinations
-    /// ignore it: their writes are idempotent by key.
-    fn delivered_before(&mut self, _up_to: u64) {}
+    /// Says when the source stream was created, as its info reports it: the daemon says
+    /// it after binding, before `open`, and again after binding anew. The archive
+    /// destinations check every message against what they store
+    /// ([`crate::sinks::util::holdings`]), and a unit stored before this time cannot hold
+    /// a message of this stream: it holds one of a stream of the same name deleted since,
+    /// whose sequences started again at 1. Most destinations ignore it: their writes are
+    /// idempotent by key.
+    fn stream_created(&mut self, _at: std::time::SystemTime) {}
 
     /// Whether two batches may commit in either order and leave the destination holding
     /// the same: each message is a row of its own (the table is keyed by the message), so

@@ -3,7 +3,7 @@
 //! range, the runner of `jetsink run` driven over it until the server reports everything
 //! up to the stop bound acknowledged, then the consumer deleted and the counts taken.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
@@ -35,23 +35,23 @@ pub struct Job<'a> {
     pub range: Range,
 }
 
-/// Builds the sink's destination, told its sink and stream, and that every message of
-/// the replay may be stored already (the archive destinations look for each first).
-fn destination(spec: &SinkSpec) -> Box<dyn Sink> {
+/// Builds the sink's destination, told its sink and stream, and when that stream was
+/// created (the archive destinations count only what was stored since).
+fn destination(spec: &SinkSpec, created: SystemTime) -> Box<dyn Sink> {
     let mut sink = sinks::build(&spec.destination);
     sink.attach(&sinks::Feed {
         sink: spec.name.clone(),
         stream: spec.source.stream.clone(),
     });
-    sink.delivered_before(u64::MAX);
+    sink.stream_created(created);
     sink
 }
 
 /// Opens the destination; a file directory another process holds locked is refused as
 /// a race with a running instance, which a file destination cannot take (one writer per
 /// directory and prefix), rather than reported as an outage.
-async fn open(spec: &SinkSpec) -> Result<Box<dyn Sink>, ReplayError> {
-    let mut sink = destination(spec);
+async fn open(spec: &SinkSpec, created: SystemTime) -> Result<Box<dyn Sink>, ReplayError> {
+    let mut sink = destination(spec, created);
     match sink.open().await {
         Ok(()) => Ok(sink),
         Err(e) if sinks::file::is_lock_busy(&e) => Err(ReplayError::Busy {
@@ -151,8 +151,9 @@ pub async fn replay(
     let spec = job.spec;
     let last = session.last_sequence().await?;
     let bound = session.bound(spec, &job.filters, &job.range, last).await?;
-    let sink = open(spec).await?;
-    let mut counter = destination(spec);
+    let created = SystemTime::from(session.stream.cached_info().created);
+    let sink = open(spec, created).await?;
+    let mut counter = destination(spec, created);
     let before = stored_keys(counter.as_mut(), spec).await;
     let marks = durable_marks(&session, spec).await;
     let metrics = Metrics::new();

@@ -13,14 +13,18 @@
 //! rows. A crash before the rename leaves only a temporary file, which the next start
 //! removes (it holds the directory lock, so no other writer owns it).
 //!
-//! A crash after the rename and before the ACKs brings the messages back, in batches cut
-//! elsewhere. So before a batch holding messages delivered before (or any batch after a
-//! failed write) is written, the directory is listed and the messages its files hold are
-//! left out — by the names alone, or for a hashed name by reading the file's
-//! `stream_sequence` column — and reported already stored ([`ParquetFiles::write`]; the
-//! rules are [`crate::sinks::util::archive`]'s). A message is then in exactly one file.
+//! A crash after the rename and before the ACKs, a server that rolls its consumer state
+//! back, or a replay brings messages back, in batches cut elsewhere and often as first
+//! deliveries. So the writer keeps a catalog of what the directory holds
+//! ([`Holdings`]): built from the listing `open` makes anyway, kept in step with every
+//! file it renames into place, and built again from a fresh listing after a write that
+//! failed part-way. Every message of a batch is checked against it — by the names alone,
+//! or for a hashed name by reading the file's `stream_sequence` column once — and those
+//! the directory holds are left out and reported already stored ([`ParquetFiles::write`];
+//! the naming rules are [`crate::sinks::util::archive`]'s). A message is then in exactly
+//! one file. Files last modified before the source stream was created are not counted:
+//! they hold a deleted stream's messages, whose sequences the new stream uses again.
 
-use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,7 +38,8 @@ use crate::envelope::Envelope;
 use crate::sinks::contract::SinkError;
 use crate::sinks::parquet::read::ReadError;
 use crate::sinks::parquet::{EncodeError, Encoder, Options, SettingsRefused};
-use crate::sinks::util::archive::{self, object_name, Known, Lookup, Named};
+use crate::sinks::util::archive::{self, object_name, Known, Named};
+use crate::sinks::util::holdings::Holdings;
 use crate::sinks::util::io_error;
 
 /// The ending of every Parquet file.
@@ -50,13 +55,13 @@ pub(crate) struct ParquetFiles {
     options: Result<Arc<Options>, SettingsRefused>,
     lock: Option<DirectoryLock>,
     open: bool,
-    /// A write failed since the last one that succeeded: it may have renamed its file
-    /// before failing, so the next write looks for every message, not only redeliveries.
-    failed: bool,
-    /// The sequences of hashed files read so far.
+    /// What the directory's files hold; `None` until listed, and again after a write that
+    /// failed part-way (it may have renamed its file before failing).
+    holdings: Option<Holdings>,
+    /// The sequences of hashed files read (or written) so far, by file name.
     known: Known,
-    /// [`crate::sinks::Sink::delivered_before`]: messages at or below it are looked for.
-    delivered_up_to: u64,
+    /// When the source stream was created: older files are not counted.
+    since: Option<SystemTime>,
 }
 
 /// `<prefix>-<first>-<last>[-<hash>].parquet` for `sorted` sequences.
@@ -86,24 +91,27 @@ impl ParquetFiles {
             options,
             lock: None,
             open: false,
-            failed: false,
+            holdings: None,
             known: Known::default(),
-            delivered_up_to: 0,
+            since: None,
         }
     }
 
-    /// Looks for every message at or below `seq` (or the highest such `seq` said before)
-    /// before writing it ([`archive::wanted`]).
-    pub(crate) fn look_up_to(&mut self, seq: u64) {
-        self.delivered_up_to = self.delivered_up_to.max(seq);
+    /// Counts only files modified at or after `created`, when the source stream was
+    /// created ([`crate::sinks::Sink::stream_created`]); a change lists the directory again.
+    pub(crate) fn stream_created(&mut self, created: SystemTime) {
+        if self.since != Some(created) {
+            self.since = Some(created);
+            self.holdings = None;
+        }
     }
 
     pub(crate) fn is_open(&self) -> bool {
         self.open
     }
 
-    /// Prepares the directory, takes its lock (the first time) and removes the temporary
-    /// files a crash left behind.
+    /// Prepares the directory, takes its lock (the first time), removes the temporary
+    /// files a crash left behind and catalogs what the directory holds.
     pub(crate) fn open(&mut self) -> Result<(), SinkError> {
         self.open = false;
         if let Err(e) = &self.options {
@@ -119,16 +127,40 @@ impl ParquetFiles {
         let list_error =
             |e: std::io::Error| io_error(&format!("cannot list {}", dir.display()), &e);
         let mut removed = 0usize;
+        let mut holdings = Holdings::new();
+        let mut older = 0usize;
         for entry in fs::read_dir(dir).map_err(list_error)? {
             let entry = entry.map_err(list_error)?;
             let name = entry.file_name();
-            if name.to_str().is_some_and(|n| is_temporary(&self.prefix, n)) {
+            let Some(name) = name.to_str() else {
+                continue;
+            };
+            if is_temporary(&self.prefix, name) {
                 let path = entry.path();
                 fs::remove_file(&path)
                     .map_err(|e| io_error(&format!("cannot remove {}", path.display()), &e))?;
                 removed += 1;
+                continue;
             }
+            let Some((stem, named)) = self.named(name) else {
+                continue;
+            };
+            if let Some(since) = self.since {
+                let modified = entry.metadata().and_then(|m| m.modified());
+                let modified = modified.map_err(|e| {
+                    io_error(&format!("cannot stat {}", entry.path().display()), &e)
+                })?;
+                if modified < since {
+                    older += 1;
+                    continue;
+                }
+            }
+            holdings.add_named(stem, named);
         }
+        if older > 0 {
+            tracing::info!(directory = %dir.display(), files = older, "Parquet files written before the source stream was created are not counted as holding its messages");
+        }
+        self.holdings = Some(holdings);
         if removed > 0 {
             tracing::warn!(directory = %dir.display(), removed, "removed temporary Parquet files an interrupted write left");
             if self.fsync {
@@ -148,23 +180,13 @@ impl ParquetFiles {
         batch: &[Envelope],
         now: SystemTime,
     ) -> Result<Vec<usize>, SinkError> {
-        let result = self.write_new(batch, now);
-        self.failed = result.is_err();
-        result
-    }
-
-    fn write_new(&mut self, batch: &[Envelope], now: SystemTime) -> Result<Vec<usize>, SinkError> {
         let options = self.options.clone().map_err(|e| SinkError::Misconfigured {
             message: e.to_string(),
         })?;
         self.dir.check()?;
         let mut members: Vec<usize> = (0..batch.len()).collect();
         members.sort_by_key(|&i| batch[i].stream_sequence);
-        let wanted = archive::wanted(batch, &members, self.failed, self.delivered_up_to);
-        let held = match wanted.is_empty() {
-            true => BTreeSet::new(),
-            false => self.held(wanted)?,
-        };
+        let held = self.held(batch.iter().map(|e| e.stream_sequence))?;
         let (members, stored) = archive::split(batch, &members, &held);
         if members.is_empty() {
             return Ok(stored);
@@ -174,70 +196,80 @@ impl ParquetFiles {
         let path = self.dir.path().join(&name);
         let temporary = self.dir.path().join(format!(".{name}{TEMPORARY}"));
         let result = self.commit(batch, &members, options, now, &temporary, &path);
-        if result.is_err() {
-            // Best effort: the next start removes what is left.
-            let _ = fs::remove_file(&temporary);
-            if !matches!(result, Err(SinkError::Permanent { .. })) {
-                self.open = false;
+        match &result {
+            Ok(()) => self.wrote(name, &seqs),
+            Err(e) => {
+                // Best effort: the next start removes what is left.
+                let _ = fs::remove_file(&temporary);
+                if !matches!(e, SinkError::Permanent { .. }) {
+                    // The file may be in place: list the directory again.
+                    self.open = false;
+                    self.holdings = None;
+                }
             }
         }
         result.map(|()| stored)
     }
 
-    /// Which of `wanted` the directory's files hold: a name without hash by its range, a
-    /// hashed one by the sequences read from it (once; then from [`Known`]).
-    fn held(&mut self, wanted: BTreeSet<u64>) -> Result<BTreeSet<u64>, SinkError> {
+    /// Records a file renamed into place.
+    fn wrote(&mut self, name: String, seqs: &[u64]) {
+        let Some(holdings) = self.holdings.as_mut() else {
+            return;
+        };
+        let stem = object_name(seqs);
+        holdings.add_unit(&stem, seqs);
+        if Named::parse(&stem).is_some_and(|n| n.hashed) {
+            // Kept, so a later batch finds what it holds without reading it back.
+            self.known.insert(name, Some(Arc::from(seqs)));
+        }
+    }
+
+    /// Which of `batch`'s sequences the directory's files hold: a name without hash by its
+    /// range, a hashed one by the sequences read from it (once; then from [`Known`]).
+    fn held(
+        &mut self,
+        batch: impl IntoIterator<Item = u64>,
+    ) -> Result<std::collections::BTreeSet<u64>, SinkError> {
+        if self.holdings.is_none() {
+            self.open()?;
+        }
+        let Some(holdings) = self.holdings.as_ref() else {
+            return Err(SinkError::transient("the Parquet directory is not open"));
+        };
+        let wanted = holdings.may_hold(batch);
+        if wanted.is_empty() {
+            return Ok(wanted);
+        }
         let dir = self.dir.path().to_path_buf();
-        let list_error =
-            |e: std::io::Error| io_error(&format!("cannot list {}", dir.display()), &e);
-        let mut look = Lookup::new(wanted);
-        let mut hashed = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(list_error)? {
-            let name = entry.map_err(list_error)?.file_name();
-            let Some(stem) = name.to_str().and_then(|n| self.stem(n)) else {
-                continue;
-            };
-            match Named::parse(stem) {
-                Some(named) if !look.by_name(&named) => hashed.push((stem.to_string(), named)),
-                _ => {}
-            }
-        }
-        for (stem, named) in hashed {
-            if look.is_done() {
-                break;
-            }
-            if !look.concerns(&named) {
-                continue;
-            }
+        for stem in holdings.to_read(&wanted) {
             let name = format!("{}-{stem}{EXTENSION}", self.prefix);
-            let read = match self.known.get(&name) {
-                Some(read) => read,
-                None => match read_sequences(&dir.join(&name), &stem)? {
-                    Some(read) => {
-                        self.known.insert(name, read.clone());
-                        read
-                    }
-                    // Gone since the listing: it holds nothing.
-                    None => continue,
-                },
-            };
-            if let Some(seqs) = read {
-                // The contents were checked against the name when read.
-                let _ = look.read(&stem, &seqs);
+            if self.known.get(&name).is_some() {
+                continue;
             }
+            // A file gone since the listing holds nothing.
+            let read = read_sequences(&dir.join(&name), &stem)?.flatten();
+            self.known.insert(name, read);
         }
-        let held = look.held();
+        let known = &self.known;
+        let held = holdings.held(&wanted, |stem| {
+            known
+                .get(&format!("{}-{stem}{EXTENSION}", self.prefix))
+                .flatten()
+        });
         if !held.is_empty() {
             tracing::debug!(directory = %dir.display(), messages = held.len(), "messages delivered again are in the directory's files; not written again");
         }
         Ok(held)
     }
 
-    /// The name of one of this prefix's final files without prefix and extension.
-    fn stem<'a>(&self, name: &'a str) -> Option<&'a str> {
-        name.strip_prefix(self.prefix.as_str())?
+    /// A final file of this prefix: its name without prefix and extension, and what that
+    /// says.
+    fn named<'a>(&self, name: &'a str) -> Option<(&'a str, Named)> {
+        let stem = name
+            .strip_prefix(self.prefix.as_str())?
             .strip_prefix('-')?
-            .strip_suffix(EXTENSION)
+            .strip_suffix(EXTENSION)?;
+        Some((stem, Named::parse(stem)?))
     }
 
     fn commit(

@@ -71,6 +71,7 @@ pub mod columnar;
 pub mod config;
 mod count;
 mod directory;
+mod held;
 mod lock;
 pub mod naming;
 pub mod record;

@@ -1,7 +1,8 @@
 //! [`FileSink`]: the I/O half of the file destination. It holds the directory lock, owns
 //! the current file, decides when to rotate, appends each batch with one write and one
-//! fdatasync, and turns every failure into a transient error that leaves no partial line
-//! behind and cuts nothing it did not write (`tail`).
+//! fdatasync — leaving out what the files already hold ([`Catalog`]) — and turns every
+//! failure into a transient error that leaves no partial line behind and cuts nothing it
+//! did not write (`tail`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -13,13 +14,14 @@ use super::append::{commit, cut_torn_tail};
 use super::columnar::ParquetFiles;
 use super::config::FileConfig;
 use super::directory::{sync_dir, Directory};
+use super::held::Catalog;
 use super::lock::DirectoryLock;
 use super::naming::{self, FileStamp};
 use super::record;
 use super::tail::{self, Expected, Found, Reopen};
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::blocking::BlockingSink;
-use crate::sinks::contract::{Probe, SinkError, Written};
+use crate::sinks::contract::{Feed, Probe, SinkError, Written};
 use crate::sinks::parquet::Format;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
@@ -91,6 +93,12 @@ pub struct FileSink {
     buffer: Vec<u8>,
     /// With `format: "parquet"`, the writer of whole files, which every call goes to.
     parquet: Option<ParquetFiles>,
+    /// The source stream, whose lines count as held ([`BlockingSink::attach_blocking`]).
+    stream: Option<String>,
+    /// When the source stream was created: older files hold another stream's messages.
+    since: Option<SystemTime>,
+    /// What the files hold; loaded at each open.
+    catalog: Catalog,
 }
 
 /// The open file batches are appended to.
@@ -122,6 +130,9 @@ impl FileSink {
             expected: None,
             after_sync: None,
             buffer: Vec::new(),
+            stream: None,
+            since: None,
+            catalog: Catalog::default(),
         }
     }
 
@@ -186,6 +197,17 @@ impl FileSink {
         Ok(current)
     }
 
+    /// Closes `current` — sealing what it holds beside it — and starts the next file.
+    fn rotate(&mut self, current: Current, now: SystemTime) -> Result<Current, SinkError> {
+        let stamp = current.stamp;
+        let name = stamp.file_name(&self.config.prefix);
+        drop(current);
+        self.catalog
+            .close_current(self.dir.path(), &name, self.config.fsync)
+            .map_err(|e| io_error(&format!("cannot seal {}", self.dir.path().join(&name).display()), &e))?;
+        self.create_file(now, Some(stamp))
+    }
+
     /// Appends the encoded batch to the current file, rotating first if due. Any failure
     /// leaves `current` empty, so the next call reopens.
     fn append_buffer(&mut self, now: SystemTime, messages: usize) -> Result<(), SinkError> {
@@ -201,7 +223,7 @@ impl FileSink {
                 found = size,
                 "the file changed size outside this writer; continuing in a new file"
             );
-            current = self.create_file(now, Some(current.stamp))?;
+            current = self.rotate(current, now)?;
             size = file_len(&current)?;
         } else if let Some(reason) = rotation_due(
             size,
@@ -211,7 +233,7 @@ impl FileSink {
             self.config.rotate_interval_ms,
         ) {
             tracing::debug!(path = %current.path.display(), ?reason, size, "rotating");
-            current = self.create_file(now, Some(current.stamp))?;
+            current = self.rotate(current, now)?;
             size = file_len(&current)?;
         }
         current
@@ -252,6 +274,72 @@ impl FileSink {
     }
 }
 
+impl FileSink {
+    /// Catalogs what the prefix's files hold; `current` is the file appended to next.
+    fn load_catalog(&mut self, current: &Path) -> Result<(), SinkError> {
+        let dir = self.dir.path();
+        let (catalog, read) = Catalog::load(
+            self.stream.clone(),
+            dir,
+            &self.config.prefix,
+            self.since,
+            Some(current),
+            self.config.fsync,
+        )
+        .map_err(|e| io_error(&format!("cannot catalog the files of {}", dir.display()), &e))?;
+        if read > 1 {
+            tracing::info!(directory = %dir.display(), files = read, "read JSON Lines files without a seal to learn which messages they hold; sealed them");
+        }
+        self.catalog = catalog;
+        Ok(())
+    }
+
+    /// Writes what of `batch` the files do not hold yet, in the batch's order; the
+    /// positions of the rest (held, or a second copy of a message in the batch).
+    fn write_new(&mut self, batch: &[Envelope]) -> Result<Vec<usize>, SinkError> {
+        let now = (self.clock)();
+        if let Some(p) = self.parquet.as_mut() {
+            return p.write(batch, now);
+        }
+        let held = self
+            .catalog
+            .held(self.dir.path(), batch.iter().map(|e| e.stream_sequence))
+            .map_err(|e| io_error(&format!("cannot read the seals of {}", self.dir.path().display()), &e))?;
+        let mut seen = std::collections::HashSet::with_capacity(batch.len());
+        let mut already = Vec::new();
+        let mut written = Vec::with_capacity(batch.len());
+        self.buffer.clear();
+        let written_at = rfc3339(naming::utc(now));
+        for (index, envelope) in batch.iter().enumerate() {
+            let seq = envelope.stream_sequence;
+            if held.contains(&seq) || !seen.insert(seq) {
+                already.push(index);
+                continue;
+            }
+            record::encode(envelope, &written_at, &mut self.buffer).map_err(|e| {
+                SinkError::Permanent {
+                    index: Some(index),
+                    message: format!("cannot encode message as a JSON line: {e}"),
+                }
+            })?;
+            written.push(seq);
+        }
+        if !already.is_empty() {
+            tracing::debug!(directory = %self.dir.path().display(), messages = already.len(), "messages delivered again are in the directory's files; not written again");
+        }
+        let result = match written.is_empty() {
+            true => Ok(()),
+            false => self.append_buffer(now, written.len()),
+        };
+        if self.buffer.capacity() > RETAINED_BUFFER_BYTES {
+            self.buffer = Vec::new();
+        }
+        result?;
+        self.catalog.appended(&written);
+        Ok(already)
+    }
+}
+
 impl Current {
     /// The open file `file` at `path`, with the identity of the path now.
     fn new(
@@ -273,11 +361,19 @@ impl Current {
 }
 
 impl BlockingSink for FileSink {
-    /// Only the Parquet files use it: a JSON Lines file holds at least once (see the
-    /// module doc).
-    fn delivered_before_blocking(&mut self, up_to: u64) {
+    fn attach_blocking(&mut self, feed: &Feed) {
+        self.stream = Some(feed.stream.clone());
+    }
+
+    /// Files modified before `at` hold a deleted stream's messages: they are not counted,
+    /// and a JSON Lines writer starts a new file rather than append to one.
+    fn stream_created_blocking(&mut self, at: SystemTime) {
         if let Some(p) = self.parquet.as_mut() {
-            p.look_up_to(up_to);
+            p.stream_created(at);
+        } else if self.since != Some(at) {
+            self.since = Some(at);
+            // Reopened before the next write, which catalogs the files again.
+            self.current = None;
         }
     }
 
@@ -330,7 +426,12 @@ impl BlockingSink for FileSink {
                     None
                 }
             };
-            if let Some(len) = len {
+            let older = self.since.is_some_and(|since| {
+                file.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|m| m < since)
+            });
+            if let Some(len) = len.filter(|_| !older) {
                 if self.config.rotate_bytes == 0 || len < self.config.rotate_bytes {
                     if self.config.fsync {
                         // Covers a file whose creation was not yet made durable (the
@@ -340,12 +441,14 @@ impl BlockingSink for FileSink {
                     }
                     let current = Current::new(file, path, stamp, SystemTime::from(stamp.created))?;
                     self.expected = Some(Expected::at(Found { len, ..on_disk }));
+                    self.load_catalog(&current.path)?;
                     self.current = Some(current);
                     return Ok(());
                 }
             }
         }
         let current = self.create_file(now, after)?;
+        self.load_catalog(&current.path)?;
         self.current = Some(current);
         Ok(())
     }
@@ -367,39 +470,18 @@ impl BlockingSink for FileSink {
         }
     }
 
-    /// Appends the batch with one write and, when `fsync` is on, one fdatasync; or, with
-    /// Parquet, writes it as one file (what of it the directory already holds left out).
+    /// As `write_outcomes_blocking`, for the whole batch.
     fn write_blocking(&mut self, batch: &[Envelope]) -> Result<(), SinkError> {
-        let now = (self.clock)();
-        if let Some(p) = self.parquet.as_mut() {
-            return p.write(batch, now).map(|_| ());
-        }
-        self.buffer.clear();
-        let written_at = rfc3339(naming::utc(now));
-        for (index, envelope) in batch.iter().enumerate() {
-            record::encode(envelope, &written_at, &mut self.buffer).map_err(|e| {
-                SinkError::Permanent {
-                    index: Some(index),
-                    message: format!("cannot encode message as a JSON line: {e}"),
-                }
-            })?;
-        }
-        let result = self.append_buffer(now, batch.len());
-        if self.buffer.capacity() > RETAINED_BUFFER_BYTES {
-            self.buffer = Vec::new();
-        }
-        result
+        self.write_new(batch).map(|_| ())
     }
 
-    /// As `write_blocking`, naming the messages a Parquet directory already held.
+    /// Appends the batch with one write and, when `fsync` is on, one fdatasync; or, with
+    /// Parquet, writes it as one file. Either way what the files already hold is left out
+    /// and named, committed without a second copy.
     fn write_outcomes_blocking(&mut self, batch: &[Envelope]) -> Written {
-        let now = (self.clock)();
-        match self.parquet.as_mut() {
-            Some(p) => match p.write(batch, now) {
-                Ok(already) => Written::committed(batch.len(), &already),
-                Err(e) => Written::Batch(Err(e)),
-            },
-            None => Written::Batch(self.write_blocking(batch)),
+        match self.write_new(batch) {
+            Ok(already) => Written::committed(batch.len(), &already),
+            Err(e) => Written::Batch(Err(e)),
         }
     }
 

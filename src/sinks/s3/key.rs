@@ -15,15 +15,13 @@
 //!   first and last sequence (possible after redeliveries) would overwrite each other and
 //!   lose messages.
 //!
-//! Redeliveries cut into other batches do not make objects that *overlap* (a message in
-//! two objects): before an object is written, the messages of it that may already be
-//! stored are looked for in its partition folder (`super::stored`, by the rules of
+//! Messages that come again cut into other batches do not make objects that *overlap* (a
+//! message in two objects): before an object is written, each of its messages is checked
+//! against what its partition folder holds (`super::stored`, by the rules of
 //! [`crate::sinks::util::archive`]), and those found are left out of it
-//! ([`Planned::without`]), its name following what remains. A redelivered message is
-//! written again only when that look cannot tell (an unreadable object with a matching name, a hashed
-//! object starting more than
-//! [`MOST_PER_WRITE`](crate::sinks::util::archive::MOST_PER_WRITE) sequences below it),
-//! never skipped.
+//! ([`Planned::without`]), its name following what remains. A message is written again
+//! only when that look cannot tell (an unreadable object with a matching name), never
+//! skipped.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -6,16 +6,15 @@
 //! [`classify`](super::classify). A Parquet value that does not fit its column stops the
 //! object before it is complete (a multipart upload is aborted) and refuses that message.
 //!
-//! Before an object holding messages delivered before (or, after a failed write, any
-//! object) is encoded, its partition folder is looked at for those messages
-//! ([`stored`](super::stored)); the ones found are left out of the object and reported
-//! already stored, and an object left empty is not written.
+//! Before an object is encoded, every message of it is checked against what its partition
+//! folder holds ([`stored`](super::stored)); the ones found are left out of the object and
+//! reported already stored, and an object left empty is not written.
 //!
 //! Memory per object: the part being filled, plus at most [`PARTS_IN_FLIGHT`] parts
 //! uploading; the object is never held whole twice. The look reads one hashed object at a
 //! time, whole, and keeps only its sequences.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -31,11 +30,11 @@ use super::config::{Compression, S3Config};
 use super::encode::{decode, Body, PushError, Written};
 use super::format::PARQUET_EXTENSION;
 use super::key::{plan, PartitionError, Planned, Template};
-use super::stored::{Folders, Records};
+use super::stored::{Catalogs, Folders, Records};
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::contract::{Sink, SinkError, Written as Answer};
 use crate::sinks::parquet::{read as parquet_read, Format, Options, SettingsRefused};
-use crate::sinks::util::archive::{self, Known};
+use crate::sinks::util::archive;
 
 /// Parts of one object uploading at once.
 pub const PARTS_IN_FLIGHT: usize = 4;
@@ -50,14 +49,8 @@ pub struct S3Sink {
     store: Option<Arc<dyn ObjectStore>>,
     /// Reused buffer of one uncompressed record.
     scratch: Vec<u8>,
-    /// A write failed since the last one that succeeded: it may have stored objects
-    /// before failing (an upload whose answer was lost), so the next write looks for
-    /// every message, not only redeliveries.
-    failed: bool,
-    /// The sequences of hashed objects read so far.
-    known: Known,
-    /// [`crate::sinks::Sink::delivered_before`]: messages at or below it are looked for.
-    delivered_up_to: u64,
+    /// What the partition folders hold, as far as known.
+    catalogs: Catalogs,
 }
 
 impl S3Sink {
@@ -78,9 +71,7 @@ impl S3Sink {
             parquet,
             store: None,
             scratch: Vec::new(),
-            failed: false,
-            known: Known::default(),
-            delivered_up_to: 0,
+            catalogs: Catalogs::default(),
         }
     }
 
@@ -132,20 +123,15 @@ impl S3Sink {
         };
         let mut stored = Vec::new();
         for object in objects {
-            let wanted = archive::wanted(batch, &object.members, self.failed, self.delivered_up_to);
-            let held = match wanted.is_empty() {
-                true => BTreeSet::new(),
-                false => {
-                    let mut folders = Folders {
-                        store: &store,
-                        bucket: &self.config.bucket,
-                        extension,
-                        records,
-                        known: &mut self.known,
-                    };
-                    folders.held(&object.folder, wanted).await?
-                }
+            let mut folders = Folders {
+                store: &store,
+                bucket: &self.config.bucket,
+                extension,
+                records,
+                catalogs: &mut self.catalogs,
             };
+            let seqs = object.members.iter().map(|&i| batch[i].stream_sequence);
+            let held = folders.held(&object.folder, seqs).await?;
             let (members, already) = archive::split(batch, &object.members, &held);
             let object = match already.is_empty() {
                 true => object,
@@ -157,6 +143,12 @@ impl S3Sink {
             };
             stored.extend(already);
             self.upload(&store, batch, &object, &written).await?;
+            let seqs: Vec<u64> = object
+                .members
+                .iter()
+                .map(|&i| batch[i].stream_sequence)
+                .collect();
+            self.catalogs.wrote(&object.folder, &object.path, &seqs);
         }
         Ok(stored)
     }
@@ -286,8 +278,8 @@ struct KeyOnly<'a> {
 
 #[async_trait]
 impl Sink for S3Sink {
-    fn delivered_before(&mut self, up_to: u64) {
-        self.delivered_up_to = self.delivered_up_to.max(up_to);
+    fn stream_created(&mut self, at: std::time::SystemTime) {
+        self.catalogs.stream_created(at);
     }
 
     async fn open(&mut self) -> Result<(), SinkError> {
@@ -322,7 +314,10 @@ impl Sink for S3Sink {
             return Answer::Batch(Ok(()));
         }
         let result = self.write_objects(batch).await;
-        self.failed = result.is_err();
+        if matches!(&result, Err(e) if !matches!(e, SinkError::Permanent { .. })) {
+            // An upload whose answer was lost may have stored its object: list again.
+            self.catalogs.forget();
+        }
         match result {
             Ok(already) => Answer::committed(batch.len(), &already),
             Err(e) => Answer::Batch(Err(e)),

@@ -1,23 +1,28 @@
 //! Which messages of an object about to be written its partition folder already holds, so
-//! a message delivered again after a crash between an upload and its ACKs is committed
-//! without a second copy in an overlapping object. The rules are
-//! [`crate::sinks::util::archive`]'s; this is their I/O for a bucket.
+//! a message that comes again — after a crash between an upload and its ACKs, a server
+//! that rolled its consumer state back, or a replay — is committed without a second copy
+//! in an overlapping object. What a folder holds is kept in a catalog
+//! ([`crate::sinks::util::holdings`]) built from one full listing of the folder the first
+//! time a batch touches it, and kept in step with every object this sink uploads there;
+//! every message of an object is checked against it, whatever its delivery count.
 //!
 //! The partition folder is a function of the message (`key::plan`), so only that folder is
-//! listed, and only from [`MOST_PER_WRITE`] sequences below the lowest one looked for (the
-//! store lists in name order, and names start with the zero-padded first sequence): an
-//! object without hash never spans more, so the listing is short however large the
-//! archive. It stops at the first name above the highest sequence looked for. A hashed
-//! object is read (a GET, its sequences taken from the Parquet column or the JSON Lines
-//! records) once, then kept in [`Known`].
+//! listed. A hashed object is read (a GET, its sequences taken from the Parquet column or
+//! the JSON Lines records) when a wanted sequence falls in its range, then kept in
+//! [`Known`]. Objects last modified before the source stream was created are not counted:
+//! they hold the messages of a stream of the same name deleted since. At most
+//! [`FOLDERS`] folders are kept; one dropped is listed again when a batch needs it.
 //!
 //! A failed listing or GET is classified like an upload failure, so the batch is held and
 //! retried, never written blind or dropped — except a GET the store refuses as not
 //! allowed (a role that may write and list but not read): that object counts as
-//! unreadable, and what it may hold is written again.
+//! unreadable, and what it may hold is written again. After a failed write the catalogs
+//! are dropped (an upload whose answer was lost may have stored its object) and the
+//! folders listed again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -29,7 +34,11 @@ use super::config::Compression;
 use super::encode::decode;
 use crate::sinks::contract::SinkError;
 use crate::sinks::parquet::read as parquet_read;
-use crate::sinks::util::archive::{gives_back, Known, Lookup, Named, MOST_PER_WRITE};
+use crate::sinks::util::archive::{gives_back, object_name, Known, Named};
+use crate::sinks::util::holdings::Holdings;
+
+/// Most partition folders whose catalogs a sink keeps.
+pub(super) const FOLDERS: usize = 64;
 
 /// How the objects' records are stored.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +47,60 @@ pub(super) enum Records {
     Parquet,
     /// JSON Lines with this compression: each record's `stream_sequence`.
     Lines(Compression),
+}
+
+/// What a sink knows its partition folders hold.
+#[derive(Debug, Default)]
+pub(super) struct Catalogs {
+    /// By folder, the most recently used last.
+    folders: HashMap<String, Holdings>,
+    order: VecDeque<String>,
+    /// The sequences of hashed objects read (or written) so far, by key.
+    known: Known,
+    /// When the source stream was created: older objects are not counted.
+    since: Option<SystemTime>,
+}
+
+impl Catalogs {
+    /// Counts only objects modified at or after `created`; a change lists again.
+    pub(super) fn stream_created(&mut self, created: SystemTime) {
+        if self.since != Some(created) {
+            self.since = Some(created);
+            self.forget();
+        }
+    }
+
+    /// Drops every catalog (after a write that failed part-way).
+    pub(super) fn forget(&mut self) {
+        self.folders.clear();
+        self.order.clear();
+    }
+
+    /// Records an object uploaded into `folder`, holding sorted `seqs`.
+    pub(super) fn wrote(&mut self, folder: &Path, key: &Path, seqs: &[u64]) {
+        let Some(h) = self.folders.get_mut(folder.as_ref()) else {
+            return;
+        };
+        let stem = object_name(seqs);
+        h.add_unit(&stem, seqs);
+        if Named::parse(&stem).is_some_and(|n| n.hashed) {
+            // Kept, so a later batch finds what it holds without reading it back.
+            self.known.insert(key.as_ref().to_string(), Some(Arc::from(seqs)));
+        }
+    }
+
+    /// Makes `folder` the most recently used, dropping the oldest beyond [`FOLDERS`].
+    fn touch(&mut self, folder: &str) {
+        if let Some(i) = self.order.iter().position(|f| f == folder) {
+            self.order.remove(i);
+        }
+        self.order.push_back(folder.to_string());
+        while self.order.len() > FOLDERS {
+            if let Some(old) = self.order.pop_front() {
+                self.folders.remove(&old);
+            }
+        }
+    }
 }
 
 /// A bucket's partition folders, as one sink sees them.
@@ -50,75 +113,59 @@ pub(super) struct Folders<'a> {
     pub extension: &'a str,
     /// How to read an object's sequences.
     pub records: Records,
-    /// The sequences of hashed objects read so far.
-    pub known: &'a mut Known,
-}
-
-/// One object of a listing that may hold wanted sequences.
-struct Listed {
-    location: Path,
-    stem: String,
-    named: Named,
+    /// What is known of them.
+    pub catalogs: &'a mut Catalogs,
 }
 
 impl Folders<'_> {
-    /// Which of `wanted` the objects of `folder` hold.
+    /// Which of `seqs` the objects of `folder` hold.
     pub(super) async fn held(
         &mut self,
         folder: &Path,
-        wanted: BTreeSet<u64>,
+        seqs: impl IntoIterator<Item = u64>,
     ) -> Result<BTreeSet<u64>, SinkError> {
-        let mut look = Lookup::new(wanted);
-        let Some((low, high)) = look.bounds() else {
+        if !self.catalogs.folders.contains_key(folder.as_ref()) {
+            let listed = self.list(folder).await?;
+            self.catalogs.folders.insert(folder.as_ref().to_string(), listed);
+        }
+        self.catalogs.touch(folder.as_ref());
+        let Some(holdings) = self.catalogs.folders.get(folder.as_ref()) else {
             return Ok(BTreeSet::new());
         };
-        let mut hashed = Vec::new();
-        for listed in self.list(folder, low, high).await? {
-            if !look.by_name(&listed.named) {
-                hashed.push(listed);
-            }
+        let wanted = holdings.may_hold(seqs);
+        if wanted.is_empty() {
+            return Ok(wanted);
         }
-        for listed in hashed {
-            if look.is_done() {
-                break;
-            }
-            if !look.concerns(&listed.named) {
+        let key = |stem: &str| {
+            folder
+                .clone()
+                .join(format!("{stem}.{}", self.extension).as_str())
+        };
+        for stem in holdings.to_read(&wanted) {
+            let location = key(&stem);
+            if self.catalogs.known.get(location.as_ref()).is_some() {
                 continue;
             }
-            let key = listed.location.as_ref().to_string();
-            let read = match self.known.get(&key) {
-                Some(read) => read,
-                None => match self.read(&listed).await? {
-                    Some(read) => {
-                        self.known.insert(key, read.clone());
-                        read
-                    }
-                    // Gone since the listing: it holds nothing.
-                    None => continue,
-                },
-            };
-            if let Some(seqs) = read {
-                // The contents were checked against the name when read.
-                let _ = look.read(&listed.stem, &seqs);
-            }
+            // Gone since the listing: it holds nothing.
+            let read = self.read(&location, &stem).await?.flatten();
+            self.catalogs.known.insert(location.as_ref().to_string(), read);
         }
-        let held = look.held();
+        let known = &self.catalogs.known;
+        let held = holdings.held(&wanted, |stem| known.get(key(stem).as_ref()).flatten());
         if !held.is_empty() {
             tracing::debug!(bucket = self.bucket, folder = %folder, messages = held.len(), "messages delivered again are in the partition's objects; not written again");
         }
         Ok(held)
     }
 
-    /// The objects directly in `folder` whose names may hold a sequence in `low..=high`.
-    async fn list(&self, folder: &Path, low: u64, high: u64) -> Result<Vec<Listed>, SinkError> {
-        let from = folder
-            .clone()
-            .join(format!("{:020}", low.saturating_sub(MOST_PER_WRITE)).as_str());
+    /// The catalog of the objects directly in `folder` named by the sequences they hold
+    /// and modified since the stream was created.
+    async fn list(&self, folder: &Path) -> Result<Holdings, SinkError> {
         let prefix = (!folder.as_ref().is_empty()).then_some(folder);
         let depth = folder.parts().count() + 1;
         let ending = format!(".{}", self.extension);
-        let mut listing = self.store.list_with_offset(prefix, &from);
-        let mut out = Vec::new();
+        let mut listing = self.store.list(prefix);
+        let mut holdings = Holdings::new();
         while let Some(meta) = listing.next().await {
             let meta = meta.map_err(|e| failure(self.bucket, "list", folder.as_ref(), &e))?;
             if meta.location.parts().count() != depth {
@@ -134,25 +181,29 @@ impl Folders<'_> {
             let Some(named) = Named::parse(stem) else {
                 continue;
             };
-            if named.first > high {
-                break;
+            if self
+                .catalogs
+                .since
+                .is_some_and(|since| SystemTime::from(meta.last_modified) < since)
+            {
+                continue;
             }
-            out.push(Listed {
-                stem: stem.to_string(),
-                location: meta.location,
-                named,
-            });
+            holdings.add_named(stem, named);
         }
-        Ok(out)
+        Ok(holdings)
     }
 
     /// The sorted sequences of a hashed object: `None` when it is gone, `Some(None)` when
     /// it cannot tell — unreadable, not a jetsink object, or holding other sequences than
     /// its name says — which is warned about (once: the caller keeps the answer), and the
     /// messages are written again rather than trusted to it.
-    async fn read(&self, listed: &Listed) -> Result<Option<Option<Arc<[u64]>>>, SinkError> {
-        let key = listed.location.as_ref();
-        let body = match self.store.get(&listed.location).await {
+    async fn read(
+        &self,
+        location: &Path,
+        stem: &str,
+    ) -> Result<Option<Option<Arc<[u64]>>>, SinkError> {
+        let key = location.as_ref();
+        let body = match self.store.get(location).await {
             Ok(got) => got.bytes().await,
             Err(e) => Err(e),
         };
@@ -166,9 +217,7 @@ impl Folders<'_> {
             },
         };
         let why = match read {
-            Ok(Some(seqs)) if gives_back(&listed.stem, &seqs) => {
-                return Ok(Some(Some(Arc::from(seqs))))
-            }
+            Ok(Some(seqs)) if gives_back(stem, &seqs) => return Ok(Some(Some(Arc::from(seqs)))),
             Ok(Some(_)) => "it holds other sequences than its name says".to_string(),
             Ok(None) => "it has no stream_sequence in every row".to_string(),
             Err(e) => e,
@@ -208,7 +257,6 @@ fn lines(compression: Compression, body: &[u8]) -> Result<Vec<u64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sinks::util::archive::object_name;
     use object_store::memory::InMemory;
     use object_store::PutPayload;
 
@@ -225,7 +273,7 @@ mod tests {
 
     async fn held(
         store: &Arc<dyn ObjectStore>,
-        known: &mut Known,
+        catalogs: &mut Catalogs,
         wanted: &[u64],
     ) -> BTreeSet<u64> {
         let mut folders = Folders {
@@ -233,10 +281,12 @@ mod tests {
             bucket: "b",
             extension: "jsonl",
             records: Records::Lines(Compression::None),
-            known,
+            catalogs,
         };
-        let wanted = wanted.iter().copied().collect();
-        folders.held(&Path::from("p/S"), wanted).await.unwrap()
+        folders
+            .held(&Path::from("p/S"), wanted.iter().copied())
+            .await
+            .unwrap()
     }
 
     #[tokio::test]
@@ -261,21 +311,42 @@ mod tests {
             &[32],
         )
         .await;
-        // Far below the lowest sequence looked for: not listed.
+        // An object spanning far more sequences than any write: still found.
         let far = 200_000;
         put(&store, &at(&[5, far + 7]), &[5, far + 7]).await;
-        let mut known = Known::default();
+        let mut catalogs = Catalogs::default();
         assert_eq!(
-            held(&store, &mut known, &[2, 11, 12, 21, 22, 30, 31, 32]).await,
+            held(&store, &mut catalogs, &[2, 11, 12, 21, 22, 30, 31, 32]).await,
             BTreeSet::from([2, 12])
         );
         assert_eq!(
-            held(&store, &mut known, &[far + 7]).await,
-            BTreeSet::new(),
-            "an object starting further below than one write spans is not listed"
+            held(&store, &mut catalogs, &[far + 7, far + 8]).await,
+            BTreeSet::from([far + 7]),
+            "an object starting far below the sequences looked for is found"
         );
-        assert_eq!(held(&store, &mut known, &[5]).await, BTreeSet::from([5]));
-        assert_eq!(known.len(), 3, "the hashed objects read, once each");
+        assert_eq!(held(&store, &mut catalogs, &[5]).await, BTreeSet::from([5]));
+        assert_eq!(catalogs.known.len(), 3, "the hashed objects read, once each");
+    }
+
+    #[tokio::test]
+    async fn an_object_written_after_the_listing_counts_once_recorded_and_older_ones_do_not() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let key = |seqs: &[u64]| format!("p/S/{}.jsonl", object_name(seqs));
+        put(&store, &key(&[1, 2]), &[1, 2]).await;
+        let mut catalogs = Catalogs::default();
+        assert_eq!(held(&store, &mut catalogs, &[1, 3]).await, BTreeSet::from([1]));
+        put(&store, &key(&[3, 5]), &[3, 5]).await;
+        let folder = Path::from("p/S");
+        assert_eq!(
+            held(&store, &mut catalogs, &[3]).await,
+            BTreeSet::new(),
+            "not known yet: the listing is kept"
+        );
+        catalogs.wrote(&folder, &Path::from(key(&[3, 5])), &[3, 5]);
+        assert_eq!(held(&store, &mut catalogs, &[3, 4]).await, BTreeSet::from([3]));
+        // Every object predates a stream created now: none counts.
+        catalogs.stream_created(SystemTime::now() + std::time::Duration::from_secs(60));
+        assert_eq!(held(&store, &mut catalogs, &[1, 2, 3]).await, BTreeSet::new());
     }
 
     #[test]

@@ -1,28 +1,19 @@
 //! Archives named by the stream sequences they hold — the s3 destination's objects and the
-//! file destination's Parquet files, `<first>-<last>[-<hash>]` — and which messages of a
-//! batch such an archive already holds. Pure: names, sequence sets and envelopes in,
-//! decisions out; the destinations list their folder and read what this asks for.
+//! file destination's Parquet files, `<first>-<last>[-<hash>]` — and the pieces every
+//! archive destination shares to keep a message in one unit only. Pure: names, sequence
+//! sets and envelopes in, decisions out.
 //!
-//! Why: a crash between a write and its ACKs makes the server deliver the messages again,
-//! and the pulls that bring them back need not cut batches where the first ones did. A
-//! name follows the set of sequences written, so without a look at the archive those
-//! messages would land in a second file overlapping the first, and the archive would hold
-//! a message twice. With it, a message the archive holds is committed (the runner ACKs
-//! it) without being written again, and the rest of the batch is written under the name
-//! of what is written.
-//!
-//! The rules, each chosen so that a doubt writes the message again (a duplicate), never
-//! skips it (a loss):
-//! - Only a message delivered before (`delivered > 1`) can already be stored — or, after a
-//!   write of this destination failed, any message, since a failed write may have stored
-//!   some of what it was given (an upload whose answer was lost) ([`wanted`]). So first
-//!   deliveries cost nothing.
-//! - A name without hash holds every sequence from first to last: presence follows from the
-//!   name alone ([`Lookup::by_name`]).
-//! - A name with a hash is read (its sequences), and counts only when the sequences read
-//!   give back its name ([`Lookup::read`]): a file this naming did not write, or one that
-//!   cannot be read, holds nothing.
-//! - A sequence twice in one batch is written once ([`split`]).
+//! Why: a crash between a write and its ACKs, a server that rolls its consumer state back,
+//! or a `jetsink replay` makes messages come again, and the pulls that bring them need not
+//! cut batches where the first ones did. A name follows the set of sequences written, so
+//! without a look at what is stored those messages would land in a second unit overlapping
+//! the first. What the archive holds is kept by [`super::holdings`]; this module gives:
+//! - the names ([`object_name`], [`Named`]): a name without hash holds every sequence from
+//!   first to last, a hashed one only what reading it gives back ([`gives_back`]) — a unit
+//!   this naming did not write, or one that cannot be read, holds nothing;
+//! - [`split`]: the members of a batch to write and those already stored (a sequence twice
+//!   in one batch is written once);
+//! - [`Known`]: the sets read from hashed units, kept within a bound.
 //!
 //! One stream per prefix: the names carry sequences, not the stream, so a prefix (a
 //! folder of objects, a directory and prefix of files) must hold one stream's messages, as
@@ -36,12 +27,6 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use crate::envelope::Envelope;
-
-/// The most messages one write holds (`max_messages` + `batch_size` of a rollover, a
-/// shuffle buffer: the unacknowledged ceiling), so a name without hash never spans more
-/// sequences. A store listing in name order is read from this far below the lowest
-/// sequence looked for.
-pub const MOST_PER_WRITE: u64 = 100_000;
 
 /// Digits of each sequence in a name.
 const DIGITS: usize = 20;
@@ -120,119 +105,7 @@ fn sequence(s: &str) -> Option<u64> {
         .flatten()
 }
 
-/// The sequences of `members` (positions in `batch`) that may already be stored: those
-/// delivered before — by their delivery count, or at or below `delivered_up_to`, what the
-/// consumers had delivered when this process bound them or before its last connection drop
-/// ([`Sink::delivered_before`]) — or all of them when `everything` (a write of this
-/// destination failed since its last success).
-///
-/// [`Sink::delivered_before`]: crate::sinks::Sink::delivered_before
-pub fn wanted(
-    batch: &[Envelope],
-    members: &[usize],
-    everything: bool,
-    delivered_up_to: u64,
-) -> BTreeSet<u64> {
-    members
-        .iter()
-        .map(|&i| &batch[i])
-        .filter(|e| everything || e.delivered > 1 || e.stream_sequence <= delivered_up_to)
-        .map(|e| e.stream_sequence)
-        .collect()
-}
-
-/// Why the sequences read from a file do not count.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Foreign {
-    /// They do not give back its name: not a file this naming wrote (or not whole).
-    NameMismatch,
-}
-
-/// Which of the wanted sequences an archive folder holds, learnt name by name and file by
-/// file.
-#[derive(Debug, Clone, Default)]
-pub struct Lookup {
-    /// Wanted and not found yet.
-    remaining: BTreeSet<u64>,
-    /// Found.
-    held: BTreeSet<u64>,
-}
-
-impl Lookup {
-    /// A lookup for `wanted`.
-    pub fn new(wanted: BTreeSet<u64>) -> Lookup {
-        Lookup {
-            remaining: wanted,
-            held: BTreeSet::new(),
-        }
-    }
-
-    /// Whether every wanted sequence was found (nothing more to list or read).
-    pub fn is_done(&self) -> bool {
-        self.remaining.is_empty()
-    }
-
-    /// The lowest and highest sequence still wanted.
-    pub fn bounds(&self) -> Option<(u64, u64)> {
-        Some((*self.remaining.first()?, *self.remaining.last()?))
-    }
-
-    /// Whether `named` may hold a sequence still wanted.
-    pub fn concerns(&self, named: &Named) -> bool {
-        self.remaining
-            .range(named.first..=named.last)
-            .next()
-            .is_some()
-    }
-
-    /// Takes what a name without hash says: it holds every sequence of its range. A hashed
-    /// name says nothing by itself (it returns false); [`Lookup::read`] it.
-    pub fn by_name(&mut self, named: &Named) -> bool {
-        if named.hashed {
-            return false;
-        }
-        let found: Vec<u64> = self
-            .remaining
-            .range(named.first..=named.last)
-            .copied()
-            .collect();
-        for s in &found {
-            self.remaining.remove(s);
-        }
-        self.held.extend(found);
-        true
-    }
-
-    /// Takes the sequences `read` from the file `stem` (in any order): counted only when
-    /// they give back its name. Returns how many wanted sequences it held.
-    pub fn read(&mut self, stem: &str, read: &[u64]) -> Result<usize, Foreign> {
-        if !gives_back(stem, read) {
-            return Err(Foreign::NameMismatch);
-        }
-        let (Some(&first), Some(&last)) = (read.first(), read.last()) else {
-            return Err(Foreign::NameMismatch);
-        };
-        let found: Vec<u64> = self
-            .remaining
-            .range(first..=last)
-            .copied()
-            .filter(|s| read.binary_search(s).is_ok())
-            .collect();
-        for s in &found {
-            self.remaining.remove(s);
-        }
-        let n = found.len();
-        self.held.extend(found);
-        Ok(n)
-    }
-
-    /// The wanted sequences found.
-    pub fn held(self) -> BTreeSet<u64> {
-        self.held
-    }
-}
-
-/// Whether `read` is the set `stem` was made from, sorted (the order [`Lookup::read`]'s
+/// Whether `read` is the set `stem` was made from, sorted (the order a lookup's binary
 /// search needs; an unsorted `read` does not give it back).
 pub fn gives_back(stem: &str, read: &[u64]) -> bool {
     read.windows(2).all(|w| w[0] <= w[1]) && object_name(read) == stem
@@ -264,8 +137,8 @@ pub fn split(
 /// What reading a hashed file gave, kept so the next batches that need it do not read it
 /// again: its sorted sequences, or `None` when it cannot tell (unreadable, foreign, no
 /// sequence column), which was warned about once. A name's contents never change — the
-/// name is a function of them — so an entry stays true while the file exists; callers
-/// consult it only for names their fresh listing shows.
+/// name is a function of them — so an entry stays true while the file exists. An entry
+/// dropped for room is read again when it is needed again.
 #[derive(Debug, Default)]
 pub struct Known {
     entries: HashMap<String, Option<Arc<[u64]>>>,
@@ -338,14 +211,6 @@ mod tests {
     }
 
     #[test]
-    fn the_write_ceiling_is_the_unacknowledged_ceiling() {
-        assert_eq!(
-            MOST_PER_WRITE,
-            crate::config::randomizer::MAX_UNACKED as u64
-        );
-    }
-
-    #[test]
     fn names_parse_back_and_other_names_do_not() {
         assert_eq!(
             Named::parse(&object_name(&[5, 6, 7])),
@@ -384,68 +249,6 @@ mod tests {
     }
 
     #[test]
-    fn first_deliveries_are_not_looked_for_unless_a_write_failed() {
-        let batch = [
-            envelope(1, 1),
-            envelope(2, 2),
-            envelope(3, 1),
-            envelope(4, 5),
-        ];
-        let all = [0, 1, 2, 3];
-        assert_eq!(wanted(&batch, &all, false, 0), BTreeSet::from([2, 4]));
-        assert_eq!(wanted(&batch, &all, true, 0), BTreeSet::from([1, 2, 3, 4]));
-        assert_eq!(wanted(&batch, &[0, 2], false, 0), BTreeSet::new());
-    }
-
-    /// nats-server before 2.10.14 may send a message delivered to an earlier process as
-    /// delivery 1 again: up to what the consumers had delivered at bind, a first delivery
-    /// is looked for too, and above it not.
-    #[test]
-    fn first_deliveries_up_to_what_was_delivered_before_the_bind_are_looked_for() {
-        let batch = [
-            envelope(1, 1),
-            envelope(2, 1),
-            envelope(3, 1),
-            envelope(4, 2),
-        ];
-        let all = [0, 1, 2, 3];
-        assert_eq!(wanted(&batch, &all, false, 2), BTreeSet::from([1, 2, 4]));
-        assert_eq!(wanted(&batch, &all, false, 3), BTreeSet::from([1, 2, 3, 4]));
-        assert_eq!(wanted(&batch, &[2], false, 2), BTreeSet::new());
-    }
-
-    #[test]
-    fn a_gapless_name_holds_its_range_and_a_hashed_one_only_what_it_gives_back() {
-        let mut look = Lookup::new(BTreeSet::from([3, 8, 12, 20]));
-        assert!(look.by_name(&Named::parse(&object_name(&[1, 2, 3, 4])).unwrap()));
-        let hashed_name = object_name(&[6, 8, 13]);
-        let hashed = Named::parse(&hashed_name).unwrap();
-        assert!(
-            !look.by_name(&hashed),
-            "a hashed name tells nothing by itself"
-        );
-        assert!(look.concerns(&hashed));
-        assert_eq!(look.read(&hashed_name, &[6, 8, 13]), Ok(1));
-        assert!(
-            look.concerns(&hashed),
-            "8 found; 12 is still wanted and in its range: only reading tells it is not in it"
-        );
-        assert_eq!(
-            look.read(&object_name(&[10, 12, 20]), &[10, 12, 21]),
-            Err(Foreign::NameMismatch),
-            "what it holds does not give its name back"
-        );
-        assert_eq!(
-            look.read(&object_name(&[10, 12, 20]), &[20, 12, 10]),
-            Err(Foreign::NameMismatch),
-            "unsorted"
-        );
-        assert_eq!(look.bounds(), Some((12, 20)));
-        assert!(!look.is_done());
-        assert_eq!(look.held(), BTreeSet::from([3, 8]));
-    }
-
-    #[test]
     fn a_split_writes_a_repeated_sequence_once() {
         let batch = [
             envelope(1, 1),
@@ -474,16 +277,6 @@ mod tests {
         assert_eq!(k.len(), KNOWN_FILES);
     }
 
-    /// An archive of files each holding a random set; which of the wanted sequences it
-    /// holds, by the rules (a hashed file read whole), against the sets themselves.
-    fn archive() -> impl Strategy<Value = (Vec<BTreeSet<u64>>, BTreeSet<u64>)> {
-        let file = prop::collection::btree_set(1u64..200, 1..30);
-        (
-            prop::collection::vec(file, 0..8),
-            prop::collection::btree_set(1u64..200, 0..60),
-        )
-    }
-
     proptest! {
         #[test]
         fn names_round_trip(set in prop::collection::btree_set(0u64..1_000_000, 1..50)) {
@@ -493,54 +286,6 @@ mod tests {
             prop_assert_eq!(named.first, sorted[0]);
             prop_assert_eq!(named.last, *sorted.last().unwrap());
             prop_assert_eq!(named.hashed, named.last - named.first + 1 != sorted.len() as u64);
-        }
-
-        #[test]
-        fn the_lookup_finds_exactly_what_the_files_hold((files, wanted) in archive()) {
-            let mut look = Lookup::new(wanted.clone());
-            let names: Vec<(String, Named, Vec<u64>)> = files
-                .iter()
-                .map(|f| {
-                    let sorted: Vec<u64> = f.iter().copied().collect();
-                    let name = object_name(&sorted);
-                    (name.clone(), Named::parse(&name).unwrap(), sorted)
-                })
-                .collect();
-            for (_, named, _) in &names {
-                look.by_name(named);
-            }
-            for (name, named, sorted) in &names {
-                if named.hashed && look.concerns(named) {
-                    prop_assert!(look.read(name, sorted).is_ok());
-                }
-            }
-            let expected: BTreeSet<u64> = wanted
-                .iter()
-                .copied()
-                .filter(|s| files.iter().any(|f| f.contains(s)))
-                .collect();
-            prop_assert_eq!(look.held(), expected);
-        }
-
-        #[test]
-        fn a_file_whose_contents_are_not_its_name_holds_nothing(
-            (files, wanted) in archive(),
-            extra in 1u64..200,
-        ) {
-            let mut look = Lookup::new(wanted);
-            for f in &files {
-                let sorted: Vec<u64> = f.iter().copied().collect();
-                let name = object_name(&sorted);
-                let mut other = f.clone();
-                if !other.insert(extra) {
-                    other.remove(&extra);
-                }
-                let read: Vec<u64> = other.iter().copied().collect();
-                if object_name(&read) != name {
-                    prop_assert_eq!(look.read(&name, &read), Err(Foreign::NameMismatch));
-                }
-            }
-            prop_assert!(look.held().is_empty());
         }
 
         #[test]

@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod file_identity;
+pub mod holdings;
 
 use std::io;
 use std::path::Path;
