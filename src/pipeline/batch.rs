@@ -27,6 +27,31 @@ pub struct Batch {
     pub replies: Vec<Subject>,
 }
 
+impl Batch {
+    /// Moves the messages `pick` chooses into a batch of their own, in order; the rest
+    /// stay, in order.
+    pub fn split_off(&mut self, pick: impl Fn(&Envelope) -> bool) -> Batch {
+        let mut picked = Batch::default();
+        let mut kept = Batch::default();
+        let pairs = std::mem::take(&mut self.envelopes)
+            .into_iter()
+            .zip(std::mem::take(&mut self.replies));
+        for (e, r) in pairs {
+            let to = if pick(&e) { &mut picked } else { &mut kept };
+            to.envelopes.push(e);
+            to.replies.push(r);
+        }
+        *self = kept;
+        picked
+    }
+
+    /// Appends `other`'s messages.
+    pub fn extend(&mut self, other: Batch) {
+        self.envelopes.extend(other.envelopes);
+        self.replies.extend(other.replies);
+    }
+}
+
 /// Why a message was refused before reaching the destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefusedBy {

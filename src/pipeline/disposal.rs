@@ -179,7 +179,10 @@ impl Disposal {
         AckKind::Nak(Some(self.policy.redelivery.after(e.delivered)))
     }
 
-    fn last_delivery(&self, e: &Envelope) -> bool {
+    /// Whether `e` is on its last allowed delivery (the consumer's MaxDeliver): the server
+    /// does not deliver it again, whether it is NAKed or left to AckWait, so it must not be
+    /// handed back.
+    pub(super) fn last_delivery(&self, e: &Envelope) -> bool {
         self.policy.max_deliver > 0 && e.delivered >= self.policy.max_deliver as u64
     }
 

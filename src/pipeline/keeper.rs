@@ -203,17 +203,14 @@ impl Slot {
     }
 
     /// At shutdown: takes every batch pulled ahead into the runner's hand, in one step,
-    /// and returns their reply subjects (each batch's as [`Prepared::all_replies`] orders
-    /// them, oldest batch first), to be handed back.
-    pub(super) async fn take_all(&self) -> Vec<Subject> {
+    /// and returns them, oldest first; the hand holds their reply subjects in that order,
+    /// each batch's as [`Prepared::all_replies`] orders them.
+    pub(super) async fn take_all(&self) -> Vec<Prepared> {
         let mut held = self.held.lock().await;
-        let all: Vec<Subject> = held
-            .ahead
-            .drain(..)
-            .flat_map(|p| p.all_replies().cloned().collect::<Vec<_>>())
-            .collect();
+        let all: Vec<Prepared> = held.ahead.drain(..).collect();
+        let replies: Vec<Subject> = all.iter().flat_map(|p| p.all_replies().cloned()).collect();
         held.first_lane = 0;
-        held.set_hand(Arc::new(all.clone()));
+        held.set_hand(Arc::new(replies));
         all
     }
 
@@ -560,7 +557,13 @@ mod tests {
         k.slot().put(pulled(3..=3), Room::batches(2), true).await;
         tokio::time::sleep(Duration::from_millis(5_001)).await;
         assert_eq!(progress(&log), vec![vec![1, 2, 3]]);
-        let all = k.slot().take_all().await;
+        let all: Vec<Subject> = k
+            .slot()
+            .take_all()
+            .await
+            .iter()
+            .flat_map(|p| p.all_replies().cloned())
+            .collect();
         assert_eq!(all.len(), 3, "oldest batch first: {all:?}");
         assert_eq!(all[0], reply(1));
         assert_eq!(all[2], reply(3));

@@ -314,9 +314,9 @@ fn run(case: &Case) -> (Vec<(Instant, Event)>, Instant, Vec<u64>) {
         settler
             .settle(batch_of(&pairs), None, &mut ahead, &mut stop)
             .await;
-        settler
-            .finish(&mut ahead, Instant::now() + Duration::from_secs(3_600))
-            .await;
+        let by = Instant::now() + Duration::from_secs(3_600);
+        settler.finish(&mut ahead, &mut stop, by).await;
+        settler.drain_acks(by).await;
         assert!(
             settler.keeper().unsettled().await.is_empty(),
             "nothing left held after the batch settled"

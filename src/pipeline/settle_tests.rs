@@ -56,12 +56,24 @@ fn rig_waiting(
     term: bool,
     ack_wait: Duration,
 ) -> Rig {
+    rig_delivering(log, sink, dead_letters, term, ack_wait, -1)
+}
+
+/// [`rig_waiting`] over a consumer with MaxDeliver `max_deliver`.
+fn rig_delivering(
+    log: &Log,
+    sink: Box<dyn Sink>,
+    dead_letters: bool,
+    term: bool,
+    ack_wait: Duration,
+    max_deliver: i64,
+) -> Rig {
     let acks = RecordingAcks(log.clone());
     let metrics = crate::pipeline::SinkMetrics::new(&Metrics::new(), "t");
     let policy = Policy {
         redelivery: Redelivery::Fixed(HAND_BACK),
         attempts: if dead_letters { 1 } else { u64::MAX },
-        max_deliver: -1,
+        max_deliver,
         term,
     };
     let dl = dead_letters.then(|| Arc::new(FakeDeadLetters(log.clone())) as Arc<dyn DeadLetterOut>);
@@ -113,7 +125,8 @@ impl Rig {
         self.settler
             .settle(batch(seqs), None, &mut ahead, &mut self.stop)
             .await;
-        self.settler.finish(&mut ahead, far()).await;
+        self.settler.finish(&mut ahead, &mut self.stop, far()).await;
+        self.settler.drain_acks(far()).await;
     }
 
     /// Settles `1..=3` while the batch in the slot (`4..=6`) is written ahead, then takes
@@ -131,7 +144,8 @@ impl Rig {
         self.settler
             .settle(p.batch, Some(first), ahead, &mut self.stop)
             .await;
-        self.settler.finish(ahead, far()).await;
+        self.settler.finish(ahead, &mut self.stop, far()).await;
+        self.settler.drain_acks(far()).await;
     }
 
     /// Every sequence ACKed after commit, in order of the ACKs.
@@ -338,7 +352,9 @@ async fn a_transient_failure_holds_with_keep_alive_and_acks_only_after_the_commi
     r.settler
         .settle(batch(1..=3), None, &mut ahead, &mut r.stop)
         .await;
-    r.settler.finish(&mut r.ahead(), far()).await;
+    let mut rest = r.ahead();
+    r.settler.finish(&mut rest, &mut r.stop, far()).await;
+    r.settler.drain_acks(far()).await;
     // Backoff 8 s then 16 s: the commit comes 24 s in, on the paused clock.
     assert_eq!(started.elapsed(), Duration::from_secs(24));
     let events = log.events();
@@ -439,7 +455,8 @@ async fn a_write_blocking_its_thread_is_kept_alive_while_it_blocks() {
     r.settler
         .settle(batch(1..=2), None, &mut ahead, &mut r.stop)
         .await;
-    r.settler.finish(&mut ahead, far()).await;
+    r.settler.finish(&mut ahead, &mut r.stop, far()).await;
+    r.settler.drain_acks(far()).await;
     let events = log.events();
     // The write returned only after the recorder saw +WPI: the runner's thread was
     // blocked in it all along.
@@ -509,7 +526,8 @@ async fn the_wind_down_ends_by_its_deadline_even_with_a_pull_that_never_returns(
     let mut r = rig(&log, sink, false, false);
     let mut ahead = Ahead::with_stuck_pull("t", &r.slot());
     let by = tokio::time::Instant::now() + Duration::from_secs(3);
-    r.settler.finish(&mut ahead, by).await;
+    r.settler.finish(&mut ahead, &mut r.stop, by).await;
+    r.settler.drain_acks(by).await;
     // On the paused clock: time moved only as far as the deadline, not to the pull's end.
     assert_eq!(tokio::time::Instant::now(), by);
 }
@@ -663,7 +681,9 @@ async fn without_a_dead_letter_queue_an_unclassified_culprit_is_handed_back_and_
             &mut r.stop,
         )
         .await;
-    r.settler.finish(&mut r.ahead(), far()).await;
+    let mut rest = r.ahead();
+    r.settler.finish(&mut rest, &mut r.stop, far()).await;
+    r.settler.drain_acks(far()).await;
     assert_eq!(
         back.elapsed(),
         Duration::ZERO,
@@ -923,4 +943,41 @@ async fn a_batch_with_messages_refused_before_the_write_is_not_written_ahead() {
         .await;
     assert!(ahead.take_writing().is_none());
     assert!(slot.take().await.is_some(), "left for the runner");
+}
+
+/// A message on its last allowed delivery cannot be handed back at shutdown: NAKed or left
+/// to AckWait, the server would never deliver it again (with the randomizer at P = 0 and
+/// `max_deliver: 2`, every redelivery is one). Those pulled ahead are written instead,
+/// and ACKed after their commit; the others are handed back at once.
+#[tokio::test(start_paused = true)]
+async fn at_shutdown_a_message_on_its_last_delivery_pulled_ahead_is_written_not_handed_back() {
+    let log = Log::default();
+    let sink = FakeSink::new(log.clone(), script(|_, _| Ok(())));
+    let mut r = rig_delivering(&log, Box::new(sink), false, false, ACK_WAIT, 2);
+    let mut ahead = Ahead::with_waiting(
+        "t",
+        &r.slot(),
+        Prepared {
+            pulled: 4,
+            batch: super::testing::batch_of(&[(1, 1), (2, 2), (3, 1), (4, 3)]),
+            ..Default::default()
+        },
+    )
+    .await;
+    let _ = r.signal.send(true);
+    r.settler.finish(&mut ahead, &mut r.stop, far()).await;
+    r.settler.drain_acks(far()).await;
+    assert_eq!(r.sent(Kind::Nak(None)), vec![vec![1, 3]]);
+    assert_eq!(
+        log.events()
+            .iter()
+            .filter(|e| matches!(e, Event::Write { .. }))
+            .cloned()
+            .collect::<Vec<_>>(),
+        vec![Event::Write {
+            seqs: vec![2, 4],
+            ok: true
+        }]
+    );
+    assert_eq!(r.acked(), vec![2, 4]);
 }

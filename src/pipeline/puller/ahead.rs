@@ -160,12 +160,12 @@ impl Ahead {
         }
     }
 
-    /// At shutdown: every batch pulled ahead, taken into hand (their reply subjects, to be
-    /// handed back), waiting until `by` at most for a pull in flight (it returns at once,
+    /// At shutdown: every batch pulled ahead, taken into hand (to be handed back, or
+    /// written when on its last allowed delivery), waiting until `by` at most for a pull in flight (it returns at once,
     /// no-wait, or within the batch timeout; the slot is closed first, so it pulls no
     /// further batch), so what it received is handed back too instead of waiting out
     /// AckWait.
-    pub(crate) async fn finish(&mut self, by: Instant) -> Vec<async_nats::Subject> {
+    pub(crate) async fn finish(&mut self, by: Instant) -> Vec<Prepared> {
         self.slot.close().await;
         if let Some(pending) = self.pending.take() {
             let _ = tokio::time::timeout_at(by, pending).await;

@@ -13,7 +13,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::{self};
@@ -99,6 +99,8 @@ pub(super) struct Puller {
     pinned: Option<Pinned>,
     /// Whether repeated failed pulls bind the consumers again (not for a replay's).
     rebinds: bool,
+    /// After binding anew: when the stream was created, for [`Puller::bound_anew`].
+    bound_anew: Option<SystemTime>,
     /// Which consumers are paused in the server.
     pause: Pause,
     /// What the slot takes before the pull task stops pulling ahead ([`pull_depth`]).
@@ -169,6 +171,7 @@ impl Puller {
             health,
             pinned,
             rebinds: true,
+            bound_anew: None,
             pause,
             room,
         }
@@ -430,10 +433,14 @@ impl Puller {
 
     async fn rebind(&mut self) {
         let mut consumers = Vec::with_capacity(self.consumers.len());
+        let mut created = None;
         for (source, lane) in self.spec.consumer_bindings() {
             let needs = Needs::of(&self.spec, lane);
             match bind(&self.js, &self.spec.name, &source, &needs).await {
-                Ok(b) => consumers.push(b.consumer),
+                Ok(b) => {
+                    created = Some(SystemTime::from(b.stream.cached_info().created));
+                    consumers.push(b.consumer);
+                }
                 Err(e) => {
                     self.unbound = true;
                     self.health.set_bound(false);
@@ -443,7 +450,14 @@ impl Puller {
             }
         }
         self.consumers = consumers;
+        self.bound_anew = created;
         self.unbound = false;
         self.health.set_bound(true);
+    }
+
+    /// When the stream was created, once after each binding anew (the stream may have been
+    /// deleted and created again while the consumers were unreachable).
+    pub(super) fn bound_anew(&mut self) -> Option<SystemTime> {
+        self.bound_anew.take()
     }
 }

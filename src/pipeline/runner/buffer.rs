@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use async_nats::jetstream::AckKind;
-use async_nats::Subject;
 use tokio::time::Instant;
 
 use super::Runner;
@@ -102,27 +101,37 @@ impl Runner {
         true
     }
 
-    /// At shutdown: hands the unwritten buffer back (NAK without delay), so
-    /// another instance, or the next start, gets it at once. Never ACKed unwritten.
+    /// At shutdown: hands the unwritten buffer back (NAK without delay), so another
+    /// instance, or the next start, gets it at once. Never ACKed unwritten. A message on
+    /// its last allowed delivery is written instead: handed back, the server would never
+    /// deliver it again.
     pub(super) async fn hand_back_buffer(&mut self, by: Instant) {
         let Some(sh) = self.shuffle.as_mut() else {
             return;
         };
         self.settler.keeper().clear_buffer().await;
-        let mut replies: Vec<Subject> = sh.parts.drain(..).rev().flat_map(|b| b.replies).collect();
+        let mut unwritten = Batch::default();
+        for part in sh.parts.drain(..).rev() {
+            unwritten.extend(part);
+        }
         sh.waiting.clear();
-        replies.extend(sh.buffer.take_replies());
+        unwritten.extend(sh.buffer.take_unwritten());
         sh.metrics.buffered.set(0);
-        if replies.is_empty() {
-            return;
+        let settler = &self.settler;
+        let last = unwritten.split_off(|e| settler.on_last_delivery(e));
+        let replies = unwritten.replies;
+        if !replies.is_empty() {
+            tracing::info!(sink = %self.puller.spec().name, messages = replies.len(), "handing back the {} buffer", sh.what);
+            let nak = self
+                .settler
+                .acknowledger()
+                .send(replies, AckKind::Nak(None));
+            if tokio::time::timeout_at(by, nak).await.is_err() {
+                tracing::warn!(sink = %self.puller.spec().name, "no time left to hand back the buffer; it is redelivered after AckWait");
+            }
         }
-        tracing::info!(sink = %self.puller.spec().name, messages = replies.len(), "handing back the {} buffer", sh.what);
-        let nak = self
-            .settler
-            .acknowledger()
-            .send(replies, AckKind::Nak(None));
-        if tokio::time::timeout_at(by, nak).await.is_err() {
-            tracing::warn!(sink = %self.puller.spec().name, "no time left to hand back the buffer; it is redelivered after AckWait");
-        }
+        self.settler
+            .write_last(last, &mut self.ahead, &mut self.stop)
+            .await;
     }
 }

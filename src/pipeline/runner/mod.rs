@@ -306,10 +306,10 @@ impl Runner {
                 .await;
             // A pull cut short by a connection drop may hide a message the client cannot
             // read; it is found and settled at once, before the server redelivers it.
-            if let Some(up_to) = self.isolator.after_pull(self.puller.consumers()).await {
-                // The server may send again, as delivery 1, what it delivered before the
-                // drop (nats-server before 2.10.14).
-                self.settler.delivered_before(up_to);
+            self.isolator.after_pull(self.puller.consumers()).await;
+            if let Some(created) = self.puller.bound_anew() {
+                // The stream may have been deleted and created again meanwhile.
+                self.settler.stream_created(created);
             }
             let mut first = None;
             let mut prepared = match pulled {
@@ -396,8 +396,11 @@ impl Runner {
             .finish_by(self.puller.wait() + Duration::from_secs(1));
         // The buffer is handed back after the pull in flight ended: a NAK while a pull
         // waits in the server would redeliver to that pull, and die with this process.
-        self.settler.finish(&mut self.ahead, by).await;
+        self.settler
+            .finish(&mut self.ahead, &mut self.stop, by)
+            .await;
         self.hand_back_buffer(by).await;
+        self.settler.drain_acks(by).await;
         self.puller.release_pin(by).await;
         tracing::info!(sink = %name, "sink stopped");
     }

@@ -1246,6 +1246,7 @@ fn parquet_settings_name_the_keys_of_the_other_format() {
     c.rollover = Some(crate::sinks::s3::config::RolloverConfig {
         max_messages: 100,
         max_age_ms: 1000,
+        max_bytes: 1 << 20,
     });
     c.compression = Some(crate::sinks::parquet::Codec::Snappy);
     let keys: Vec<String> = c.problems().into_iter().map(|(k, _)| k).collect();
@@ -1259,10 +1260,17 @@ fn parquet_settings_name_the_keys_of_the_other_format() {
     c.rotate_bytes = 128 * 1024 * 1024;
     assert!(c.problems().is_empty(), "{:?}", c.problems());
     assert_eq!(
-        c.accumulate().map(|a| (a.messages, a.flush_ms)),
-        Some((100, 1000))
+        c.accumulate().map(|a| (a.messages, a.bytes, a.flush_ms)),
+        Some((100, 1 << 20, 1000))
     );
-    assert!(c.describe().contains("a file per 100 messages or 1000 ms"));
+    assert!(c
+        .describe()
+        .contains("a file per 100 messages, 1048576 bytes or 1000 ms"));
+    assert!(!c.rolls_over_by_default(), "it has a rollover of its own");
+    c.rollover = None;
+    assert_eq!(c.accumulate(), None);
+    assert!(c.rolls_over_by_default());
+    assert!(c.describe().contains("default rollover"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1416,67 +1424,164 @@ async fn redelivered_messages_a_parquet_file_holds_are_committed_without_a_secon
     assert_eq!(parquet_rows(&dir), expected, "each message once");
 }
 
-/// nats-server before 2.10.14 can send a message a killed process had written as
-/// delivery 1 again (nats-server#5305): with what the consumer had delivered at bind fed
-/// to the sink, such a message is found in its file and not written twice; a first
-/// delivery above it is written without a look.
+/// A nats-server killed and restarted can roll its consumer state back and send messages
+/// a killed process had written as delivery 1 again; a replay writes messages the sink's
+/// consumer later delivers as first deliveries. Every message is checked against what the
+/// directory holds, whatever its delivery count.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_first_delivery_at_or_below_what_was_delivered_before_the_bind_is_found_in_its_file() {
+async fn a_first_delivery_already_in_a_file_is_found_there_and_not_written_twice() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("pq");
     let mut first = FileSink::new(parquet_config(&dir));
     first.open().await.unwrap();
     first.write_batch(&batch(1..=10)).await.unwrap();
+    first.write_batch(&again(&[20, 22], 1)).await.unwrap();
     drop(first);
-    // The next process: the consumer had delivered up to 12 (11 and 12 were in flight,
-    // never written).
     let mut sink = FileSink::new(parquet_config(&dir));
-    sink.delivered_before(12);
     sink.open().await.unwrap();
-    let b = again(&[8, 9, 10, 11, 12, 13], 1);
-    assert_eq!(already(&sink.write(&b).await), [0, 1, 2]);
-    assert_eq!(
-        parquet_rows(&dir),
-        (1..=13).collect::<Vec<_>>(),
-        "each once"
-    );
+    let b = again(&[8, 9, 10, 11, 12, 13, 22, 21], 1);
+    assert_eq!(already(&sink.write(&b).await), [0, 1, 2, 6]);
+    // Written by this process: found without listing again.
+    assert_eq!(already(&sink.write(&again(&[13, 21, 14], 1)).await), [0, 1]);
+    let mut expected: Vec<u64> = (1..=14).chain([20, 21, 22]).collect();
+    expected.sort_unstable();
+    assert_eq!(parquet_rows(&dir), expected, "each once");
+}
+
+/// A stream deleted and created again under the same name numbers its messages from 1
+/// again: files written before it was created hold the old stream's messages, not its.
+#[tokio::test(flavor = "multi_thread")]
+async fn files_written_before_the_stream_was_created_hold_none_of_its_messages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pq");
+    let mut old = FileSink::new(parquet_config(&dir));
+    old.open().await.unwrap();
+    old.write_batch(&batch(1..=5)).await.unwrap();
+    drop(old);
+    let created = std::time::SystemTime::now() + Duration::from_secs(1);
+    let mut sink = FileSink::new(parquet_config(&dir));
+    sink.stream_created(created);
+    sink.open().await.unwrap();
+    assert_eq!(already(&sink.write(&batch(1..=3)).await), Vec::<usize>::new());
+    assert_eq!(parquet_files(&dir).len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_foreign_file_with_an_archive_name_holds_nothing_and_the_message_is_written_again() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("pq");
-    let mut sink = FileSink::new(parquet_config(&dir));
-    sink.open().await.unwrap();
     let name = |seqs: &[u64]| {
         format!(
             "events-{}.parquet",
             crate::sinks::util::archive::object_name(seqs)
         )
     };
+    let mut first = FileSink::new(parquet_config(&dir));
+    first.open().await.unwrap();
+    first.write_batch(&batch(50..=52)).await.unwrap();
+    first.write_batch(&again(&[60, 62], 1)).await.unwrap();
+    drop(first);
     // Not Parquet at all; and a real file renamed to another set's name.
     std::fs::write(dir.join(name(&[40, 42, 44])), b"PAR1 not really PAR1").unwrap();
-    sink.write_batch(&batch(50..=52)).await.unwrap();
-    sink.write_batch(&again(&[60, 62], 1)).await.unwrap();
     std::fs::rename(dir.join(name(&[60, 62])), dir.join(name(&[60, 61, 63]))).unwrap();
-    for round in 0..2 {
-        // The second round answers from what the first read (and warned about) once.
-        let b = again(&[42, 61], 2);
-        assert_eq!(
-            sink.write(&b).await,
-            crate::sinks::Written::Batch(Ok(())),
-            "round {round}"
-        );
-        let written = dir.join(name(&[42, 61]));
-        assert!(written.exists());
-        std::fs::remove_file(written).unwrap();
-    }
-    // A name this sink's prefix does not own is not looked at: 51 is held by its own file.
+    // A name this sink's prefix does not own is not looked at.
     std::fs::write(
         dir.join("other-00000000000000000070-00000000000000000070.parquet"),
         b"x",
     )
     .unwrap();
-    assert_eq!(already(&sink.write(&again(&[70, 51], 2)).await), [1]);
+    let mut sink = FileSink::new(parquet_config(&dir));
+    sink.open().await.unwrap();
+    let b = again(&[42, 61], 2);
+    assert_eq!(sink.write(&b).await, crate::sinks::Written::Batch(Ok(())));
+    assert!(dir.join(name(&[42, 61])).exists());
+    // Written now: held. 51 is held by its own file, 70 by none of this prefix's.
+    assert_eq!(already(&sink.write(&again(&[70, 51, 42], 2)).await), [1, 2]);
     assert!(dir.join(name(&[70])).exists());
+}
+
+/// The file sink as the daemon builds it: told its stream before it opens.
+fn attached(config: FileConfig) -> FileSink {
+    let mut sink = FileSink::new(config);
+    sink.attach(&crate::sinks::Feed {
+        sink: "s".into(),
+        stream: "ORDERS".into(),
+    });
+    sink
+}
+
+/// What a crash between the fdatasync and the ACKs, a broker that rolls its consumer state
+/// back, or a replay brings back — as redeliveries or as first deliveries — is found in
+/// the JSON Lines files and committed without a second line, also by the next process.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_already_in_a_json_lines_file_is_committed_without_a_second_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut first = attached(config(dir));
+    first.open().await.unwrap();
+    first.write_batch(&batch(1..=10)).await.unwrap();
+    assert_eq!(already(&first.write(&again(&[9, 10, 11], 2)).await), [0, 1]);
+    drop(first);
+    let mut sink = attached(config(dir));
+    sink.open().await.unwrap();
+    let b = [again(&[12, 3, 11], 1), again(&[12], 2)].concat();
+    assert_eq!(already(&sink.write(&b).await), [1, 2, 3]);
+    let mut seqs = sequences(&records(dir));
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=12).collect::<Vec<_>>(), "each message once");
+}
+
+/// A closed file's sequences are sealed beside it, so the next start reads the seal, not
+/// the file; a file with gaps is read (from its seal) only when a message falls in its
+/// range.
+#[tokio::test(flavor = "multi_thread")]
+async fn rotation_seals_each_closed_file_and_the_next_start_trusts_the_seals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut cfg = config(dir);
+    cfg.rotate_bytes = 4_096;
+    let mut sink = attached(cfg.clone());
+    sink.open().await.unwrap();
+    for start in (1..=200).step_by(10) {
+        let b: Vec<u64> = (start..start + 10).filter(|s| s % 7 != 0).collect();
+        sink.write_batch(&again(&b, 1)).await.unwrap();
+    }
+    drop(sink);
+    let names = files(dir);
+    assert!(names.len() > 3, "{names:?}");
+    let sealed = names
+        .iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            dir.join(super::held::seal_name(name)).exists()
+        })
+        .count();
+    assert_eq!(sealed, names.len() - 1, "every file but the current one is sealed");
+    let mut sink = attached(cfg);
+    sink.open().await.unwrap();
+    let b = again(&[7, 8, 14, 15, 197, 201], 1);
+    assert_eq!(already(&sink.write(&b).await), [1, 3, 4]);
+    let mut seqs = sequences(&records(dir));
+    seqs.sort_unstable();
+    let expected: Vec<u64> = (1..=201).filter(|s| s % 7 != 0 || *s == 7 || *s == 14).collect();
+    assert_eq!(seqs, expected);
+}
+
+/// A stream deleted and created again numbers its messages from 1: a JSON Lines file
+/// last written before it was created is neither continued nor counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_json_lines_file_older_than_the_stream_is_not_continued_and_holds_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut old = attached(config(dir));
+    old.open().await.unwrap();
+    old.write_batch(&batch(1..=5)).await.unwrap();
+    drop(old);
+    let mut sink = attached(config(dir));
+    sink.stream_created(SystemTime::now() + Duration::from_secs(1));
+    sink.open().await.unwrap();
+    assert_eq!(already(&sink.write(&batch(1..=3)).await), Vec::<usize>::new());
+    let names = files(dir);
+    assert_eq!(names.len(), 2);
+    assert_eq!(sequences(&records_of(&names[1])), [1, 2, 3]);
 }
