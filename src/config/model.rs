@@ -14,6 +14,7 @@ use super::results::ResultsConfig;
 use super::telemetry::TelemetryConfig;
 use crate::crypto::Encryption;
 use crate::shared::nats_security::{NatsConfig, NatsTls};
+use crate::sinks::settings::Accumulate;
 
 /// One configured sink after validation: a source binding, delivery settings and a destination.
 #[derive(Debug, Clone)]
@@ -137,6 +138,31 @@ impl Config {
 }
 
 impl SinkSpec {
+    /// What the destination gathers into one write: its `rollover` as configured, or —
+    /// for a Parquet archive without one, when nothing else of the sink holds or orders
+    /// messages across pulls (the shuffler, the randomizer, priority lanes, job-queue
+    /// results, batches in flight) — the default rollover sized to the consumer
+    /// ([`Accumulate::default_rollover`]). `None`: every batch is written as pulled.
+    pub fn accumulate(&self) -> Option<Accumulate> {
+        if let Some(a) = self.destination.accumulate() {
+            return Some(a);
+        }
+        let d = &self.delivery;
+        let free = self.destination.rolls_over_by_default()
+            && d.shuffle.is_none()
+            && !d.randomizer.enabled
+            && !d.priority_lanes.enabled
+            && d.batches_in_flight <= 1
+            && self.results.is_none();
+        free.then(|| {
+            Accumulate::default_rollover(
+                self.source.max_ack_pending,
+                d.batch_size,
+                d.max_batch_bytes,
+            )
+        })
+    }
+
     /// This sink's lines of [`Config::summary`].
     fn summary(&self, rates: &[f64], out: &mut String) {
         let s = self;
@@ -168,6 +194,14 @@ impl SinkSpec {
             },
             dest = s.destination.describe(),
         ));
+        if let (None, Some(a)) = (s.destination.accumulate(), s.accumulate()) {
+            out.push_str(&format!(
+                "    rollover:    default: a write per {} messages, {} bytes or {} ms, whichever comes first\n",
+                a.messages, a.bytes, a.flush_ms
+            ));
+        } else if s.destination.rolls_over_by_default() {
+            out.push_str("    rollover:    none by default beside the shuffler, randomizer, lanes or job results: a write per batch\n");
+        }
         let jd = s.job_defaults;
         if jd.ack_wait || jd.max_deliver {
             let which: Vec<&str> = [(jd.ack_wait, "ack_wait"), (jd.max_deliver, "max_deliver")]

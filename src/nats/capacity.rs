@@ -59,7 +59,9 @@ fn randomizer(spec: &SinkSpec, consumer: &str, live: &consumer::Config, out: &mu
     }
 }
 
-/// A buffer of pulled batches and the batch pulled ahead must fit in MaxAckPending.
+/// A buffer of pulled batches and the batch pulled ahead must fit in MaxAckPending. Only
+/// a buffer the config names is checked: a default rollover is sized to the configured
+/// MaxAckPending, which binding gives the consumer.
 fn buffer(spec: &SinkSpec, consumer: &str, live: &consumer::Config, out: &mut Capacity) {
     let delivery = delivery_path(spec);
     let (setting, size) = match (&spec.delivery.shuffle, spec.destination.accumulate()) {

@@ -55,6 +55,11 @@ pub(super) struct ShuffleBuffer {
     mode: Mode,
     buffer: usize,
     batch_size: usize,
+    /// Most payload bytes held, and the most one pull may bring.
+    max_bytes: usize,
+    pull_bytes: usize,
+    /// Payload bytes held.
+    bytes: usize,
     flush_ms: u64,
     envelopes: Vec<Envelope>,
     replies: Vec<Subject>,
@@ -64,17 +69,28 @@ pub(super) struct ShuffleBuffer {
 
 impl ShuffleBuffer {
     /// An empty buffer of `size` messages for a validated section (`size` ≥ `batch_size`
-    /// ≥ 1), flushed by the timer after `flush_ms`.
+    /// ≥ 1), flushed by the timer after `flush_ms`. No bound on bytes until
+    /// [`ShuffleBuffer::with_bytes`].
     pub(super) fn new(mode: Mode, size: usize, flush_ms: u64, batch_size: usize) -> ShuffleBuffer {
         ShuffleBuffer {
             mode,
             buffer: size.max(1),
             batch_size: batch_size.max(1),
+            max_bytes: usize::MAX,
+            pull_bytes: 0,
+            bytes: 0,
             flush_ms,
             envelopes: Vec::new(),
             replies: Vec::new(),
             since_ms: None,
         }
+    }
+
+    /// Bounds the payload bytes held by `max_bytes`, for pulls of at most `pull_bytes`.
+    pub(super) fn with_bytes(mut self, max_bytes: usize, pull_bytes: usize) -> ShuffleBuffer {
+        self.max_bytes = max_bytes;
+        self.pull_bytes = pull_bytes;
+        self
     }
 
     /// Messages held.
@@ -88,14 +104,19 @@ impl ShuffleBuffer {
             return;
         }
         self.since_ms.get_or_insert(now_ms);
+        self.bytes = batch
+            .envelopes
+            .iter()
+            .fold(self.bytes, |n, e| n.saturating_add(e.payload.len()));
         self.envelopes.extend(batch.envelopes);
         self.replies.extend(batch.replies);
     }
 
-    /// Whether another full pull fits: while it does not, the buffer is due (`Full`) and
-    /// is not pulled into.
+    /// Whether another full pull fits, in messages and in bytes: while it does not, the
+    /// buffer is due (`Full`) and is not pulled into.
     pub(super) fn has_room(&self) -> bool {
         self.len() + self.batch_size <= self.buffer
+            && self.bytes.saturating_add(self.pull_bytes) <= self.max_bytes
     }
 
     /// When a flush falls due by the timer, if anything is held.
@@ -122,6 +143,7 @@ impl ShuffleBuffer {
     /// shuffled and cut into batches of `batch_size` (the last one may be shorter).
     pub(super) fn take(&mut self, rng: &mut impl Rng) -> Vec<Batch> {
         self.since_ms = None;
+        self.bytes = 0;
         let envelopes = std::mem::take(&mut self.envelopes);
         let replies = std::mem::take(&mut self.replies);
         if self.mode == Mode::Whole {
@@ -142,11 +164,15 @@ impl ShuffleBuffer {
         out
     }
 
-    /// Empties the buffer without writing: the reply subjects to hand back.
-    pub(super) fn take_replies(&mut self) -> Vec<Subject> {
+    /// Empties the buffer without writing, in arrival order: what shutdown hands back (or
+    /// writes, for messages on their last allowed delivery).
+    pub(super) fn take_unwritten(&mut self) -> Batch {
         self.since_ms = None;
-        self.envelopes.clear();
-        std::mem::take(&mut self.replies)
+        self.bytes = 0;
+        Batch {
+            envelopes: std::mem::take(&mut self.envelopes),
+            replies: std::mem::take(&mut self.replies),
+        }
     }
 }
 
@@ -303,10 +329,39 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_bound_makes_the_buffer_full_before_its_message_count() {
+        // Each payload is 2 bytes (`{}`).
+        let mut b = whole(100, 10, 500).with_bytes(35, 10);
+        b.push(batch(0..5), 0);
+        assert!(
+            b.has_room(),
+            "10 payload bytes held, a pull of 10 more fits in 35"
+        );
+        b.push(batch(5..10), 0);
+        assert!(b.has_room());
+        b.push(batch(10..13), 0);
+        assert_eq!(
+            b.due(0),
+            Some(FlushReason::Full),
+            "26 held: another pull could pass 35"
+        );
+        assert_eq!(b.take(&mut StdRng::seed_from_u64(1)).len(), 1);
+        assert!(b.has_room(), "emptied, the count starts again");
+    }
+
+    #[test]
     fn handing_back_empties_the_buffer() {
         let mut b = buffer(100, 10, 500);
         b.push(batch(0..5), 0);
-        assert_eq!(b.take_replies().len(), 5);
+        b.push(batch(5..7), 1);
+        let unwritten = b.take_unwritten();
+        assert_eq!(unwritten.replies.len(), 7);
+        let seqs: Vec<u64> = unwritten
+            .envelopes
+            .iter()
+            .map(|e| e.stream_sequence)
+            .collect();
+        assert_eq!(seqs, (0..7).collect::<Vec<_>>(), "in arrival order");
         assert_eq!((b.len(), b.due(u64::MAX)), (0, None));
     }
 }

@@ -79,6 +79,11 @@ macro_rules! destinations {
                 self.settings().accumulate()
             }
 
+            /// Whether the destination gathers batches by default when the sink allows it.
+            pub fn rolls_over_by_default(&self) -> bool {
+                self.settings().rolls_over_by_default()
+            }
+
             /// The most messages one write may carry, if the destination has a limit.
             pub fn largest_batch(&self) -> Option<$crate::sinks::settings::BatchLimit> {
                 self.settings().largest_batch()

@@ -25,6 +25,14 @@ pub trait DestinationSettings {
         None
     }
 
+    /// Whether, with no setting of its own, the destination gathers batches anyway when
+    /// the sink allows it: a Parquet archive, whose files and objects would otherwise be
+    /// one per pull, tiny under a steady stream. The sink decides the size
+    /// ([`crate::config::SinkSpec::accumulate`]).
+    fn rolls_over_by_default(&self) -> bool {
+        false
+    }
+
     /// The most messages one write may carry, when the destination has such a limit:
     /// `delivery.batch_size` above it could never commit a full batch, so validation
     /// refuses that. `None`: no limit of its own.
@@ -82,6 +90,8 @@ pub struct ServerProcess {
 pub struct Accumulate {
     /// Most messages held before they are written as one batch.
     pub messages: usize,
+    /// Most payload bytes held: written once another full pull could pass it.
+    pub bytes: usize,
     /// Longest time, in milliseconds, the oldest held message waits for the write.
     pub flush_ms: u64,
     /// Where the setting lives, relative to the destination object (`rollover`), so
@@ -90,6 +100,41 @@ pub struct Accumulate {
     /// The key of `messages` under `key` (`max_messages`).
     pub messages_key: &'static str,
 }
+
+impl Accumulate {
+    /// The rollover a Parquet archive gets when its config names none, for a consumer
+    /// with `max_ack_pending` (-1: unlimited) pulling batches of `batch_size` and
+    /// `max_batch_bytes`: half of what the consumer may hold unacknowledged (so the
+    /// batches pulled ahead still fit beside the buffer), at least one batch and at most
+    /// [`DEFAULT_MAX_MESSAGES`] messages; [`DEFAULT_MAX_BYTES`] (or one pull, when a pull
+    /// may carry more); [`DEFAULT_MAX_AGE_MS`]. Pure.
+    pub fn default_rollover(
+        max_ack_pending: i64,
+        batch_size: usize,
+        max_batch_bytes: usize,
+    ) -> Accumulate {
+        let half = match usize::try_from(max_ack_pending) {
+            Ok(n) if n > 0 => n / 2,
+            _ => DEFAULT_MAX_MESSAGES,
+        };
+        Accumulate {
+            messages: half.min(DEFAULT_MAX_MESSAGES).max(batch_size),
+            bytes: usize::try_from(DEFAULT_MAX_BYTES)
+                .unwrap_or(usize::MAX)
+                .max(max_batch_bytes),
+            flush_ms: DEFAULT_MAX_AGE_MS,
+            key: "rollover",
+            messages_key: "max_messages",
+        }
+    }
+}
+
+/// Most messages of a default rollover.
+pub const DEFAULT_MAX_MESSAGES: usize = 50_000;
+/// `max_bytes` of a default rollover, and the key's default: 64 MiB.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+/// `max_age_ms` of a default rollover, and the key's default: one minute.
+pub const DEFAULT_MAX_AGE_MS: u64 = 60_000;
 
 /// Adds a problem for each `(key, value, min, max)` whose value lies outside `min..=max`.
 pub fn out_of_range(out: &mut Vec<(String, String)>, checks: &[(&str, u64, u64, u64)]) {

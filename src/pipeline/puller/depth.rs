@@ -54,7 +54,7 @@ pub(super) fn pull_depth(spec: &SinkSpec, consumers: usize, max_ack_pending: i64
     if concurrent || spec.results.is_some() {
         return room(1);
     }
-    let held = match (&d.shuffle, spec.destination.accumulate()) {
+    let held = match (&d.shuffle, spec.accumulate()) {
         (Some(s), _) => s.buffer,
         (None, Some(a)) => a.messages,
         (None, None) if d.randomizer.enabled => d.randomizer.max_window,

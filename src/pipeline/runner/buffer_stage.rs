@@ -38,15 +38,15 @@ impl Shuffle {
     /// a destination that accumulates gets its batches written whole.
     pub(super) fn for_sink(spec: &SinkSpec, m: &SinkMetrics) -> Option<Shuffle> {
         let batch_size = spec.delivery.batch_size;
-        let (buffer, what, metrics) = match (&spec.delivery.shuffle, spec.destination.accumulate())
-        {
+        let (buffer, what, metrics) = match (&spec.delivery.shuffle, spec.accumulate()) {
             (Some(cfg), _) => (
                 ShuffleBuffer::new(Mode::Shuffle, cfg.buffer, cfg.flush_ms, batch_size),
                 "shuffle",
                 m.shuffle.clone(),
             ),
             (None, Some(a)) => (
-                ShuffleBuffer::new(Mode::Whole, a.messages, a.flush_ms, batch_size),
+                ShuffleBuffer::new(Mode::Whole, a.messages, a.flush_ms, batch_size)
+                    .with_bytes(a.bytes, spec.delivery.max_batch_bytes),
                 "rollover",
                 m.rollover.clone(),
             ),

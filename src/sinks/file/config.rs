@@ -7,8 +7,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::sinks::parquet::{Codec, ColumnType, Format, Keys};
-use crate::sinks::s3::config::{RolloverConfig, MAX_MAX_AGE_MS, MIN_MAX_AGE_MS};
-use crate::sinks::settings::{out_of_range, Accumulate, DestinationSettings};
+use crate::sinks::s3::config::RolloverConfig;
+use crate::sinks::settings::{Accumulate, DestinationSettings};
 
 /// The file destination: JSON Lines files, or Parquet files.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -115,15 +115,7 @@ impl FileConfig {
                     }
                 }
                 if let Some(r) = &self.rollover {
-                    out_of_range(
-                        out,
-                        &[(
-                            "rollover.max_age_ms",
-                            r.max_age_ms,
-                            MIN_MAX_AGE_MS,
-                            MAX_MAX_AGE_MS,
-                        )],
-                    );
+                    r.problems(out);
                 }
             }
         }
@@ -177,14 +169,13 @@ impl DestinationSettings for FileConfig {
 
     fn accumulate(&self) -> Option<Accumulate> {
         match (self.format, &self.rollover) {
-            (Format::Parquet, Some(r)) => Some(Accumulate {
-                messages: r.max_messages,
-                flush_ms: r.max_age_ms,
-                key: "rollover",
-                messages_key: "max_messages",
-            }),
+            (Format::Parquet, Some(r)) => Some(r.accumulate()),
             _ => None,
         }
+    }
+
+    fn rolls_over_by_default(&self) -> bool {
+        self.format == Format::Parquet && self.rollover.is_none()
     }
 
     fn describe(&self) -> String {
@@ -199,10 +190,10 @@ impl DestinationSettings for FileConfig {
                 self.fsync,
                 match &self.rollover {
                     Some(r) => format!(
-                        "a file per {} messages or {} ms",
-                        r.max_messages, r.max_age_ms
+                        "a file per {} messages, {} bytes or {} ms",
+                        r.max_messages, r.max_bytes, r.max_age_ms
                     ),
-                    None => "a file per batch".into(),
+                    None => "default rollover".into(),
                 }
             ),
         }

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use super::key::Template;
 use crate::sinks::parquet::{ColumnType, Format};
 use crate::sinks::settings::{
-    connect_within_request, out_of_range, Accumulate, DestinationSettings,
+    connect_within_request, out_of_range, Accumulate, DestinationSettings, DEFAULT_MAX_AGE_MS,
+    DEFAULT_MAX_BYTES,
 };
 
 /// The `s3` destination: each batch becomes one JSON Lines object (one per partition the
@@ -98,8 +99,10 @@ pub struct S3Config {
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u64,
     /// Several pulled batches per object: messages are held (unacknowledged) until
-    /// `max_messages` or `max_age_ms`, then written as one batch, one object per
-    /// partition, and ACKed after it is stored. Default: none, one object per batch.
+    /// `max_messages`, `max_bytes` or `max_age_ms`, then written as one batch, one object
+    /// per partition, and ACKed after it is stored. Default: for Parquet objects, half the
+    /// consumer's `max_ack_pending` (at most 50000 messages), 64 MiB or 60000 ms, when the
+    /// sink has no shuffler, randomizer or lanes; for JSON Lines, one object per batch.
     #[serde(default)]
     pub rollover: Option<RolloverConfig>,
 }
@@ -116,7 +119,51 @@ pub struct RolloverConfig {
     /// buffer is written (1000 to 3600000). Default 60000.
     #[serde(default = "default_max_age_ms")]
     pub max_age_ms: u64,
+    /// Most payload bytes per write: the buffer is written once another full pull
+    /// (`delivery.max_batch_bytes`) could take it past this (1048576 to 1073741824).
+    /// Default 67108864 (64 MiB).
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: u64,
 }
+
+impl RolloverConfig {
+    /// What the runner holds for this rollover.
+    pub fn accumulate(&self) -> Accumulate {
+        Accumulate {
+            messages: self.max_messages,
+            bytes: usize::try_from(self.max_bytes).unwrap_or(usize::MAX),
+            flush_ms: self.max_age_ms,
+            key: "rollover",
+            messages_key: "max_messages",
+        }
+    }
+
+    /// The range checks of its keys, named under `rollover.`.
+    pub fn problems(&self, out: &mut Vec<(String, String)>) {
+        out_of_range(
+            out,
+            &[
+                (
+                    "rollover.max_age_ms",
+                    self.max_age_ms,
+                    MIN_MAX_AGE_MS,
+                    MAX_MAX_AGE_MS,
+                ),
+                (
+                    "rollover.max_bytes",
+                    self.max_bytes,
+                    MIN_MAX_BYTES,
+                    MAX_MAX_BYTES,
+                ),
+            ],
+        );
+    }
+}
+
+/// Smallest `rollover.max_bytes`: 1 MiB.
+pub const MIN_MAX_BYTES: u64 = 1 << 20;
+/// Largest `rollover.max_bytes`: 1 GiB.
+pub const MAX_MAX_BYTES: u64 = 1 << 30;
 
 /// Shortest `rollover.max_age_ms`.
 pub const MIN_MAX_AGE_MS: u64 = 1_000;
@@ -344,26 +391,17 @@ impl DestinationSettings for S3Config {
         );
         connect_within_request(&mut out, self.connect_timeout_ms, self.request_timeout_ms);
         if let Some(r) = &self.rollover {
-            out_of_range(
-                &mut out,
-                &[(
-                    "rollover.max_age_ms",
-                    r.max_age_ms,
-                    MIN_MAX_AGE_MS,
-                    MAX_MAX_AGE_MS,
-                )],
-            );
+            r.problems(&mut out);
         }
         out
     }
 
     fn accumulate(&self) -> Option<Accumulate> {
-        self.rollover.as_ref().map(|r| Accumulate {
-            messages: r.max_messages,
-            flush_ms: r.max_age_ms,
-            key: "rollover",
-            messages_key: "max_messages",
-        })
+        self.rollover.as_ref().map(RolloverConfig::accumulate)
+    }
+
+    fn rolls_over_by_default(&self) -> bool {
+        self.rollover.is_none() && self.format == Format::Parquet
     }
 
     fn describe(&self) -> String {
@@ -375,9 +413,10 @@ impl DestinationSettings for S3Config {
             self.partition,
             match &self.rollover {
                 Some(r) => format!(
-                    "rollover at {} messages or {} ms",
-                    r.max_messages, r.max_age_ms
+                    "rollover at {} messages, {} bytes or {} ms",
+                    r.max_messages, r.max_bytes, r.max_age_ms
                 ),
+                None if self.format == Format::Parquet => "default rollover".into(),
                 None => "one object per batch".into(),
             },
             if self.explicit_keys() {
@@ -409,5 +448,8 @@ fn default_request_timeout_ms() -> u64 {
     30_000
 }
 fn default_max_age_ms() -> u64 {
-    60_000
+    DEFAULT_MAX_AGE_MS
+}
+fn default_max_bytes() -> u64 {
+    DEFAULT_MAX_BYTES
 }

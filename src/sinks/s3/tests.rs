@@ -61,13 +61,22 @@ fn a_bucket_alone_is_valid_with_documented_defaults() {
 fn rollover_defaults_to_a_minute_and_its_age_is_range_checked_with_its_key() {
     let c = config(serde_json::json!({"bucket": "archive"}));
     assert_eq!(c.accumulate(), None);
+    assert!(!c.rolls_over_by_default(), "JSON Lines objects: one per batch");
+    let c = config(serde_json::json!({"bucket": "archive", "format": "parquet"}));
+    assert!(c.rolls_over_by_default(), "Parquet objects: a default rollover");
     let c = config(serde_json::json!({"bucket": "archive", "rollover": {"max_messages": 1000}}));
     assert!(problems(&c).is_empty(), "{:?}", problems(&c));
     let a = c.accumulate().expect("rollover accumulates");
-    assert_eq!((a.messages, a.flush_ms), (1000, 60_000));
+    assert_eq!((a.messages, a.bytes, a.flush_ms), (1000, 64 << 20, 60_000));
     assert!(c
         .describe()
-        .contains("rollover at 1000 messages or 60000 ms"));
+        .contains("rollover at 1000 messages, 67108864 bytes or 60000 ms"));
+    let c = config(serde_json::json!({"bucket": "archive",
+                                      "rollover": {"max_messages": 10, "max_bytes": 1000}}));
+    assert_eq!(
+        problems(&c),
+        ["rollover.max_bytes: must be between 1048576 and 1073741824, got 1000"]
+    );
     for age in [999, 3_600_001] {
         let c = config(serde_json::json!({"bucket": "archive",
                                           "rollover": {"max_messages": 10, "max_age_ms": age}}));
