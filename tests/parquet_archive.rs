@@ -667,7 +667,8 @@ async fn a_malformed_payload_under_a_typed_mapping_is_dead_lettered_and_every_ot
                 &moto,
                 dir.path(),
                 "pq-typed",
-                json!({"format": "parquet", "compression": "snappy"}),
+                json!({"format": "parquet", "compression": "snappy",
+                       "rollover": {"max_messages": 150, "max_age_ms": 1000}}),
             ),
             order_columns(),
         ),
@@ -740,7 +741,8 @@ async fn an_encrypted_parquet_object_holds_sealed_payloads_and_decrypts() {
             &moto,
             dir.path(),
             "pq-enc",
-            json!({"format": "parquet", "partition": ""}),
+            json!({"format": "parquet", "partition": "",
+                   "rollover": {"max_messages": 100, "max_age_ms": 1000}}),
         ),
         json!({"batch_size": 10}),
     );
@@ -846,4 +848,54 @@ fn validate_names_a_mapping_parquet_cannot_hold_and_a_pointer_into_an_encrypted_
             "{needle} in {out}{err}"
         );
     }
+}
+
+/// A Parquet file sink without a `rollover` of its own gathers several pulls per file (half
+/// the consumer's `max_ack_pending`), so a stream of small pulls does not become a file
+/// per pull; `validate` says what the default is.
+#[tokio::test(flavor = "multi_thread")]
+async fn parquet_files_without_a_rollover_gather_several_pulls_per_file_by_default() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    create_stream(&js, "PQDEF", "pqdef.>").await;
+    let out = dir.path().join("archive");
+    let mut cfg = config(
+        &server,
+        "PQDEF",
+        "pqdef.>",
+        json!({"type": "file", "directory": out, "format": "parquet"}),
+        json!({"batch_size": 50}),
+    );
+    cfg["sinks"]["main"]["source"]["max_ack_pending"] = json!(400);
+    let path = write_config(dir.path(), &cfg);
+    let (code, summary, err) = jetsink(
+        &["validate", "--config", path.to_str().unwrap()],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{summary}{err}");
+    assert!(
+        summary
+            .contains("rollover:    default: a write per 200 messages, 67108864 bytes or 60000 ms"),
+        "{summary}"
+    );
+    publish_n(&js, "pqdef.x", 1_000).await;
+    let mut daemon = Daemon::start(&path, dir.path());
+    daemon
+        .eventually(Duration::from_secs(120), "the stream is drained", || {
+            drained(&js, "PQDEF")
+        })
+        .await;
+    daemon.stop_cleanly();
+    let files: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".parquet"))
+        .collect();
+    assert!(
+        files.len() <= 6,
+        "1,000 messages in pulls of 50 gathered 200 per file, not one file per pull: {files:?}"
+    );
+    assert_eq!(rows_in(&out), 1_000);
 }

@@ -79,11 +79,13 @@ pub fn spec(
     }
 }
 
-/// The pass's destination (or the discarding one), timed, attached and opened.
+/// The pass's destination (or the discarding one), timed, attached, told when the pass's
+/// stream was created (what a directory holds from before does not count) and opened.
 async fn open_timed(
     opts: &Options,
     spec: &SinkSpec,
     destination: Option<&DestinationConfig>,
+    created: std::time::SystemTime,
     lags: &Arc<Mutex<Vec<f64>>>,
 ) -> Result<probe::Timed, BenchError> {
     let inner: Box<dyn sinks::Sink> = match destination {
@@ -93,6 +95,7 @@ async fn open_timed(
                 sink: spec.name.clone(),
                 stream: spec.source.stream.clone(),
             });
+            s.stream_created(created);
             s
         }
         None => Box::new(probe::Discard),
@@ -170,14 +173,15 @@ async fn drain(
         .await
         .map_err(|e| BenchError::Nats(e.to_string()))?;
     let lags = Arc::new(Mutex::new(Vec::with_capacity(opts.messages as usize)));
-    let sink = open_timed(opts, &spec, destination, &lags).await?;
+    let created = bound.stream.cached_info().created.into();
+    let sink = open_timed(opts, &spec, destination, created, &lags).await?;
     // `delivery.batches_in_flight` 2: a second writer, as the daemon opens one.
-    let second =
-        match (destination, spec.delivery.batches_in_flight > 1) {
-            (Some(_), true) => Some(Box::new(open_timed(opts, &spec, destination, &lags).await?)
-                as Box<dyn sinks::Sink>),
-            _ => None,
-        };
+    let second = match (destination, spec.delivery.batches_in_flight > 1) {
+        (Some(_), true) => Some(Box::new(
+            open_timed(opts, &spec, destination, created, &lags).await?,
+        ) as Box<dyn sinks::Sink>),
+        _ => None,
+    };
     let metrics = Metrics::new();
     let sink_metrics = crate::pipeline::SinkMetrics::new(&metrics, "bench");
     let acked = sink_metrics.acked.clone();
