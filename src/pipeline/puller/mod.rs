@@ -28,9 +28,7 @@ use super::retry::backoff;
 use super::room::Room;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
-use crate::nats::{
-    bind, fetch_any, fetch_batch, fetch_each, fetch_strict, Drops, FetchLimits, Needs, Pin,
-};
+use crate::nats::{fetch_any, fetch_batch, fetch_each, fetch_strict, Drops, FetchLimits, Pin};
 use crate::pipeline::metrics::SinkMetrics;
 use crate::pipeline::pause::Pause;
 
@@ -45,6 +43,7 @@ mod interleave;
 mod order;
 mod paused;
 mod pinned;
+mod rebind;
 
 use ahead::PendingPull;
 pub(super) use ahead::{Ahead, WriteTask};
@@ -429,35 +428,5 @@ impl Puller {
                 Pulled::Failed
             }
         }
-    }
-
-    async fn rebind(&mut self) {
-        let mut consumers = Vec::with_capacity(self.consumers.len());
-        let mut created = None;
-        for (source, lane) in self.spec.consumer_bindings() {
-            let needs = Needs::of(&self.spec, lane);
-            match bind(&self.js, &self.spec.name, &source, &needs).await {
-                Ok(b) => {
-                    created = Some(SystemTime::from(b.stream.cached_info().created));
-                    consumers.push(b.consumer);
-                }
-                Err(e) => {
-                    self.unbound = true;
-                    self.health.set_bound(false);
-                    tracing::warn!(sink = %self.spec.name, consumer = %source.consumer, error = %e, "re-binding the consumer failed");
-                    return;
-                }
-            }
-        }
-        self.consumers = consumers;
-        self.bound_anew = created;
-        self.unbound = false;
-        self.health.set_bound(true);
-    }
-
-    /// When the stream was created, once after each binding anew (the stream may have been
-    /// deleted and created again while the consumers were unreachable).
-    pub(super) fn bound_anew(&mut self) -> Option<SystemTime> {
-        self.bound_anew.take()
     }
 }

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::sinks::parquet::{Codec, ColumnType, Format, Keys};
-use crate::sinks::s3::config::RolloverConfig;
+use crate::sinks::util::rollover::RolloverConfig;
 use crate::sinks::settings::{Accumulate, DestinationSettings};
 
 /// The file destination: JSON Lines files, or Parquet files.

@@ -75,8 +75,10 @@ mod held;
 mod lock;
 pub mod naming;
 pub mod record;
+mod rotation;
 mod sink;
 mod tail;
+mod write;
 
 pub use config::FileConfig;
 pub use lock::is_lock_busy;

@@ -8,7 +8,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use super::append::{commit, cut_torn_tail};
 use super::columnar::ParquetFiles;
@@ -17,9 +17,9 @@ use super::directory::{sync_dir, Directory};
 use super::held::Catalog;
 use super::lock::DirectoryLock;
 use super::naming::{self, FileStamp};
-use super::record;
+use super::rotation::rotation_due;
 use super::tail::{self, Expected, Found, Reopen};
-use crate::envelope::{rfc3339, Envelope};
+use crate::envelope::Envelope;
 use crate::sinks::blocking::BlockingSink;
 use crate::sinks::contract::{Feed, Probe, SinkError, Written};
 use crate::sinks::parquet::Format;
@@ -34,75 +34,41 @@ pub type Clock = Box<dyn Fn() -> SystemTime + Send + Sync>;
 pub(crate) type AfterSync = Box<dyn FnMut(&Path) + Send + Sync>;
 
 /// Above this capacity the encode buffer is released after a batch instead of kept.
-const RETAINED_BUFFER_BYTES: usize = 8 << 20;
-
-/// Why the current file is closed before the next batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Rotation {
-    /// It reached `rotate_bytes`.
-    Size,
-    /// It is at least `rotate_interval_ms` old.
-    Age,
-}
-
-/// The rotation decision, a pure function of the current file and the clock.
-///
-/// `size` is the file's length, `created` when it was created, `now` the clock. A limit of
-/// 0 is off. An empty file is never rotated: starting another empty file would only leave
-/// an empty file behind.
-pub(crate) fn rotation_due(
-    size: u64,
-    created: SystemTime,
-    now: SystemTime,
-    rotate_bytes: u64,
-    rotate_interval_ms: u64,
-) -> Option<Rotation> {
-    if size == 0 {
-        return None;
-    }
-    if rotate_bytes > 0 && size >= rotate_bytes {
-        return Some(Rotation::Size);
-    }
-    let age = now.duration_since(created).unwrap_or(Duration::ZERO);
-    if rotate_interval_ms > 0 && age >= Duration::from_millis(rotate_interval_ms) {
-        return Some(Rotation::Age);
-    }
-    None
-}
+pub(super) const RETAINED_BUFFER_BYTES: usize = 8 << 20;
 
 /// Writes batches as JSON Lines into rotating files of a directory.
 ///
 /// See the [module documentation](super) for the file format, the rotation and recovery
 /// rules and the at-least-once guarantee.
 pub struct FileSink {
-    config: FileConfig,
+    pub(super) config: FileConfig,
     /// The directory, created at the first open only and then required to stay the same.
-    dir: Directory,
-    clock: Clock,
+    pub(super) dir: Directory,
+    pub(super) clock: Clock,
     /// The exclusive lock on the directory and prefix, taken at the first open and held
     /// until the sink is dropped.
-    lock: Option<DirectoryLock>,
+    pub(super) lock: Option<DirectoryLock>,
     /// The file batches go to; `None` after a failure, so the next call reopens.
-    current: Option<Current>,
+    pub(super) current: Option<Current>,
     /// What this writer knows of the last file it wrote, kept across a failure so the
     /// reopen cuts only its own bytes; `None` before the first open.
-    expected: Option<Expected>,
+    pub(super) expected: Option<Expected>,
     /// Test hook between the sync and the identity check.
-    after_sync: Option<AfterSync>,
+    pub(super) after_sync: Option<AfterSync>,
     /// Encoded batch, reused between batches.
-    buffer: Vec<u8>,
+    pub(super) buffer: Vec<u8>,
     /// With `format: "parquet"`, the writer of whole files, which every call goes to.
-    parquet: Option<ParquetFiles>,
+    pub(super) parquet: Option<ParquetFiles>,
     /// The source stream, whose lines count as held ([`BlockingSink::attach_blocking`]).
-    stream: Option<String>,
+    pub(super) stream: Option<String>,
     /// When the source stream was created: older files hold another stream's messages.
-    since: Option<SystemTime>,
+    pub(super) since: Option<SystemTime>,
     /// What the files hold; loaded at each open.
-    catalog: Catalog,
+    pub(super) catalog: Catalog,
 }
 
 /// The open file batches are appended to.
-struct Current {
+pub(super) struct Current {
     file: File,
     path: PathBuf,
     stamp: FileStamp,
@@ -210,7 +176,7 @@ impl FileSink {
 
     /// Appends the encoded batch to the current file, rotating first if due. Any failure
     /// leaves `current` empty, so the next call reopens.
-    fn append_buffer(&mut self, now: SystemTime, messages: usize) -> Result<(), SinkError> {
+    pub(super) fn append_buffer(&mut self, now: SystemTime, messages: usize) -> Result<(), SinkError> {
         let Some(mut current) = self.current.take() else {
             return Err(SinkError::transient("file sink is not open"));
         };
@@ -271,72 +237,6 @@ impl FileSink {
         })?;
         self.current = Some(current);
         Ok(())
-    }
-}
-
-impl FileSink {
-    /// Catalogs what the prefix's files hold; `current` is the file appended to next.
-    fn load_catalog(&mut self, current: &Path) -> Result<(), SinkError> {
-        let dir = self.dir.path();
-        let (catalog, read) = Catalog::load(
-            self.stream.clone(),
-            dir,
-            &self.config.prefix,
-            self.since,
-            Some(current),
-            self.config.fsync,
-        )
-        .map_err(|e| io_error(&format!("cannot catalog the files of {}", dir.display()), &e))?;
-        if read > 1 {
-            tracing::info!(directory = %dir.display(), files = read, "read JSON Lines files without a seal to learn which messages they hold; sealed them");
-        }
-        self.catalog = catalog;
-        Ok(())
-    }
-
-    /// Writes what of `batch` the files do not hold yet, in the batch's order; the
-    /// positions of the rest (held, or a second copy of a message in the batch).
-    fn write_new(&mut self, batch: &[Envelope]) -> Result<Vec<usize>, SinkError> {
-        let now = (self.clock)();
-        if let Some(p) = self.parquet.as_mut() {
-            return p.write(batch, now);
-        }
-        let held = self
-            .catalog
-            .held(self.dir.path(), batch.iter().map(|e| e.stream_sequence))
-            .map_err(|e| io_error(&format!("cannot read the seals of {}", self.dir.path().display()), &e))?;
-        let mut seen = std::collections::HashSet::with_capacity(batch.len());
-        let mut already = Vec::new();
-        let mut written = Vec::with_capacity(batch.len());
-        self.buffer.clear();
-        let written_at = rfc3339(naming::utc(now));
-        for (index, envelope) in batch.iter().enumerate() {
-            let seq = envelope.stream_sequence;
-            if held.contains(&seq) || !seen.insert(seq) {
-                already.push(index);
-                continue;
-            }
-            record::encode(envelope, &written_at, &mut self.buffer).map_err(|e| {
-                SinkError::Permanent {
-                    index: Some(index),
-                    message: format!("cannot encode message as a JSON line: {e}"),
-                }
-            })?;
-            written.push(seq);
-        }
-        if !already.is_empty() {
-            tracing::debug!(directory = %self.dir.path().display(), messages = already.len(), "messages delivered again are in the directory's files; not written again");
-        }
-        let result = match written.is_empty() {
-            true => Ok(()),
-            false => self.append_buffer(now, written.len()),
-        };
-        if self.buffer.capacity() > RETAINED_BUFFER_BYTES {
-            self.buffer = Vec::new();
-        }
-        result?;
-        self.catalog.appended(&written);
-        Ok(already)
     }
 }
 

@@ -16,7 +16,7 @@ use super::append::{commit, BatchFile, StillAtError};
 use super::config::FileConfig;
 use super::naming::{utc, FileStamp, MAX_COUNTER};
 use super::record::{self, PayloadEncoding, FIELDS};
-use super::sink::{rotation_due, Rotation};
+use super::rotation::{rotation_due, Rotation};
 use super::FileSink;
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::contract::{Sink, SinkError};

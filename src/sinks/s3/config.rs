@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use super::key::Template;
 use crate::sinks::parquet::{ColumnType, Format};
+pub use crate::sinks::util::rollover::RolloverConfig;
 use crate::sinks::settings::{
-    connect_within_request, out_of_range, Accumulate, DestinationSettings, DEFAULT_MAX_AGE_MS,
-    DEFAULT_MAX_BYTES,
+    connect_within_request, out_of_range, Accumulate, DestinationSettings,
 };
 
 /// The `s3` destination: each batch becomes one JSON Lines object (one per partition the
@@ -107,68 +107,6 @@ pub struct S3Config {
     pub rollover: Option<RolloverConfig>,
 }
 
-/// `destination.rollover` of an `s3` sink: when a buffer of pulled batches is written.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct RolloverConfig {
-    /// Most messages per write: at least `delivery.batch_size`; `max_messages` +
-    /// `batch_size` at most 100000 and at most the consumer's `max_ack_pending` (unless
-    /// -1). Required.
-    pub max_messages: usize,
-    /// Longest time, in milliseconds, the oldest held message waits before a partial
-    /// buffer is written (1000 to 3600000). Default 60000.
-    #[serde(default = "default_max_age_ms")]
-    pub max_age_ms: u64,
-    /// Most payload bytes per write: the buffer is written once another full pull
-    /// (`delivery.max_batch_bytes`) could take it past this (1048576 to 1073741824).
-    /// Default 67108864 (64 MiB).
-    #[serde(default = "default_max_bytes")]
-    pub max_bytes: u64,
-}
-
-impl RolloverConfig {
-    /// What the runner holds for this rollover.
-    pub fn accumulate(&self) -> Accumulate {
-        Accumulate {
-            messages: self.max_messages,
-            bytes: usize::try_from(self.max_bytes).unwrap_or(usize::MAX),
-            flush_ms: self.max_age_ms,
-            key: "rollover",
-            messages_key: "max_messages",
-        }
-    }
-
-    /// The range checks of its keys, named under `rollover.`.
-    pub fn problems(&self, out: &mut Vec<(String, String)>) {
-        out_of_range(
-            out,
-            &[
-                (
-                    "rollover.max_age_ms",
-                    self.max_age_ms,
-                    MIN_MAX_AGE_MS,
-                    MAX_MAX_AGE_MS,
-                ),
-                (
-                    "rollover.max_bytes",
-                    self.max_bytes,
-                    MIN_MAX_BYTES,
-                    MAX_MAX_BYTES,
-                ),
-            ],
-        );
-    }
-}
-
-/// Smallest `rollover.max_bytes`: 1 MiB.
-pub const MIN_MAX_BYTES: u64 = 1 << 20;
-/// Largest `rollover.max_bytes`: 1 GiB.
-pub const MAX_MAX_BYTES: u64 = 1 << 30;
-
-/// Shortest `rollover.max_age_ms`.
-pub const MIN_MAX_AGE_MS: u64 = 1_000;
-/// Longest `rollover.max_age_ms`: one hour, as the shuffler's `flush_ms`.
-pub const MAX_MAX_AGE_MS: u64 = 3_600_000;
 
 /// How objects are compressed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -446,10 +384,4 @@ fn default_connect_timeout_ms() -> u64 {
 }
 fn default_request_timeout_ms() -> u64 {
     30_000
-}
-fn default_max_age_ms() -> u64 {
-    DEFAULT_MAX_AGE_MS
-}
-fn default_max_bytes() -> u64 {
-    DEFAULT_MAX_BYTES
 }

@@ -6,6 +6,7 @@
 pub mod archive;
 pub mod file_identity;
 pub mod holdings;
+pub mod rollover;
 
 use std::io;
 use std::path::Path;
