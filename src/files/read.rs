@@ -15,7 +15,7 @@
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, Read};
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -212,18 +212,65 @@ pub fn open_regular(path: &Path, kind: Kind) -> Result<File, FileError> {
     open(path, u64::MAX, kind).map(|(file, _)| file)
 }
 
+/// Appends to `buf` what `reader` gives, up to and including `stop` (to the end without
+/// it), but never more than `max` bytes in all: a longer input is left unread there.
+/// `buf` grows at most to `max`, never doubling past it, so a bound of 256 MiB costs at
+/// most 256 MiB, not the 512 MiB a `Vec` doubling at 256 MiB and one byte would ask for.
+/// Whether anything was read.
+fn fill(
+    reader: &mut (impl BufRead + ?Sized),
+    buf: &mut Vec<u8>,
+    max: usize,
+    stop: Option<u8>,
+) -> std::io::Result<bool> {
+    let mut read_any = false;
+    while buf.len() < max {
+        let chunk = match reader.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            break;
+        }
+        read_any = true;
+        let (len, ends) = match stop.and_then(|b| chunk.iter().position(|&c| c == b)) {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let n = len.min(max - buf.len());
+        if buf.capacity() - buf.len() < n {
+            let target = (buf.capacity().max(8 << 10) * 2)
+                .max(buf.len() + n)
+                .min(max);
+            buf.reserve_exact(target - buf.len());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        reader.consume(n);
+        if ends && n == len {
+            break;
+        }
+    }
+    Ok(read_any)
+}
+
+/// The most bytes a read of `kind` holds: its bound and one more, to tell "exactly the
+/// bound" from "over it".
+fn hold(kind: Kind) -> usize {
+    usize::try_from(kind.limit().saturating_add(1)).unwrap_or(usize::MAX)
+}
+
 /// Everything `reader` gives (stdin, a pipe), at most `kind`'s bound; `name` says what it
 /// is in an error (`stdin`).
 pub fn read_stream(reader: impl Read, kind: Kind, name: &str) -> Result<Vec<u8>, FileError> {
     let limit = kind.limit();
     let mut out = Vec::new();
-    reader
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut out)
-        .map_err(|source| FileError::Io {
+    fill(&mut BufReader::new(reader), &mut out, hold(kind), None).map_err(|source| {
+        FileError::Io {
             path: PathBuf::from(name),
             source,
-        })?;
+        }
+    })?;
     if out.len() as u64 > limit {
         return Err(FileError::TooLarge {
             path: PathBuf::from(name),
@@ -253,13 +300,10 @@ pub fn read_line(
 ) -> Result<Line, FileError> {
     let limit = kind.limit();
     buf.clear();
-    let n = (&mut *reader)
-        .take(limit.saturating_add(1))
-        .read_until(b'\n', buf)
-        .map_err(|source| FileError::Io {
-            path: PathBuf::from(name),
-            source,
-        })?;
+    let read_any = fill(reader, buf, hold(kind), Some(b'\n')).map_err(|source| FileError::Io {
+        path: PathBuf::from(name),
+        source,
+    })?;
     let content = buf.strip_suffix(b"\n").unwrap_or(buf);
     if content.len() as u64 > limit {
         return Err(FileError::TooLarge {
@@ -268,7 +312,7 @@ pub fn read_line(
             kind,
         });
     }
-    Ok(if n == 0 { Line::End } else { Line::Read })
+    Ok(if read_any { Line::Read } else { Line::End })
 }
 
 /// The text of the regular file at `path`, at most `kind`'s bound, checked to be UTF-8.
@@ -417,6 +461,19 @@ mod tests {
         let e = read_line(&mut endless, &mut buf, Kind::Key, "in").unwrap_err();
         assert!(matches!(e, FileError::TooLarge { .. }), "{e}");
         assert!(buf.len() <= 4097, "held {} bytes", buf.len());
+    }
+
+    #[test]
+    fn a_read_never_holds_more_than_its_bound_and_a_byte() {
+        let mut buf = Vec::new();
+        let mut endless = std::io::BufReader::new(std::io::repeat(b'0'));
+        let _ = read_line(&mut endless, &mut buf, Kind::Key, "in");
+        assert!(buf.capacity() <= 4097, "capacity {}", buf.capacity());
+        let mut two = std::io::Cursor::new(b"ab\ncd\n".to_vec());
+        read_line(&mut two, &mut buf, Kind::Key, "in").unwrap();
+        assert_eq!(buf, b"ab\n", "only the first line is taken");
+        read_line(&mut two, &mut buf, Kind::Key, "in").unwrap();
+        assert_eq!(buf, b"cd\n");
     }
 
     #[test]
