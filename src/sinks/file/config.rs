@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::sinks::parquet::{Codec, ColumnType, Format, Keys};
 use crate::sinks::s3::config::{RolloverConfig, MAX_MAX_AGE_MS, MIN_MAX_AGE_MS};
-use crate::sinks::settings::{out_of_range, Accumulate, DestinationSettings};
+use crate::sinks::settings::{out_of_range, Accumulate, DestinationSettings, NamedPath, PathRole};
 
 /// The file destination: JSON Lines files, or Parquet files.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -185,6 +185,15 @@ impl DestinationSettings for FileConfig {
             }),
             _ => None,
         }
+    }
+
+    /// Files are written into the directory.
+    fn paths(&self) -> Vec<NamedPath> {
+        vec![NamedPath {
+            key: "directory".into(),
+            path: self.directory.clone(),
+            role: PathRole::WritesDirectory,
+        }]
     }
 
     fn describe(&self) -> String {
