@@ -26,7 +26,6 @@ use crate::sinks::contract::{Located, Probe, SinkError, Wanted};
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::{io_error, probe_directory};
 
-
 /// Refuses a path that exists and is not a regular file, naming what it is: a directory
 /// cannot be a database, a FIFO would block the open, a device would take the writes and
 /// leave a `-journal` beside it. Misconfigured (exit 78 at start-up), as `validate` says.
