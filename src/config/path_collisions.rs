@@ -59,11 +59,10 @@ pub(crate) fn collisions(entries: &[(PathRole, Identity)]) -> Vec<(usize, usize)
 
 /// Whether two settings with these roles may not name one path.
 fn collide(a: PathRole, b: PathRole) -> bool {
-    match (a, b) {
-        (PathRole::Read, PathRole::Read) => false,
-        (PathRole::WritesDirectory, PathRole::WritesDirectory) => false,
-        _ => true,
-    }
+    !matches!(
+        (a, b),
+        (PathRole::Read, PathRole::Read) | (PathRole::WritesDirectory, PathRole::WritesDirectory)
+    )
 }
 
 #[cfg(test)]
