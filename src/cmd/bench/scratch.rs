@@ -31,13 +31,17 @@ pub fn refusal(spec: &SinkSpec) -> Option<String> {
             }
             DestinationConfig::Http(_) => {
                 "writes to an http destination: bench would send its made-up messages to \
-                 the configured endpoint; point a copy of the sink at a test endpoint in a \
-                 config of its own and measure that"
+                 the configured endpoint, and bench measures only what it can write without \
+                 side effects; run a copy of the sink against a test endpoint with `jetsink \
+                 run` and read jetsink_sink_write_seconds, or measure the pipeline alone with \
+                 `jetsink bench --destination none`"
             }
             DestinationConfig::Nats(_) => {
                 "writes to a nats destination: bench would publish its made-up messages \
-                 into a stream others read; point a copy of the sink at a scratch stream \
-                 in a config of its own and measure that"
+                 into a stream others read, and bench measures only what it can write \
+                 without side effects; run a copy of the sink against a scratch stream with \
+                 `jetsink run` and read jetsink_sink_write_seconds, or measure the pipeline \
+                 alone with `jetsink bench --destination none`"
             }
             _ => return None,
         }
@@ -169,12 +173,16 @@ mod tests {
             serde_json::json!({"type": "http", "url": "http://127.0.0.1:9/x", "allow_insecure_http": true}),
             false,
         );
-        assert!(refusal(&http).expect("refused").contains("test endpoint"));
+        assert!(refusal(&http)
+            .expect("refused")
+            .contains("test endpoint with `jetsink run`"));
         let nats = spec(
             serde_json::json!({"type": "nats", "servers": ["nats://127.0.0.1:4222"], "stream": "OUT", "subject": "out.x"}),
             false,
         );
-        assert!(refusal(&nats).expect("refused").contains("scratch stream"));
+        assert!(refusal(&nats)
+            .expect("refused")
+            .contains("scratch stream with `jetsink run`"));
         let file = spec(
             serde_json::json!({"type": "file", "directory": "out"}),
             false,
