@@ -8,14 +8,15 @@
 //! "samples": [{"kind", "family", "name", "labels": {…}, "value"}]}`, the samples in
 //! exposition order, `value` a JSON number (a string for `+Inf`, `-Inf`, `NaN`).
 //!
-//! A snapshot replaces the previous one atomically: written to a temporary file in the same
+//! A snapshot replaces the previous one atomically ([`crate::files::write`]): written to a
+//! temporary file created new, never through a link, at an unpredictable name in the same
 //! directory, fsync'd, renamed over the file, the directory fsync'd, so a reader sees the
-//! old snapshot or the new one, never half of one. A failed write is logged as a warning
+//! old snapshot or the new one, never half of one, and a link planted beside it is never
+//! written through. A failed write is logged as a warning
 //! with the path, counted in `jetsink_metrics_snapshot_failures_total`, and never stops
 //! the daemon. Metrics carry no secrets (see `metrics.rs`), so neither does the file.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -146,37 +147,13 @@ fn take(metrics: &Metrics) -> String {
     encode(&samples, &now)
 }
 
-/// Replaces `path` with `text` atomically (temporary file in the same directory, fsync,
-/// rename, directory fsync). The temporary file is removed when a step fails.
-pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file")
-    })?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written?;
-    // The rename itself is durable once the directory is synced; a directory that cannot
-    // be opened for that still holds the new file.
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+/// Replaces `path` with `text` atomically through [`crate::files::replace`]: a temporary
+/// file created new (never through a link) at an unpredictable name in the same
+/// directory, fsync, rename, directory fsync. The temporary file is removed when a step
+/// fails; a device, FIFO, socket or directory at `path` is never replaced. A new file's
+/// mode is 0666 less the umask, as any file the daemon creates.
+pub fn write_atomic(path: &Path, text: &str) -> Result<(), crate::files::WriteError> {
+    crate::files::replace(path, text.as_bytes(), 0o666)
 }
 
 /// The running snapshot writer.
@@ -351,6 +328,24 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
         assert!(write_atomic(&dir.path().join("no/m.json"), "x").is_err());
+    }
+
+    #[test]
+    fn a_link_planted_beside_the_snapshot_is_never_written_through() {
+        // Issue 50: the old temporary name `.m.json.tmp-<pid>` was predictable and
+        // opened with File::create, so a link planted there had its target overwritten.
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.json");
+        let old = dir
+            .path()
+            .join(format!(".m.json.tmp-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &old).unwrap();
+        write_atomic(&p, "{}").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "{}");
     }
 
     #[tokio::test]

@@ -46,6 +46,7 @@ mod nats_destination;
 mod nats_security;
 mod notify;
 mod otlp;
+mod owned_files;
 mod parquet_archive;
 mod pause;
 mod pinned;

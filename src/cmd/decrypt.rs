@@ -7,15 +7,19 @@
 //! form of a bytea). Each record is printed as one JSON line with its payload in clear
 //! (`payload_encoding` `json`, `utf8` or `base64`, as the file destination writes clear
 //! payloads) and its sealed headers opened. A record that fails is reported on stderr with
-//! its position, stream and sequence; the others are still printed.
+//! its position, stream and sequence; the others are still printed. The input is read
+//! with a bound ([`input`]): JSON Lines a line at a time, so a device, a FIFO, an endless
+//! pipe or a huge file is refused, not read into memory.
 
-use std::io::Read as _;
 use std::path::PathBuf;
 
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
+mod input;
 mod parquet_input;
+
+pub use input::records;
 
 use super::emit;
 use crate::config::Config;
@@ -67,68 +71,27 @@ pub fn execute(args: Args) -> u8 {
         );
         return exit::CONFIG;
     };
-    let input = parquet_input::records(args.input.as_deref())
-        .unwrap_or_else(|| read_input(args.input.as_deref()).map(|text| records(&text)));
-    let input = match input {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::FAILURE;
-        }
-    };
     let mut failed = 0usize;
-    for (n, record) in input.into_iter().enumerate() {
-        let result = record.and_then(|r| decrypt_record(enc, r));
-        match result {
+    let mut n = 0usize;
+    let read = input::each_record(args.input.as_deref(), &mut |record| {
+        n += 1;
+        match record.and_then(|r| decrypt_record(enc, r)) {
             Ok(clear) => emit(&Value::Object(clear).to_string()),
             Err(e) => {
                 failed += 1;
-                eprintln!("error: record {}: {e}", n + 1);
+                eprintln!("error: record {n}: {e}");
             }
         }
+    });
+    if let Err(e) = read {
+        eprintln!("error: {e}");
+        return exit::FAILURE;
     }
     if failed > 0 {
         eprintln!("{failed} record(s) could not be decrypted");
         exit::FAILURE
     } else {
         exit::OK
-    }
-}
-
-fn read_input(path: Option<&std::path::Path>) -> Result<String, String> {
-    match path {
-        Some(p) if p.as_os_str() != "-" => {
-            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
-        }
-        _ => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .map_err(|e| format!("cannot read stdin: {e}"))?;
-            Ok(s)
-        }
-    }
-}
-
-/// The records of the input: one JSON document (object or array of objects), else one
-/// per non-empty line.
-pub fn records(text: &str) -> Vec<Result<Map<String, Value>, String>> {
-    let object = |v: Value| match v {
-        Value::Object(m) => Ok(m),
-        _ => Err("not a JSON object".to_string()),
-    };
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Array(items)) => items.into_iter().map(object).collect(),
-        Ok(v) => vec![object(v)],
-        Err(_) => text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| {
-                serde_json::from_str::<Value>(l)
-                    .map_err(|e| format!("not JSON: {e}"))
-                    .and_then(object)
-            })
-            .collect(),
     }
 }
 
@@ -290,15 +253,6 @@ fn clear_payload(bytes: &[u8]) -> (PayloadEncoding, Value) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn input_is_one_record_an_array_or_json_lines() {
-        assert_eq!(records(r#"{"a":1}"#).len(), 1);
-        assert_eq!(records(r#"[{"a":1},{"a":2}]"#).len(), 2);
-        let lines = records("{\"a\":1}\n\n{\"a\":2}\nnot json\n");
-        assert_eq!(lines.len(), 3);
-        assert!(lines[2].is_err());
-    }
 
     #[test]
     fn stored_payload_text_is_base64_or_postgres_hex() {

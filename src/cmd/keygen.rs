@@ -1,8 +1,10 @@
 //! `jetsink keygen`: writes a new random AES-256 key as base64 to a file created with
 //! mode 0600, for an `encryption.keys[].file`. It never overwrites a file (an old key
-//! lost is every row it sealed lost) and prints only the fingerprint.
+//! lost is every row it sealed lost) nor writes through a link, and prints only the
+//! fingerprint. The file is written by [`crate::files::create_new`]: a temporary file
+//! created new beside it, synced, then linked to the name only if nothing has that name,
+//! so no reader ever sees half a key.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use ring::rand::{SecureRandom, SystemRandom};
@@ -42,19 +44,15 @@ pub fn write_key(path: &Path) -> Result<String, String> {
     SystemRandom::new()
         .fill(&mut key)
         .map_err(|_| "the operating system's random generator failed".to_string())?;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options
-        .open(path)
-        .map_err(|e| format!("cannot create key file {}: {e}", path.display()))?;
-    writeln!(file, "{}", encode_key(&key))
-        .and_then(|()| file.sync_all())
-        .map_err(|e| format!("cannot write key file {}: {e}", path.display()))?;
+    let text = format!("{}\n", encode_key(&key));
+    crate::files::create_new(path, text.as_bytes(), 0o600).map_err(|e| match e {
+        crate::files::WriteError::Exists { .. } => format!(
+            "cannot create key file {}: it exists (keygen never replaces a key: every row it \
+             sealed would be lost)",
+            path.display()
+        ),
+        e => format!("cannot create key file {}: {e}", path.display()),
+    })?;
     Ok(fingerprint(&key))
 }
 
@@ -73,5 +71,20 @@ mod tests {
         assert_eq!(fingerprint(&key), fp);
         let err = write_key(&path).unwrap_err();
         assert!(err.contains("cannot create key file"), "{err}");
+        assert!(err.contains("it exists"), "{err}");
+    }
+
+    #[test]
+    fn a_link_at_the_key_path_is_refused_and_its_target_keeps_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let link = dir.path().join("k.key");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let err = write_key(&link).unwrap_err();
+        assert!(err.contains("it exists"), "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 2, "no temporary file left");
     }
 }

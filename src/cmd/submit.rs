@@ -7,7 +7,6 @@
 //! Exit codes: 0 committed, 65 dead-lettered, 75 timed out (retriable), 69 NATS or a
 //! stream unavailable, 78 bad config or sink, 2 bad arguments.
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -231,19 +230,13 @@ fn read_payload(data: Option<String>, file: Option<&PathBuf>) -> Result<Bytes, S
             .map(Bytes::from)
             .map_err(|e| SubmitError::Usage(format!("--file: {e}")));
     }
-    let limit = crate::files::Kind::Payload.limit();
-    let mut buf = Vec::new();
-    std::io::stdin()
-        .take(limit + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| SubmitError::Usage(format!("reading the payload from stdin: {e}")))?;
-    if buf.len() as u64 > limit {
-        return Err(SubmitError::Usage(format!(
-            "the payload on stdin is larger than {} MiB, NATS' largest message",
-            limit >> 20
-        )));
-    }
-    Ok(Bytes::from(buf))
+    crate::files::read_stream(
+        std::io::stdin().lock(),
+        crate::files::Kind::Payload,
+        "stdin",
+    )
+    .map(Bytes::from)
+    .map_err(|e| SubmitError::Usage(format!("the payload: {e}")))
 }
 
 #[cfg(test)]

@@ -20,6 +20,8 @@ pub mod metrics;
 mod model;
 #[cfg(test)]
 mod mutation_tests;
+mod owned_files;
+mod path_collisions;
 pub mod pinned;
 pub mod randomizer;
 pub mod raw;
@@ -80,14 +82,24 @@ fn render_issues(issues: &[Issue]) -> String {
 }
 
 impl Config {
-    /// Reads, parses and validates a config file.
+    /// Reads, parses and validates a config file, then checks the paths it names on this
+    /// host: a written path named by another setting, or that is a device, FIFO, socket or
+    /// directory where a file is meant, is refused.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text =
             crate::files::read_text(path, crate::files::Kind::Config).map_err(ConfigError::Read)?;
-        Config::from_json_str(&text).map_err(|issues| ConfigError::Invalid {
+        let invalid = |issues| ConfigError::Invalid {
             path: path.to_path_buf(),
             issues,
-        })
+        };
+        let config = Config::from_json_str(&text).map_err(invalid)?;
+        // Only a valid config's paths are looked at on disk: written ones must be named
+        // once and be what jetsink writes (owned_files).
+        let issues = owned_files::check(path, &config.paths);
+        if !issues.is_empty() {
+            return Err(invalid(issues));
+        }
+        Ok(config)
     }
 
     /// Parses and validates config text; the issues carry JSON paths.

@@ -90,6 +90,10 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Sinks in name order.
     pub sinks: Vec<SinkSpec>,
+    /// Every local path the config names (keys, secrets, TLS files, the snapshot, the
+    /// destinations' files and directories), by JSON path, for the check
+    /// [`Config::load`](super::Config::load) makes that none written is named twice.
+    pub paths: Vec<crate::sinks::settings::NamedPath>,
     /// What loading found that works but should be fixed, by JSON path: `validate`
     /// prints them, `run` logs them once logging has started.
     pub warnings: Vec<crate::shared::issue::Issue>,

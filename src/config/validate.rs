@@ -45,6 +45,14 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
     } = raw;
 
     let nats_cfg = check_nats(&nats, &mut issues);
+    let mut paths =
+        super::owned_files::top_level(&nats, api.as_ref(), metrics.as_ref(), encryption.as_ref());
+    for (name, s) in sinks.iter().flatten() {
+        if let Some(e) = &s.encryption {
+            let at = format!("sinks.{name}.encryption");
+            paths.extend(super::owned_files::key_files(&at, e));
+        }
+    }
 
     check_listeners(&http, api.as_ref(), &logging, &mut issues);
     if let Some(m) = &metrics {
@@ -89,6 +97,13 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
         }
     }
     check_conflicts(&specs, &mut issues);
+    for spec in &specs {
+        let at = &spec.paths.destination;
+        paths.extend(super::owned_files::of_destination(
+            at,
+            spec.destination.paths(),
+        ));
+    }
 
     if issues.0.is_empty() {
         Ok(Config {
@@ -99,6 +114,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<Issue>> {
             metrics,
             telemetry,
             sinks: specs,
+            paths,
             warnings: issues.1,
         })
     } else {

@@ -107,6 +107,11 @@ macro_rules! destinations {
                 }
             }
 
+            /// Every local path the settings name, and what is done with it.
+            pub fn paths(&self) -> Vec<$crate::sinks::settings::NamedPath> {
+                self.settings().paths()
+            }
+
             /// The server process the destination writes to, if any.
             pub fn server(&self) -> Option<$crate::sinks::settings::ServerProcess> {
                 self.settings().server()

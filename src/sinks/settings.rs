@@ -63,6 +63,47 @@ pub trait DestinationSettings {
     fn server(&self) -> Option<ServerProcess> {
         None
     }
+
+    /// Every local path the settings name and what the destination does with it, so
+    /// `validate` refuses a written path that another setting also names (a snapshot file
+    /// at the database, a key file as the database) or that is not a regular file. Default:
+    /// none.
+    fn paths(&self) -> Vec<NamedPath> {
+        Vec::new()
+    }
+}
+
+/// What jetsink does with a path a setting names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathRole {
+    /// Reads it (a key, a password, a certificate, the config).
+    Read,
+    /// Writes a file there (a database, the metrics snapshot).
+    WritesFile,
+    /// Writes files into the directory there.
+    WritesDirectory,
+}
+
+/// A local path a setting names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedPath {
+    /// The setting, relative to the destination object (`path`, `tls.ca_file`).
+    pub key: String,
+    /// The path as configured.
+    pub path: String,
+    /// What is done with it.
+    pub role: PathRole,
+}
+
+impl NamedPath {
+    /// `path` at `key`, read; `None` when the setting is absent.
+    pub fn read(key: &str, path: Option<&String>) -> Option<NamedPath> {
+        path.map(|p| NamedPath {
+            key: key.into(),
+            path: p.clone(),
+            role: PathRole::Read,
+        })
+    }
 }
 
 /// A destination's own bound on the messages of one write.

@@ -41,15 +41,20 @@ impl HttpClient for RuntimeClient {
             for (name, value) in &parts.headers {
                 req = req.header(name.as_str(), value.as_bytes());
             }
-            let mut response = req.body(body).send().await?;
+            let response = req.body(body).send().await?;
             let status = response.status().as_u16();
-            let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await? {
-                if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                    break;
-                }
-                body.extend_from_slice(&chunk);
-            }
+            let body = match crate::files::body::read(
+                response,
+                MAX_RESPONSE_BYTES,
+                crate::files::body::Over::Cut,
+            )
+            .await
+            {
+                Ok(body) => body,
+                Err(crate::files::body::BodyError::Read(e)) => return Err(e),
+                // Cut, never refused.
+                Err(crate::files::body::BodyError::TooLarge { .. }) => Vec::new(),
+            };
             Ok::<_, reqwest::Error>((status, body))
         });
         let (status, body) = sent.await??;

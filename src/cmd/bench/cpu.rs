@@ -109,7 +109,7 @@ fn ticks() -> f64 {
 
 /// User plus system CPU seconds of the process whose `stat` file is `path`.
 fn seconds(path: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = crate::files::read_text(path, crate::files::Kind::Proc).ok()?;
     stat_seconds(&text, ticks())
 }
 
@@ -148,7 +148,8 @@ fn processes() -> Vec<(u32, String)> {
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            let comm = Path::new("/proc").join(pid.to_string()).join("comm");
+            let comm = crate::files::read_text(&comm, crate::files::Kind::Proc).ok()?;
             Some((pid, comm.trim().to_string()))
         })
         .collect()
@@ -158,7 +159,7 @@ fn processes() -> Vec<(u32, String)> {
 fn listener_pid(port: u16) -> Option<u32> {
     let mut inodes = BTreeMap::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        if let Ok(text) = std::fs::read_to_string(table) {
+        if let Ok(text) = crate::files::read_text(Path::new(table), crate::files::Kind::Proc) {
             for inode in listening_inodes(&text, port) {
                 inodes.insert(inode, ());
             }

@@ -10,6 +10,10 @@ pub enum BenchError {
     /// A destination could not be prepared.
     #[error("{0}")]
     Destination(String),
+    /// The configured sink cannot be measured without side effects: why, and what to
+    /// measure instead.
+    #[error("{0}")]
+    Refused(String),
     /// The run finished but lost or left messages.
     #[error("verification failed: {0}")]
     Lost(String),

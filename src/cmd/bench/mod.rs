@@ -5,7 +5,10 @@
 //! fed at a fixed offered load during each pass), so a table that outlives the runs
 //! receives new keys in every run; a configured database destination writes each pass
 //! into a scratch table (jetsink's layout, or a copy of the user's table) it drops after,
-//! so every pass starts from an empty table and the configured one is never written.
+//! so every pass starts from an empty table and the configured one is never written;
+//! files and SQLite go to a temporary directory the bench creates, S3 to a scratch
+//! prefix, and a sink whose writes have side effects (exec, http, nats, job-queue) is
+//! refused before anything runs ([`scratch`]).
 //! The **ceiling** pass is a bare pull consumer that
 //! fetches the same batch size and ACKs each message, flushing once per batch. The
 //! **destination** pass writes the same rows straight into the destination, with no NATS
@@ -28,6 +31,7 @@ mod measure;
 mod options;
 mod pipeline;
 pub mod probe;
+mod scratch;
 pub mod stats;
 pub mod verify;
 
@@ -152,6 +156,7 @@ pub async fn execute(args: Args) -> u8 {
             eprintln!("error: {e}");
             match e {
                 BenchError::Nats(_) => exit::UNAVAILABLE,
+                BenchError::Refused(_) => exit::CONFIG,
                 _ => exit::FAILURE,
             }
         }
@@ -172,7 +177,14 @@ fn target(args: &Args) -> Result<Configured, u8> {
         let nats = cfg.nats;
         let otlp = cfg.telemetry.otlp;
         return match cfg.sinks.into_iter().find(|s| &s.name == name) {
-            Some(s) => Ok((Target::Configured(Box::new(s)), Some(nats), otlp)),
+            Some(s) => match scratch::refusal(&s) {
+                // Nothing connected, nothing run: exit 78, as replay refuses a sink.
+                Some(why) => {
+                    eprintln!("error: {}: {why}", path.display());
+                    Err(exit::CONFIG)
+                }
+                None => Ok((Target::Configured(Box::new(s)), Some(nats), otlp)),
+            },
             None => {
                 eprintln!("error: {}: no sink named {name:?}", path.display());
                 Err(exit::CONFIG)

@@ -3,12 +3,12 @@
 //! pull bounds, the publish plan). Every pass module imports this one; none imports
 //! another pass.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use async_nats::jetstream;
 
 use super::error::BenchError;
+use super::scratch::{self, Place};
 use crate::cmd::publish::{publish, PublishPlan};
 use crate::config::{DeliveryConfig, DestinationConfig, SinkSpec};
 use crate::nats::FetchLimits;
@@ -70,37 +70,43 @@ impl Options {
     }
 
     /// The destination of pass `tag` of run `run` (`None` to discard), and the scratch
-    /// directory or table to remove after it.
+    /// directory, table or prefix it writes instead of the configured one.
     ///
     /// A configured database destination gets a scratch table per pass, named for the
     /// run's stream and the pass (jetsink's layout, or a copy of the user's own table):
     /// every pass then starts from an empty table, as the first run of a command does,
     /// instead of each writing into a table the earlier ones grew (whose index maintenance
     /// made MariaDB's CPU per message nearly triple over three commands), and the
-    /// configured table never receives a bench row.
+    /// configured table never receives a bench row. Files and SQLite go to a directory
+    /// the bench creates, S3 to a scratch prefix; a destination with side effects is
+    /// refused ([`super::scratch`]).
     pub fn destination(
         &self,
         stream: &str,
         run: usize,
         tag: &str,
-    ) -> Result<(Option<DestinationConfig>, Scratch), BenchError> {
+    ) -> Result<(Option<DestinationConfig>, Place), BenchError> {
         match &self.target {
-            Target::Discard => Ok((None, Scratch::Nothing)),
+            Target::Discard => Ok((None, Place::Nothing)),
             Target::Configured(spec) => {
                 let table = scratch_table(stream, tag);
-                Ok(match spec.destination.with_scratch_table(&table) {
-                    Some(d) => (Some(d.clone()), Scratch::Table(Box::new(d))),
-                    None => (Some(spec.destination.clone()), Scratch::Nothing),
-                })
+                let (d, place) = scratch::place(spec, stream, run, tag, &table)?;
+                Ok((Some(d), place))
             }
             Target::Builtin { settings, .. } => {
-                let dir = std::env::temp_dir().join(format!("jetsink-bench-{stream}-{run}-{tag}"));
+                let dir = scratch::own_directory(stream, run, tag)?;
                 let d = crate::config::destination::parse(
                     "bench.destination",
                     with_dir(settings, &dir.to_string_lossy()),
-                )
-                .map_err(|e| BenchError::Destination(e.to_string()))?;
-                Ok((Some(d), Scratch::Directory(dir)))
+                );
+                let d = match d {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let _ = std::fs::remove_dir(&dir);
+                        return Err(BenchError::Destination(e.to_string()));
+                    }
+                };
+                Ok((Some(d), Place::Directory(dir)))
             }
         }
     }
@@ -113,23 +119,12 @@ fn scratch_table(stream: &str, tag: &str) -> String {
     format!("{}_{tag}", stream.to_lowercase())
 }
 
-/// What a pass made only for itself, removed after it whatever happened.
-#[derive(Debug)]
-pub enum Scratch {
-    /// Nothing: the pass discards, or writes where the config says.
-    Nothing,
-    /// A temporary directory of a built-in destination.
-    Directory(PathBuf),
-    /// A scratch table: the destination writing it, which drops it.
-    Table(Box<DestinationConfig>),
-}
-
-impl Scratch {
+impl Place {
     /// Removes it; a failure is a warning (the measurement stands), naming what is left.
     pub async fn remove(self) {
         match self {
-            Scratch::Nothing => {}
-            Scratch::Directory(dir) => {
+            Place::Nothing => {}
+            Place::Directory(dir) => {
                 // Not there: the pass failed before its destination made it.
                 match std::fs::remove_dir_all(&dir) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -138,10 +133,13 @@ impl Scratch {
                     _ => {}
                 }
             }
-            Scratch::Table(d) => {
+            Place::Table(d) => {
                 if let Err(e) = crate::sinks::build(&d).drop_table().await {
                     tracing::warn!(table = %d.target(), error = %e, "could not drop the benchmark's scratch table");
                 }
+            }
+            Place::Prefix(bucket, prefix) => {
+                tracing::warn!(bucket = %bucket, prefix = %prefix, "the benchmark's objects are left under this scratch prefix; delete them with your S3 tools");
             }
         }
     }
@@ -178,7 +176,12 @@ impl Server {
                 .connection_timeout(Duration::from_secs(5))
                 .connect(url.as_str())
                 .await
-                .map_err(|e| BenchError::Nats(format!("cannot connect to NATS at {url}: {e}"))),
+                .map_err(|e| {
+                    BenchError::Nats(format!(
+                        "cannot connect to NATS at {}: {e}",
+                        crate::shared::server_url::redacted(url)
+                    ))
+                }),
             Server::Config(cfg) => {
                 let metrics = crate::metrics::Metrics::new();
                 let links = crate::nats::Links::new(&metrics);
@@ -213,10 +216,18 @@ pub fn describe(target: &Target) -> String {
         Target::Discard => "none (discard)".into(),
         Target::Builtin { describe, .. } => describe.clone(),
         Target::Configured(s) => {
-            // The configured table is named, but the rows go beside it.
-            let beside = match s.destination.with_scratch_table("jetsink_bench") {
-                Some(_) => "; each pass writes a scratch table beside it, dropped after",
-                None => "",
+            // The configured table, directory or prefix is named, but the rows go beside it.
+            let beside = match &s.destination {
+                DestinationConfig::File(_) | DestinationConfig::Sqlite(_) => {
+                    "; each pass writes into a temporary directory of its own, removed after"
+                }
+                DestinationConfig::S3(_) => {
+                    "; each pass writes under the scratch prefix jetsink-bench/ of the configured one, left for you to delete"
+                }
+                d if d.with_scratch_table("jetsink_bench").is_some() => {
+                    "; each pass writes a scratch table beside it, dropped after"
+                }
+                _ => "",
             };
             format!("sink {}: {}{beside}", s.name, s.destination.describe())
         }
@@ -262,7 +273,7 @@ mod tests {
     }
 
     #[test]
-    fn a_database_sink_writes_a_scratch_table_a_mapped_one_copied_from_the_users_and_a_file_sink_its_own(
+    fn a_database_sink_writes_a_scratch_table_a_mapped_one_copied_from_the_users_and_a_file_sink_a_directory_of_its_own(
     ) {
         let spec = |destination: serde_json::Value| {
             let cfg = serde_json::json!({
@@ -295,7 +306,7 @@ mod tests {
             .expect("destination")
             .target()
             .contains("jetsink_bench_1_2_r1_pipeline"));
-        assert!(matches!(scratch, Scratch::Table(_)));
+        assert!(matches!(scratch, Place::Table(_)));
         let (d, scratch) = spec(serde_json::json!({
             "type": "mysql", "url": "mysql://u@h/db", "table": "events",
             "columns": {"k": "$idempotency_key", "p": "/id"}
@@ -305,15 +316,19 @@ mod tests {
             .target()
             .ends_with("jetsink_bench_1_2_r1_pipeline"));
         match scratch {
-            Scratch::Table(d) => match *d {
+            Place::Table(d) => match *d {
                 DestinationConfig::Mysql(c) => assert_eq!(c.copy_of.as_deref(), Some("events")),
                 other => panic!("not mysql: {other:?}"),
             },
             other => panic!("no scratch table: {other:?}"),
         }
         let (d, scratch) = spec(serde_json::json!({"type": "file", "directory": "out"}));
-        assert!(d.expect("destination").target().contains("out"));
-        assert!(matches!(scratch, Scratch::Nothing));
+        let Place::Directory(dir) = scratch else {
+            panic!("no directory of its own: {scratch:?}")
+        };
+        let target = d.expect("destination").target();
+        assert!(target.contains(&*dir.to_string_lossy()), "{target}");
+        std::fs::remove_dir(&dir).unwrap();
     }
 
     #[test]

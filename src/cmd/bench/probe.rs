@@ -100,15 +100,18 @@ pub fn peak_rss_kib() -> u64 {
 }
 
 fn status_field(name: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+    crate::files::read_text(
+        std::path::Path::new("/proc/self/status"),
+        crate::files::Kind::Proc,
+    )
+    .ok()
+    .and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    })
+    .unwrap_or(0)
 }
 
 #[cfg(test)]

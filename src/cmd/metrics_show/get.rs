@@ -95,7 +95,7 @@ pub async fn execute(args: Args) -> u8 {
         }
     };
     let from = match &source {
-        Source::Url(u) => u.clone(),
+        Source::Url(u) => crate::shared::server_url::redacted(u),
         Source::File(f) => f.display().to_string(),
     };
     match (pick(&samples, &name, &labels), default) {

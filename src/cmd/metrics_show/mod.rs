@@ -8,7 +8,9 @@
 //! exposition format (a `# TYPE` line gives the kind of the samples that follow; other
 //! comments are skipped), [`select`] keeps the samples a glob names, and [`render_table`] /
 //! [`render_json`] print them. [`fetch`] is the only I/O: one plain-HTTP GET with a
-//! timeout, or one bounded read of a snapshot file ([`load`]). The glob is matched against the metric name with and without the `jetsink_`
+//! timeout whose body is read up to 16 MiB ([`crate::files::body`]; an endless answer is
+//! refused there), or one bounded read of a snapshot file ([`load`]). A URL is printed
+//! with its credentials replaced by `***`. The glob is matched against the metric name with and without the `jetsink_`
 //! prefix, so `priority_lane_*` and `jetsink_priority_lane_*` select the same rows.
 //! Histogram buckets are left out unless the glob itself asks for them (contains
 //! `_bucket`): a histogram shows as its `_sum` and `_count` rows.
@@ -53,7 +55,7 @@ pub enum FetchErrorKind {
 pub struct FetchError {
     /// What went wrong, for the exit code.
     pub kind: FetchErrorKind,
-    /// The URL asked, or the snapshot file's path.
+    /// The URL asked (its credentials replaced by `***`), or the snapshot file's path.
     pub url: String,
     /// Details.
     pub message: String,
@@ -63,7 +65,8 @@ impl FetchError {
     fn new(kind: FetchErrorKind, url: &str, message: impl Into<String>) -> FetchError {
         FetchError {
             kind,
-            url: url.to_string(),
+            // Shown to the operator: a password in the URL is never printed.
+            url: crate::shared::server_url::redacted(url),
             message: message.into(),
         }
     }
@@ -93,7 +96,7 @@ pub async fn fetch(url: &str, timeout: Duration) -> Result<String, FetchError> {
         FetchError::new(
             FetchErrorKind::Unreachable,
             url,
-            format!("cannot read metrics: {} (is `jetsink run` running with http.enabled, and is this its http.listen address?)", root_cause(&e)),
+            format!("cannot read metrics: {} (is `jetsink run` running with http.enabled, and is this its http.listen address?)", root_cause(&e.without_url())),
         )
     };
     // Plain HTTP: no certificate store to load.
@@ -111,11 +114,26 @@ pub async fn fetch(url: &str, timeout: Duration) -> Result<String, FetchError> {
             format!("answered HTTP {status}, expected 200 with Prometheus metrics"),
         ));
     }
-    response.text().await.map_err(|e| {
+    let limit = usize::try_from(crate::files::Kind::Metrics.limit()).unwrap_or(usize::MAX);
+    let body = crate::files::body::read(response, limit, crate::files::body::Over::Refuse)
+        .await
+        .map_err(|e| match e {
+            crate::files::body::BodyError::Read(e) => FetchError::new(
+                FetchErrorKind::Unreachable,
+                url,
+                format!("cannot read the response: {}", root_cause(&e.without_url())),
+            ),
+            e @ crate::files::body::BodyError::TooLarge { .. } => FetchError::new(
+                FetchErrorKind::NotMetrics,
+                url,
+                format!("{e}: not a jetsink /metrics endpoint"),
+            ),
+        })?;
+    String::from_utf8(body).map_err(|_| {
         FetchError::new(
-            FetchErrorKind::Unreachable,
+            FetchErrorKind::NotMetrics,
             url,
-            format!("cannot read the response: {}", root_cause(&e)),
+            "the response is not UTF-8 text, not Prometheus metrics",
         )
     })
 }

@@ -329,6 +329,44 @@ async fn an_unreachable_endpoint_is_unavailable_and_named() {
 }
 
 #[tokio::test]
+async fn a_password_in_the_url_is_never_printed() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://user:S3CRETPW@127.0.0.1:{port}/metrics");
+    let err = fetch(&url, Duration::from_secs(2)).await.unwrap_err();
+    let shown = err.to_string();
+    assert!(!shown.contains("S3CRETPW"), "{shown}");
+    assert!(
+        shown.starts_with(&format!("http://***@127.0.0.1:{port}/metrics: ")),
+        "{shown}"
+    );
+    let bad = fetch("https://u:S3CRETPW@h/metrics", Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(!bad.to_string().contains("S3CRETPW"), "{bad}");
+}
+
+#[tokio::test]
+async fn an_endless_answer_is_refused_at_16_mib_not_read_to_its_end() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let _ = s.read(&mut [0u8; 1024]);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n");
+        let line = b"# HELP x y\n".repeat(1024);
+        while s.write_all(&line).is_ok() {}
+    });
+    let err = fetch(&url, Duration::from_secs(30)).await.unwrap_err();
+    assert_eq!(err.kind, FetchErrorKind::NotMetrics, "{err}");
+    assert!(err.to_string().contains("larger than 16 MiB"), "{err}");
+}
+
+#[tokio::test]
 async fn a_snapshot_file_is_read_and_a_bad_one_named_once() {
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("m.json");

@@ -197,8 +197,9 @@ pub async fn ensure(url: &str, say: impl Fn(&str)) -> Result<Local, LocalError> 
     };
     std::fs::create_dir_all(STORE_DIR)
         .map_err(|e| not_started(format!("cannot create {STORE_DIR}: {e}")))?;
-    let log = std::fs::File::create(LOG_FILE)
-        .map_err(|e| not_started(format!("cannot create {LOG_FILE}: {e}")))?;
+    // Written in place (the server holds it open), but never through a link.
+    let log = crate::files::open_in_place(std::path::Path::new(LOG_FILE), true)
+        .map_err(|e| not_started(e.to_string()))?;
     let err_log = log
         .try_clone()
         .map_err(|e| not_started(format!("cannot open {LOG_FILE}: {e}")))?;

@@ -50,8 +50,8 @@ pub struct Args {
     /// The sink whose stream, consumers, destination and dead letters to ask.
     #[arg(long)]
     sink: String,
-    /// The message's stream sequence.
-    #[arg(long, value_name = "N")]
+    /// The message's stream sequence (from 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     seq: Option<u64>,
     /// The message's Nats-Msg-Id, found through the destination's stored message ids or
     /// the dead-letter copies.

@@ -56,6 +56,23 @@ pub struct DatabaseTlsConfig {
     pub key_file: Option<String>,
 }
 
+/// The files a database destination reads: its password file and TLS files.
+pub(crate) fn read_paths(
+    password_file: Option<&String>,
+    tls: &DatabaseTlsConfig,
+) -> Vec<crate::sinks::settings::NamedPath> {
+    use crate::sinks::settings::NamedPath;
+    [
+        NamedPath::read("password_file", password_file),
+        NamedPath::read("tls.ca_file", tls.ca_file.as_ref()),
+        NamedPath::read("tls.cert_file", tls.cert_file.as_ref()),
+        NamedPath::read("tls.key_file", tls.key_file.as_ref()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
 /// The default table name of every database destination.
 pub(crate) fn default_table() -> String {
     "jetsink_events".into()

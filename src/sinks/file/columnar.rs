@@ -25,7 +25,7 @@
 //! one file. Files last modified before the source stream was created are not counted:
 //! they hold a deleted stream's messages, whose sequences the new stream uses again.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -282,12 +282,10 @@ impl ParquetFiles {
         path: &Path,
     ) -> Result<(), SinkError> {
         let shown = temporary.display();
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(temporary)
-            .map_err(|e| io_error(&format!("cannot create {shown}"), &e))?;
+        // The one writer of a file jetsink owns: created new, never through a link planted
+        // at the temporary name (one there is unlinked first), renamed over `path` below.
+        let (staged, file) = crate::files::Staged::at(path, temporary, 0o666)
+            .map_err(|e| SinkError::transient(e.to_string()))?;
         let written_at = naming::utc(now);
         let refused = |e: EncodeError| match e {
             EncodeError::Refused { index, message } => SinkError::Permanent {
@@ -308,16 +306,10 @@ impl ParquetFiles {
                 .map_err(refused)?;
         }
         let file: File = encoder.finish().map_err(refused)?;
-        if self.fsync {
-            file.sync_data()
-                .map_err(|e| io_error(&format!("cannot sync {shown}"), &e))?;
-        }
-        drop(file);
-        fs::rename(temporary, path)
-            .map_err(|e| io_error(&format!("cannot rename {shown} to {}", path.display()), &e))?;
-        if self.fsync {
-            sync_dir(self.dir.path())?;
-        }
+        // Synced (file, then directory) when `fsync` is on, as before.
+        staged
+            .rename_over(file, self.fsync)
+            .map_err(|e| SinkError::transient(e.to_string()))?;
         // A directory replaced meanwhile (an unmounted volume) would hold the file where
         // no one looks: fail the batch, it is written again.
         self.dir.check()

@@ -7,8 +7,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::sinks::parquet::{Codec, ColumnType, Format, Keys};
+use crate::sinks::settings::{Accumulate, DestinationSettings, NamedPath, PathRole};
 use crate::sinks::util::rollover::RolloverConfig;
-use crate::sinks::settings::{Accumulate, DestinationSettings};
 
 /// The file destination: JSON Lines files, or Parquet files.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -176,6 +176,15 @@ impl DestinationSettings for FileConfig {
 
     fn rolls_over_by_default(&self) -> bool {
         self.format == Format::Parquet && self.rollover.is_none()
+    }
+
+    /// Files are written into the directory.
+    fn paths(&self) -> Vec<NamedPath> {
+        vec![NamedPath {
+            key: "directory".into(),
+            path: self.directory.clone(),
+            role: PathRole::WritesDirectory,
+        }]
     }
 
     fn describe(&self) -> String {

@@ -5,8 +5,9 @@
 //! bitset by its stream sequence: counting a 1,000,000-message pass must not inflate the
 //! peak memory of the next one.
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
+
+use crate::files::Kind;
 
 /// The stream and sequence of one line; the rest is skipped.
 #[derive(serde::Deserialize)]
@@ -34,7 +35,7 @@ pub fn distinct_sequences(dir: &Path, prefix: &str, stream: &str) -> Result<u64,
     };
     let mut seen: Vec<u64> = Vec::new();
     let mut count = 0u64;
-    let mut line = String::new();
+    let mut line = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(fail)? {
         let path = entry.map_err(fail)?.path();
         let ours = path
@@ -44,13 +45,17 @@ pub fn distinct_sequences(dir: &Path, prefix: &str, stream: &str) -> Result<u64,
         if !ours {
             continue;
         }
-        let mut reader = std::io::BufReader::new(std::fs::File::open(&path).map_err(fail)?);
+        // Through the one bounded reader: a regular file only, a line at a time.
+        let bounded = |e: crate::files::FileError| fail(std::io::Error::other(e.to_string()));
+        let file = crate::files::open_regular(&path, Kind::Records).map_err(bounded)?;
+        let mut reader = std::io::BufReader::new(file);
+        let shown = path.display().to_string();
         loop {
-            line.clear();
-            if reader.read_line(&mut line).map_err(fail)? == 0 {
+            let read = crate::files::read_line(&mut reader, &mut line, Kind::Records, &shown);
+            if read.map_err(bounded)? == crate::files::Line::End {
                 break;
             }
-            let Ok(l) = serde_json::from_str::<Line<'_>>(&line) else {
+            let Ok(l) = serde_json::from_slice::<Line<'_>>(&line) else {
                 continue;
             };
             if l.stream != stream {

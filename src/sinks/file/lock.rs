@@ -12,7 +12,7 @@
 //! a new file of the same name. Its content, the holder's pid, is informational only;
 //! the lock itself is what excludes.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -83,13 +83,17 @@ impl DirectoryLock {
     /// a transient error naming the directory, the lock file and the holder's pid.
     pub(crate) fn acquire(directory: &Path, prefix: &str) -> Result<DirectoryLock, SinkError> {
         let path = directory.join(lock_file_name(prefix));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| io_error(&format!("cannot open lock file {}", path.display()), &e))?;
+        // Never through a link planted at the name: the pid written below would
+        // otherwise cut the link's target to a few bytes.
+        let file = crate::files::open_in_place(&path, false).map_err(|e| match e {
+            crate::files::WriteError::NotRegular { .. } => SinkError::Misconfigured {
+                message: format!("lock file {e}"),
+            },
+            e => match e.io() {
+                Some(io) => io_error(&format!("cannot open lock file {}", path.display()), io),
+                None => SinkError::transient(e.to_string()),
+            },
+        })?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -195,6 +199,18 @@ mod tests {
         assert!(names.contains(&".events.lock".to_string()), "{names:?}");
         let pid = std::fs::read(dir.path().join(".events.lock")).unwrap();
         assert_eq!(parse_holder(&pid), Some(std::process::id()));
+    }
+
+    #[test]
+    fn a_link_planted_at_the_lock_file_is_refused_and_its_target_keeps_its_bytes() {
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join(".events.lock")).unwrap();
+        let e = DirectoryLock::acquire(dir.path(), "events").unwrap_err();
+        assert!(matches!(e, SinkError::Misconfigured { .. }), "{e:?}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     }
 
     proptest! {

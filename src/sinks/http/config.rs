@@ -9,7 +9,9 @@ use reqwest::Url;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::sinks::settings::{connect_within_request, out_of_range, DestinationSettings};
+use crate::sinks::settings::{
+    connect_within_request, out_of_range, DestinationSettings, NamedPath,
+};
 
 /// The `http` destination: every batch (or every message) is sent to one URL, and
 /// committed when the endpoint answers 2xx.
@@ -309,6 +311,23 @@ impl DestinationSettings for HttpConfig {
         );
         connect_within_request(&mut out, self.connect_timeout_ms, self.request_timeout_ms);
         out
+    }
+
+    /// The TLS files and secret header files are read.
+    fn paths(&self) -> Vec<NamedPath> {
+        let tls = &self.tls;
+        let headers = self.secret_headers.iter().filter_map(|(name, source)| {
+            NamedPath::read(&format!("secret_headers.{name}.file"), source.file.as_ref())
+        });
+        [
+            NamedPath::read("tls.ca_file", tls.ca_file.as_ref()),
+            NamedPath::read("tls.client_cert_file", tls.client_cert_file.as_ref()),
+            NamedPath::read("tls.client_key_file", tls.client_key_file.as_ref()),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(headers)
+        .collect()
     }
 
     fn describe(&self) -> String {

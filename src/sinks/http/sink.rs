@@ -245,7 +245,7 @@ async fn send(
         .header(CONTENT_TYPE, content_type)
         .header(&p.idempotency, key)
         .body(body);
-    let mut response = match request.send().await {
+    let response = match request.send().await {
         Ok(r) => r,
         Err(e) => return Answer::Failed(failure(&e)),
     };
@@ -262,24 +262,19 @@ async fn send(
             )
         });
     let max = usize::try_from(c.max_response_bytes).unwrap_or(usize::MAX);
-    // Kept for the job-queue results (the message's `output`); not stored anywhere yet.
-    let mut kept: Vec<u8> = Vec::new();
-    while kept.len() < max {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                let room = max - kept.len();
-                kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            }
-            Ok(None) => break,
-            // The status is known but the answer broke off: not proof of acceptance.
-            Err(e) => {
-                return Answer::Failed(format!(
-                    "answer with HTTP {status} broke off: {}",
-                    failure(&e)
-                ))
-            }
+    // Read up to `max` (kept for the job-queue results, the message's `output`; not
+    // stored anywhere yet), then the rest is left unread.
+    let kept = match crate::files::body::read(response, max, crate::files::body::Over::Cut).await {
+        Ok(kept) => kept,
+        // The status is known but the answer broke off: not proof of acceptance.
+        Err(crate::files::body::BodyError::Read(e)) => {
+            return Answer::Failed(format!(
+                "answer with HTTP {status} broke off: {}",
+                failure(&e)
+            ))
         }
-    }
+        Err(crate::files::body::BodyError::TooLarge { .. }) => Vec::new(),
+    };
     drop(kept);
     Answer::Status { status, wait }
 }

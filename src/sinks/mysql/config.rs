@@ -8,7 +8,7 @@ use crate::sinks::database::config::{
     database_keys, database_problems, default_db_connect_timeout_ms, default_statement_timeout_ms,
     default_table, describe_table, one_connection, yes, DatabaseTlsConfig, WriteMode,
 };
-use crate::sinks::settings::{DestinationSettings, ServerProcess};
+use crate::sinks::settings::{DestinationSettings, NamedPath, ServerProcess};
 
 /// The MySQL / MariaDB destination.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -153,6 +153,11 @@ impl DestinationSettings for MysqlConfig {
             }
         }
         out
+    }
+
+    /// The password file and TLS files are read.
+    fn paths(&self) -> Vec<NamedPath> {
+        crate::sinks::database::config::read_paths(self.password_file.as_ref(), &self.tls)
     }
 
     fn describe(&self) -> String {

@@ -9,7 +9,7 @@ use super::template::Template;
 use crate::shared::names::is_valid_name;
 use crate::shared::nats_security::{NatsAuth, NatsConfig, SecretSource};
 use crate::shared::server_url;
-use crate::sinks::settings::{BatchLimit, DestinationSettings};
+use crate::sinks::settings::{BatchLimit, DestinationSettings, NamedPath};
 
 /// A JetStream stream on the same or another NATS server, fed one copy of each message.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -166,6 +166,13 @@ impl DestinationSettings for NatsRepublishConfig {
             ));
         }
         out
+    }
+
+    /// The credentials file is read.
+    fn paths(&self) -> Vec<NamedPath> {
+        NamedPath::read("creds_file", self.creds_file.as_ref())
+            .into_iter()
+            .collect()
     }
 
     fn describe(&self) -> String {

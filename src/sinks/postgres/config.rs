@@ -9,7 +9,7 @@ use crate::sinks::database::config::{
     default_table, describe_table, is_sql_identifier, one_connection, yes, DatabaseTlsConfig,
     WriteMode,
 };
-use crate::sinks::settings::{DestinationSettings, ServerProcess};
+use crate::sinks::settings::{DestinationSettings, NamedPath, ServerProcess};
 
 /// The PostgreSQL destination.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -201,6 +201,11 @@ impl DestinationSettings for PostgresConfig {
             out.push(("database".into(), "must not be empty".into()));
         }
         out
+    }
+
+    /// The password file and TLS files are read.
+    fn paths(&self) -> Vec<NamedPath> {
+        crate::sinks::database::config::read_paths(self.password_file.as_ref(), &self.tls)
     }
 
     fn describe(&self) -> String {

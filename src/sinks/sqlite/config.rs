@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::sinks::database::config::{default_table, is_sql_identifier};
-use crate::sinks::settings::DestinationSettings;
+use crate::sinks::settings::{DestinationSettings, NamedPath, PathRole};
 
 /// The embedded SQLite destination.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -95,6 +95,19 @@ impl DestinationSettings for SqliteConfig {
             ));
         }
         out
+    }
+
+    /// The database file is written; so are its journal, WAL and shared-memory files
+    /// beside it.
+    fn paths(&self) -> Vec<NamedPath> {
+        ["", "-journal", "-wal", "-shm"]
+            .into_iter()
+            .map(|end| NamedPath {
+                key: "path".into(),
+                path: format!("{}{end}", self.path),
+                role: PathRole::WritesFile,
+            })
+            .collect()
     }
 
     fn describe(&self) -> String {

@@ -10,6 +10,7 @@
 //! not a reason to start an empty one.
 
 use std::ffi::OsString;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -24,6 +25,21 @@ use crate::sinks::blocking::BlockingSink;
 use crate::sinks::contract::{Located, Probe, SinkError, Wanted};
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::{io_error, probe_directory};
+
+/// Refuses a path that exists and is not a regular file, naming what it is: a directory
+/// cannot be a database, a FIFO would block the open, a device would take the writes and
+/// leave a `-journal` beside it. Misconfigured (exit 78 at start-up), as `validate` says.
+fn not_a_database(path: &std::path::Path, path_text: &str) -> Result<(), SinkError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(SinkError::Misconfigured {
+            message: format!(
+                "sqlite path {path_text} is {}, not a database file",
+                crate::files::what(m.file_type())
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
 
 /// Writes envelopes as rows of one SQLite table, a transaction per batch, idempotent on
 /// [`Envelope::idempotency_key`].
@@ -175,11 +191,7 @@ impl BlockingSink for SqliteSink {
                 Err(e) => return Err(io_error(&format!("checking {path_text}"), &e)),
             }
         }
-        if self.path.is_dir() {
-            return Err(SinkError::Misconfigured {
-                message: format!("sqlite path {path_text} is a directory, not a database file"),
-            });
-        }
+        not_a_database(&self.path, &path_text)?;
 
         let conn = if self.opened_once {
             // Never create: the existence check above could race with a removal.
@@ -261,11 +273,7 @@ impl BlockingSink for SqliteSink {
     fn probe_blocking(&mut self) -> Result<Probe, SinkError> {
         let path_text = self.path.display().to_string();
         let table = &self.config.table;
-        if self.path.is_dir() {
-            return Err(SinkError::Misconfigured {
-                message: format!("sqlite path {path_text} is a directory, not a database file"),
-            });
-        }
+        not_a_database(&self.path, &path_text)?;
         let exists = self
             .path
             .try_exists()
@@ -288,6 +296,7 @@ impl BlockingSink for SqliteSink {
         // file is writable.
         std::fs::OpenOptions::new()
             .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(&self.path)
             .map_err(|e| io_error(&format!("opening {path_text} for writing"), &e))?;
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY

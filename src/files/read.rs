@@ -1,6 +1,9 @@
 //! The one way jetsink reads a file an operator names: the config, key files, tokens,
-//! passwords, NATS credentials, TLS material, a payload file. Each read has a size bound
-//! suited to its [`Kind`], and only a regular file is read at all.
+//! passwords, NATS credentials, TLS material, a payload file, a metrics snapshot,
+//! `decrypt`'s records. Each read has a size bound suited to its [`Kind`], and only a
+//! regular file is read at all; a stream (stdin) is read through the same bound
+//! ([`read_stream`]), and a file too large to hold at once line by line, each line bounded
+//! ([`open_regular`], [`read_line`]).
 //!
 //! A path is operator input and a mistake in it must not cost the process: `/dev/zero`
 //! read to its end fills memory until the kernel kills the daemon, a FIFO blocks start-up
@@ -12,7 +15,7 @@
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -34,9 +37,18 @@ pub enum Kind {
     PrivateKey,
     /// A message payload (`jetsink submit --payload-file`): 64 MiB, NATS' own hard limit.
     Payload,
-    /// A metrics snapshot file (`jetsink metrics show FILE`): 16 MiB, far beyond 64 sinks'
-    /// metrics as pretty JSON.
+    /// A metrics snapshot file (`jetsink metrics show FILE`), or a `/metrics` answer: 16
+    /// MiB, far beyond 64 sinks' metrics as pretty JSON.
     Metrics,
+    /// `jetsink decrypt`'s records: one JSON document, or one line of JSON Lines (a JSON
+    /// Lines input is read line by line, so only a line is bounded): 256 MiB, a 64 MiB
+    /// payload as base64 or escaped JSON text with room to spare.
+    Records,
+    /// A Parquet file given to `jetsink decrypt` (read whole: its footer is at the end):
+    /// 1 GiB.
+    Parquet,
+    /// A file of `/proc` (a process's `stat`, the socket tables): 16 MiB.
+    Proc,
     /// The seal of a JSON Lines file (the stream sequences it holds, as runs): 64 MiB,
     /// beyond any file's lines each a run of their own.
     Seal,
@@ -50,7 +62,9 @@ impl Kind {
             Kind::Key => 4 << 10,
             Kind::Secret | Kind::Credentials | Kind::PrivateKey => 64 << 10,
             Kind::Payload | Kind::Seal => 64 << 20,
-            Kind::Metrics => 16 << 20,
+            Kind::Metrics | Kind::Proc => 16 << 20,
+            Kind::Records => 256 << 20,
+            Kind::Parquet => 1 << 30,
         }
     }
 
@@ -62,9 +76,12 @@ impl Kind {
             Kind::Credentials => "credentials file",
             Kind::Certificates => "certificate file",
             Kind::PrivateKey => "private key file",
-            Kind::Payload => "payload file",
+            Kind::Payload => "payload",
             Kind::Metrics => "metrics snapshot file",
             Kind::Seal => "JSON Lines seal",
+            Kind::Records => "record input",
+            Kind::Parquet => "Parquet input",
+            Kind::Proc => "/proc file",
         }
     }
 }
@@ -106,12 +123,13 @@ pub enum FileError {
     },
 }
 
-/// A byte count as an operator reads it: `4 KiB`, `64 MiB`, or bytes.
-struct Size(u64);
+/// A byte count as an operator reads it: `4 KiB`, `64 MiB`, `1 GiB`, or bytes.
+pub struct Size(pub u64);
 
 impl fmt::Display for Size {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
+            n if n >= 1 << 30 && n % (1 << 30) == 0 => write!(f, "{} GiB", n >> 30),
             n if n >= 1 << 20 && n % (1 << 20) == 0 => write!(f, "{} MiB", n >> 20),
             n if n >= 1 << 10 && n % (1 << 10) == 0 => write!(f, "{} KiB", n >> 10),
             n => write!(f, "{n} bytes"),
@@ -119,8 +137,8 @@ impl fmt::Display for Size {
     }
 }
 
-/// What a file that is not a regular file is, for the message.
-fn what(ft: std::fs::FileType) -> &'static str {
+/// What a file that is not a regular file is, for a message: `a FIFO`, `a directory`.
+pub fn what(ft: std::fs::FileType) -> &'static str {
     if ft.is_dir() {
         "a directory"
     } else if ft.is_fifo() {
@@ -131,6 +149,8 @@ fn what(ft: std::fs::FileType) -> &'static str {
         "a block device"
     } else if ft.is_socket() {
         "a socket"
+    } else if ft.is_symlink() {
+        "a symbolic link"
     } else {
         "a special file"
     }
@@ -188,6 +208,115 @@ fn read_limited(path: &Path, kind: Kind, limit: u64) -> Result<Vec<u8>, FileErro
         });
     }
     Ok(out)
+}
+
+/// The regular file at `path`, opened without blocking, for a caller that reads it in
+/// bounded pieces ([`read_line`]); no bound on the whole file.
+pub fn open_regular(path: &Path, kind: Kind) -> Result<File, FileError> {
+    open(path, u64::MAX, kind).map(|(file, _)| file)
+}
+
+/// Appends to `buf` what `reader` gives, up to and including `stop` (to the end without
+/// it), but never more than `max` bytes in all: a longer input is left unread there.
+/// `buf` grows at most to `max`, never doubling past it, so a bound of 256 MiB costs at
+/// most 256 MiB, not the 512 MiB a `Vec` doubling at 256 MiB and one byte would ask for.
+/// Whether anything was read.
+fn fill(
+    reader: &mut (impl BufRead + ?Sized),
+    buf: &mut Vec<u8>,
+    max: usize,
+    stop: Option<u8>,
+) -> std::io::Result<bool> {
+    let mut read_any = false;
+    while buf.len() < max {
+        let chunk = match reader.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            break;
+        }
+        read_any = true;
+        let (len, ends) = match stop.and_then(|b| chunk.iter().position(|&c| c == b)) {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let n = len.min(max - buf.len());
+        if buf.capacity() - buf.len() < n {
+            let target = (buf.capacity().max(8 << 10) * 2)
+                .max(buf.len() + n)
+                .min(max);
+            buf.reserve_exact(target - buf.len());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        reader.consume(n);
+        if ends && n == len {
+            break;
+        }
+    }
+    Ok(read_any)
+}
+
+/// The most bytes a read of `kind` holds: its bound and one more, to tell "exactly the
+/// bound" from "over it".
+fn hold(kind: Kind) -> usize {
+    usize::try_from(kind.limit().saturating_add(1)).unwrap_or(usize::MAX)
+}
+
+/// Everything `reader` gives (stdin, a pipe), at most `kind`'s bound; `name` says what it
+/// is in an error (`stdin`).
+pub fn read_stream(reader: impl Read, kind: Kind, name: &str) -> Result<Vec<u8>, FileError> {
+    let limit = kind.limit();
+    let mut out = Vec::new();
+    fill(&mut BufReader::new(reader), &mut out, hold(kind), None).map_err(|source| {
+        FileError::Io {
+            path: PathBuf::from(name),
+            source,
+        }
+    })?;
+    if out.len() as u64 > limit {
+        return Err(FileError::TooLarge {
+            path: PathBuf::from(name),
+            limit,
+            kind,
+        });
+    }
+    Ok(out)
+}
+
+/// One line read by [`read_line`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    /// A line (with its line break, when it had one) is in the buffer.
+    Read,
+    /// The input ended: nothing was read.
+    End,
+}
+
+/// Reads the next line of `reader` into `buf` (cleared first), at most `kind`'s bound:
+/// a longer line is refused without being held whole. `name` says where in an error.
+pub fn read_line(
+    reader: &mut (impl BufRead + ?Sized),
+    buf: &mut Vec<u8>,
+    kind: Kind,
+    name: &str,
+) -> Result<Line, FileError> {
+    let limit = kind.limit();
+    buf.clear();
+    let read_any = fill(reader, buf, hold(kind), Some(b'\n')).map_err(|source| FileError::Io {
+        path: PathBuf::from(name),
+        source,
+    })?;
+    let content = buf.strip_suffix(b"\n").unwrap_or(buf);
+    if content.len() as u64 > limit {
+        return Err(FileError::TooLarge {
+            path: PathBuf::from(name),
+            limit,
+            kind,
+        });
+    }
+    Ok(if read_any { Line::Read } else { Line::End })
 }
 
 /// The text of the regular file at `path`, at most `kind`'s bound, checked to be UTF-8.
@@ -292,5 +421,75 @@ mod tests {
             read_text(&p, Kind::Secret).unwrap_err().to_string(),
             format!("{} is not UTF-8 text", p.display())
         );
+    }
+
+    #[test]
+    fn a_stream_is_read_to_its_bound_and_no_further() {
+        let small = read_stream(&b"abc"[..], Kind::Key, "stdin").unwrap();
+        assert_eq!(small, b"abc");
+        // An endless stream: the bound ends it, having held at most the bound and a byte.
+        let e = read_stream(std::io::repeat(b'0'), Kind::Key, "stdin").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "stdin is larger than 4 KiB, the most a key file may hold"
+        );
+    }
+
+    #[test]
+    fn lines_are_read_one_at_a_time_and_a_line_over_the_bound_is_refused() {
+        let mut input = std::io::Cursor::new(b"{\"a\":1}\nlast".to_vec());
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_line(&mut input, &mut buf, Kind::Key, "in").unwrap(),
+            Line::Read
+        );
+        assert_eq!(buf, b"{\"a\":1}\n");
+        assert_eq!(
+            read_line(&mut input, &mut buf, Kind::Key, "in").unwrap(),
+            Line::Read
+        );
+        assert_eq!(buf, b"last");
+        assert_eq!(
+            read_line(&mut input, &mut buf, Kind::Key, "in").unwrap(),
+            Line::End
+        );
+        // Exactly the bound, with its line break, is a line; one byte more is not.
+        let mut exact = vec![b'k'; 4096];
+        exact.push(b'\n');
+        let mut input = std::io::Cursor::new(exact);
+        assert_eq!(
+            read_line(&mut input, &mut buf, Kind::Key, "in").unwrap(),
+            Line::Read
+        );
+        let mut endless = std::io::BufReader::new(std::io::repeat(b'0'));
+        let e = read_line(&mut endless, &mut buf, Kind::Key, "in").unwrap_err();
+        assert!(matches!(e, FileError::TooLarge { .. }), "{e}");
+        assert!(buf.len() <= 4097, "held {} bytes", buf.len());
+    }
+
+    #[test]
+    fn a_read_never_holds_more_than_its_bound_and_a_byte() {
+        let mut buf = Vec::new();
+        let mut endless = std::io::BufReader::new(std::io::repeat(b'0'));
+        let _ = read_line(&mut endless, &mut buf, Kind::Key, "in");
+        assert!(buf.capacity() <= 4097, "capacity {}", buf.capacity());
+        let mut two = std::io::Cursor::new(b"ab\ncd\n".to_vec());
+        read_line(&mut two, &mut buf, Kind::Key, "in").unwrap();
+        assert_eq!(buf, b"ab\n", "only the first line is taken");
+        read_line(&mut two, &mut buf, Kind::Key, "in").unwrap();
+        assert_eq!(buf, b"cd\n");
+    }
+
+    #[test]
+    fn open_regular_refuses_what_read_refuses_but_not_size() {
+        assert!(matches!(
+            open_regular(Path::new("/dev/zero"), Kind::Records),
+            Err(FileError::NotRegular { .. })
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big");
+        std::fs::write(&p, vec![b'x'; 5000]).unwrap();
+        assert!(open_regular(&p, Kind::Key).is_ok());
+        assert_eq!(Size(1 << 30).to_string(), "1 GiB");
     }
 }
