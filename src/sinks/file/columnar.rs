@@ -331,18 +331,25 @@ impl ParquetFiles {
 /// keeps the answer), and the messages are written again rather than trusted to it. An
 /// error reading the disk is transient, and holds the batch.
 fn read_sequences(path: &Path, stem: &str) -> Result<Option<Option<Arc<[u64]>>>, SinkError> {
-    let data = match fs::read(path) {
-        Ok(data) => data,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(&format!("cannot read {}", path.display()), &e)),
+    let read = match crate::files::read(path, crate::files::Kind::Parquet) {
+        Ok(data) => crate::sinks::parquet::read::sequences(data.into()).map_err(|e| e.to_string()),
+        Err(crate::files::FileError::Io { source, .. }) => {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                return Ok(None);
+            }
+            return Err(io_error(&format!("cannot read {}", path.display()), &source));
+        }
+        // Not a regular file, or larger than any Parquet file jetsink reads: it holds
+        // nothing, and what it may hold is written again.
+        Err(e) => Err(e.to_string()),
     };
-    let why = match crate::sinks::parquet::read::sequences(data.into()) {
+    let why = match read {
         Ok(Some(seqs)) if archive::gives_back(stem, &seqs) => {
             return Ok(Some(Some(Arc::from(seqs))))
         }
         Ok(Some(_)) => "it holds other sequences than its name says".to_string(),
         Ok(None) => "its layout has no stream_sequence column".to_string(),
-        Err(e) => e.to_string(),
+        Err(e) => e,
     };
     tracing::warn!(path = %path.display(), reason = %why, "cannot tell which messages a Parquet file with an archive name holds; messages delivered again that it may hold are written again");
     Ok(Some(None))
@@ -397,9 +404,12 @@ pub fn stored_keys(dir: &Path, prefix: &str, stream: &str) -> Result<Option<u64>
         if !ours {
             continue;
         }
-        let data = match fs::read(&path) {
+        let data = match crate::files::read(&path, crate::files::Kind::Parquet) {
             Ok(data) => data,
-            Err(source) => return Err(CountError::Read { path, source }),
+            Err(e) => {
+                let source = std::io::Error::other(e.to_string());
+                return Err(CountError::Read { path, source });
+            }
         };
         let counted = match crate::sinks::parquet::read::stream_keys(data.into(), stream, &mut keys)
         {

@@ -19,8 +19,8 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, Write as _};
+use std::fs;
+use std::io::{self, BufReader};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -107,18 +107,18 @@ struct Line<'a> {
 }
 
 /// Every stream's sorted sequences in the JSON Lines file `path` (lines that are not
-/// jetsink records are skipped), and its length.
+/// jetsink records are skipped), and its length. Only a regular file is read, a line at a
+/// time, each within [`Kind::Records`]' bound.
 pub fn read_file(path: &Path) -> io::Result<(u64, Vec<(String, Vec<u64>)>)> {
-    let file = File::open(path)?;
+    let file = files::open_regular(path, Kind::Records).map_err(io::Error::other)?;
     let bytes = file.metadata()?.len();
     let mut reader = BufReader::new(file);
+    let name = path.display().to_string();
     let mut streams: Vec<(String, Vec<u64>)> = Vec::new();
     let mut line = Vec::new();
-    loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line)? == 0 {
-            break;
-        }
+    while files::read_line(&mut reader, &mut line, Kind::Records, &name).map_err(io::Error::other)?
+        == files::Line::Read
+    {
         let Ok(l) = serde_json::from_slice::<Line<'_>>(&line) else {
             continue;
         };
@@ -177,7 +177,6 @@ impl Catalog {
         prefix: &str,
         since: Option<SystemTime>,
         current: Option<&Path>,
-        fsync: bool,
     ) -> io::Result<(Catalog, usize)> {
         let mut catalog = Catalog::new(stream);
         let mut read = 0;
@@ -203,7 +202,7 @@ impl Catalog {
                 }
                 continue;
             }
-            let (seqs, was_read) = catalog.sequences_of(dir, name, meta.len(), fsync)?;
+            let (seqs, was_read) = catalog.sequences_of(dir, name, meta.len())?;
             read += usize::from(was_read);
             catalog.file(name, seqs);
         }
@@ -226,7 +225,6 @@ impl Catalog {
         dir: &Path,
         name: &str,
         len: u64,
-        fsync: bool,
     ) -> io::Result<(Vec<u64>, bool)> {
         let seal = dir.join(seal_name(name));
         match files::read_text(&seal, Kind::Seal) {
@@ -244,7 +242,7 @@ impl Catalog {
             Err(_) => {}
         }
         let (bytes, streams) = read_file(&dir.join(name))?;
-        write_seal(dir, name, &seal_text(bytes, &streams), fsync)?;
+        write_seal(dir, name, &seal_text(bytes, &streams))?;
         Ok((of_stream(&streams, self.stream.as_deref()), true))
     }
 
@@ -280,7 +278,7 @@ impl Catalog {
                 }
                 Err(e) => return Err(e),
             };
-            let (seqs, _) = self.sequences_of(dir, &name, len, false)?;
+            let (seqs, _) = self.sequences_of(dir, &name, len)?;
             self.known.insert(name.to_string(), Some(Arc::from(seqs)));
         }
         let known = &self.known;
@@ -299,9 +297,9 @@ impl Catalog {
 
     /// Seals the closed current file `name` of `dir` (read back from disk, so lines others
     /// added count too) and files it as closed.
-    pub fn close_current(&mut self, dir: &Path, name: &str, fsync: bool) -> io::Result<()> {
+    pub fn close_current(&mut self, dir: &Path, name: &str) -> io::Result<()> {
         let (bytes, streams) = read_file(&dir.join(name))?;
-        write_seal(dir, name, &seal_text(bytes, &streams), fsync)?;
+        write_seal(dir, name, &seal_text(bytes, &streams))?;
         self.current = Holdings::new();
         let seqs = of_stream(&streams, self.stream.as_deref());
         self.file(name, seqs);
@@ -309,22 +307,11 @@ impl Catalog {
     }
 }
 
-/// Writes the seal of `name` under a temporary name and renames it into place (a crash
-/// leaves the old seal or none, never half of one: a missing seal only costs a read).
-fn write_seal(dir: &Path, name: &str, text: &str, fsync: bool) -> io::Result<()> {
-    let final_path = dir.join(seal_name(name));
-    let temporary = dir.join(format!("{}.tmp", seal_name(name)));
-    let _ = fs::remove_file(&temporary);
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&temporary)?;
-    file.write_all(text.as_bytes())?;
-    if fsync {
-        file.sync_data()?;
-    }
-    drop(file);
-    fs::rename(&temporary, &final_path)
+/// Writes the seal of `name` through the one writer of files jetsink owns (a temporary
+/// name, renamed into place: a crash leaves the old seal or none, never half of one, and a
+/// missing seal only costs a read).
+fn write_seal(dir: &Path, name: &str, text: &str) -> io::Result<()> {
+    files::replace(&dir.join(seal_name(name)), text.as_bytes(), 0o666).map_err(io::Error::other)
 }
 
 #[cfg(test)]
@@ -391,7 +378,7 @@ mod tests {
         fs::write(dir.path().join("other-1.jsonl"), line("S", 30)).unwrap();
         let current = dir.path().join(names[2]);
         let (mut cat, read) =
-            Catalog::load(Some("S".into()), dir.path(), "ev", None, Some(&current), false).unwrap();
+            Catalog::load(Some("S".into()), dir.path(), "ev", None, Some(&current)).unwrap();
         assert_eq!(read, 3);
         assert!(dir.path().join(seal_name(names[0])).exists());
         assert!(!dir.path().join(seal_name(names[2])).exists(), "the current file is not sealed");
@@ -403,7 +390,7 @@ mod tests {
         cat.appended(&[23, 22]);
         assert!(cat.held(dir.path(), [22, 23, 24]).unwrap().contains(&22));
         let (mut again, read) =
-            Catalog::load(Some("S".into()), dir.path(), "ev", None, Some(&current), false).unwrap();
+            Catalog::load(Some("S".into()), dir.path(), "ev", None, Some(&current)).unwrap();
         assert_eq!(read, 1, "the closed files are read from their seals");
         assert!(again.held(dir.path(), [9, 10]).unwrap() == BTreeSet::from([10]), "T's 9 is not S's");
     }
@@ -413,11 +400,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let name = "ev-20260101T000000.000000000Z-000000.jsonl";
         fs::write(dir.path().join(name), line("S", 1)).unwrap();
-        Catalog::load(Some("S".into()), dir.path(), "ev", None, None, false).unwrap();
+        Catalog::load(Some("S".into()), dir.path(), "ev", None, None).unwrap();
         let mut f = fs::OpenOptions::new().append(true).open(dir.path().join(name)).unwrap();
+        use std::io::Write as _;
         f.write_all(line("S", 2).as_bytes()).unwrap();
         let (mut cat, read) =
-            Catalog::load(Some("S".into()), dir.path(), "ev", None, None, false).unwrap();
+            Catalog::load(Some("S".into()), dir.path(), "ev", None, None).unwrap();
         assert_eq!(read, 1);
         assert_eq!(cat.held(dir.path(), [1, 2]).unwrap(), BTreeSet::from([1, 2]));
     }

@@ -6,7 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -169,7 +169,7 @@ impl FileSink {
         let name = stamp.file_name(&self.config.prefix);
         drop(current);
         self.catalog
-            .close_current(self.dir.path(), &name, self.config.fsync)
+            .close_current(self.dir.path(), &name)
             .map_err(|e| io_error(&format!("cannot seal {}", self.dir.path().join(&name).display()), &e))?;
         self.create_file(now, Some(stamp))
     }
@@ -300,11 +300,22 @@ impl BlockingSink for FileSink {
         let mut after = None;
         if let Some((stamp, path)) = newest {
             after = Some(stamp);
+            // Never through a link planted at the newest name, and only a regular file: a
+            // torn tail is cut here, and must be cut in this writer's own file.
             let file = OpenOptions::new()
                 .read(true)
                 .append(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(&path)
                 .map_err(|e| io_error(&format!("cannot open {}", path.display()), &e))?;
+            if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
+                return Err(SinkError::Misconfigured {
+                    message: format!(
+                        "{} is not a regular file; jetsink continues only a JSON Lines file it wrote",
+                        path.display()
+                    ),
+                });
+            }
             let on_disk = found(&file, &path)?;
             let repair = |e: io::Error| io_error(&format!("cannot repair {}", path.display()), &e);
             let len = match tail::reopen(on_disk, self.expected) {

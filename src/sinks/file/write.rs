@@ -23,7 +23,6 @@ impl FileSink {
             &self.config.prefix,
             self.since,
             Some(current),
-            self.config.fsync,
         )
         .map_err(|e| io_error(&format!("cannot catalog the files of {}", dir.display()), &e))?;
         if read > 1 {

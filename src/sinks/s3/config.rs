@@ -12,7 +12,7 @@ use super::key::Template;
 use crate::sinks::parquet::{ColumnType, Format};
 pub use crate::sinks::util::rollover::RolloverConfig;
 use crate::sinks::settings::{
-    connect_within_request, out_of_range, Accumulate, DestinationSettings,
+    connect_within_request, out_of_range, Accumulate, DestinationSettings, NamedPath,
 };
 
 /// The `s3` destination: each batch becomes one JSON Lines object (one per partition the
@@ -336,6 +336,20 @@ impl DestinationSettings for S3Config {
 
     fn accumulate(&self) -> Option<Accumulate> {
         self.rollover.as_ref().map(RolloverConfig::accumulate)
+    }
+
+    /// The key files are read.
+    fn paths(&self) -> Vec<NamedPath> {
+        [
+            NamedPath::read("access_key_id_file", self.access_key_id_file.as_ref()),
+            NamedPath::read(
+                "secret_access_key_file",
+                self.secret_access_key_file.as_ref(),
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     fn rolls_over_by_default(&self) -> bool {

@@ -131,7 +131,8 @@ impl S3Sink {
                 catalogs: &mut self.catalogs,
             };
             let seqs = object.members.iter().map(|&i| batch[i].stream_sequence);
-            let held = folders.held(&object.folder, seqs).await?;
+            let redelivered = object.members.iter().any(|&i| batch[i].delivered > 1);
+            let held = folders.held(&object.folder, seqs, redelivered).await?;
             let (members, already) = archive::split(batch, &object.members, &held);
             let object = match already.is_empty() {
                 true => object,

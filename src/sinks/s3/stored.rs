@@ -22,7 +22,9 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -40,6 +42,12 @@ use crate::sinks::util::holdings::Holdings;
 /// Most partition folders whose catalogs a sink keeps.
 pub(super) const FOLDERS: usize = 64;
 
+/// A batch holding a redelivery lists its folder again when the catalog is older than
+/// this: another instance on the same consumer (a standby taking over, competing
+/// instances) may have stored that message's object since, and died before its ACK; the
+/// redelivery comes at least AckWait after that write.
+pub(super) const RELIST_AFTER: Duration = Duration::from_secs(1);
+
 /// How the objects' records are stored.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Records {
@@ -52,8 +60,8 @@ pub(super) enum Records {
 /// What a sink knows its partition folders hold.
 #[derive(Debug, Default)]
 pub(super) struct Catalogs {
-    /// By folder, the most recently used last.
-    folders: HashMap<String, Holdings>,
+    /// By folder, with when it was listed; the most recently used last in `order`.
+    folders: HashMap<String, (Holdings, Instant)>,
     order: VecDeque<String>,
     /// The sequences of hashed objects read (or written) so far, by key.
     known: Known,
@@ -78,7 +86,7 @@ impl Catalogs {
 
     /// Records an object uploaded into `folder`, holding sorted `seqs`.
     pub(super) fn wrote(&mut self, folder: &Path, key: &Path, seqs: &[u64]) {
-        let Some(h) = self.folders.get_mut(folder.as_ref()) else {
+        let Some((h, _)) = self.folders.get_mut(folder.as_ref()) else {
             return;
         };
         let stem = object_name(seqs);
@@ -118,18 +126,28 @@ pub(super) struct Folders<'a> {
 }
 
 impl Folders<'_> {
-    /// Which of `seqs` the objects of `folder` hold.
+    /// Which of `seqs` the objects of `folder` hold; `redelivered` when one of them was
+    /// delivered before (the folder is listed again when its catalog is older than
+    /// [`RELIST_AFTER`]).
     pub(super) async fn held(
         &mut self,
         folder: &Path,
         seqs: impl IntoIterator<Item = u64>,
+        redelivered: bool,
     ) -> Result<BTreeSet<u64>, SinkError> {
-        if !self.catalogs.folders.contains_key(folder.as_ref()) {
+        let stale = match self.catalogs.folders.get(folder.as_ref()) {
+            None => true,
+            Some((_, listed)) => redelivered && listed.elapsed() > RELIST_AFTER,
+        };
+        if stale {
+            let at = Instant::now();
             let listed = self.list(folder).await?;
-            self.catalogs.folders.insert(folder.as_ref().to_string(), listed);
+            self.catalogs
+                .folders
+                .insert(folder.as_ref().to_string(), (listed, at));
         }
         self.catalogs.touch(folder.as_ref());
-        let Some(holdings) = self.catalogs.folders.get(folder.as_ref()) else {
+        let Some((holdings, _)) = self.catalogs.folders.get(folder.as_ref()) else {
             return Ok(BTreeSet::new());
         };
         let wanted = holdings.may_hold(seqs);
@@ -276,6 +294,15 @@ mod tests {
         catalogs: &mut Catalogs,
         wanted: &[u64],
     ) -> BTreeSet<u64> {
+        look(store, catalogs, wanted, false).await
+    }
+
+    async fn look(
+        store: &Arc<dyn ObjectStore>,
+        catalogs: &mut Catalogs,
+        wanted: &[u64],
+        redelivered: bool,
+    ) -> BTreeSet<u64> {
         let mut folders = Folders {
             store,
             bucket: "b",
@@ -284,7 +311,7 @@ mod tests {
             catalogs,
         };
         folders
-            .held(&Path::from("p/S"), wanted.iter().copied())
+            .held(&Path::from("p/S"), wanted.iter().copied(), redelivered)
             .await
             .unwrap()
     }
@@ -347,6 +374,25 @@ mod tests {
         // Every object predates a stream created now: none counts.
         catalogs.stream_created(SystemTime::now() + std::time::Duration::from_secs(60));
         assert_eq!(held(&store, &mut catalogs, &[1, 2, 3]).await, BTreeSet::new());
+    }
+
+    /// A standby taking over, or a competing instance, gets messages another instance
+    /// stored and never ACKed: their redelivery lists the folder again.
+    #[tokio::test(start_paused = true)]
+    async fn a_redelivery_lists_again_a_folder_listed_before_another_instance_wrote_to_it() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let key = |seqs: &[u64]| format!("p/S/{}.jsonl", object_name(seqs));
+        let mut catalogs = Catalogs::default();
+        let c = &mut catalogs;
+        assert!(look(&store, c, &[1], false).await.is_empty());
+        put(&store, &key(&[1, 2]), &[1, 2]).await;
+        assert!(look(&store, c, &[1], true).await.is_empty(), "listed just now: kept");
+        tokio::time::advance(RELIST_AFTER + Duration::from_millis(1)).await;
+        assert!(
+            look(&store, c, &[1], false).await.is_empty(),
+            "first deliveries keep the catalog"
+        );
+        assert_eq!(look(&store, c, &[1, 3], true).await, BTreeSet::from([1]));
     }
 
     #[test]
