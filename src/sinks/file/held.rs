@@ -98,6 +98,9 @@ pub fn parse_seal(text: &str, stream: Option<&str>) -> Option<Sealed> {
 /// damaged seal cannot make the reader expand billions of numbers.
 const MAX_RUN: u64 = 1 << 27;
 
+/// Each stream's name and its sorted sequences, as a file holds them.
+pub type Streams = Vec<(String, Vec<u64>)>;
+
 /// The stream and sequence of one line; the rest is skipped.
 #[derive(serde::Deserialize)]
 struct Line<'a> {
@@ -109,12 +112,12 @@ struct Line<'a> {
 /// Every stream's sorted sequences in the JSON Lines file `path` (lines that are not
 /// jetsink records are skipped), and its length. Only a regular file is read, a line at a
 /// time, each within [`Kind::Records`]' bound.
-pub fn read_file(path: &Path) -> io::Result<(u64, Vec<(String, Vec<u64>)>)> {
+pub fn read_file(path: &Path) -> io::Result<(u64, Streams)> {
     let file = files::open_regular(path, Kind::Records).map_err(io::Error::other)?;
     let bytes = file.metadata()?.len();
     let mut reader = BufReader::new(file);
     let name = path.display().to_string();
-    let mut streams: Vec<(String, Vec<u64>)> = Vec::new();
+    let mut streams: Streams = Vec::new();
     let mut line = Vec::new();
     while files::read_line(&mut reader, &mut line, Kind::Records, &name).map_err(io::Error::other)?
         == files::Line::Read
