@@ -16,6 +16,7 @@ pub mod audit;
 pub mod cluster;
 pub mod conformance;
 pub mod database;
+pub mod fault_matrix;
 pub mod moto;
 pub mod mysql_tls;
 pub mod pg;
