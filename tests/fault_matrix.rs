@@ -47,7 +47,7 @@ const FAULTS: [Fault; 9] = [
     },
     Fault {
         title: "outage",
-        how: "every destination away until its sink is seen failing, then back: directories and tables renamed away and back, moto behind a proxy that refuses connections, the republish target's server killed and restarted, the HTTP receiver answering 503, the exec script exiting 75",
+        how: "every destination away until its sink has held a batch past an AckWait (three `+WPI` rounds; exec: a job told to come back later came back), then back: directories and tables renamed away and back, moto behind a proxy that refuses connections, the republish target's server killed and restarted on its store, the HTTP receiver answering 503, the exec script exiting 75",
         test: "every_destination_stores_each_message_once_across_its_own_outage",
         mode: Mode::Plain,
         events: &[Event::Outage],
@@ -179,6 +179,11 @@ async fn column(test: &str) {
             Ok(figures) => println!("{} × {}: PASS ({figures})", fault.title, d.title()),
             Err(wrong) => {
                 println!("{} × {}: FAIL ({wrong})", fault.title, d.title());
+                let mut warnings = outcome.warnings[&d].clone();
+                warnings.sort_by_key(|(_, times)| std::cmp::Reverse(*times));
+                for (message, times) in warnings.iter().take(6) {
+                    println!("  its sink logged {times} x: {message}");
+                }
                 failed.push(format!("{}: {wrong}", d.title()));
             }
         }

@@ -1,6 +1,7 @@
 //! The fault matrix's two database servers as it uses them: a database of its own per test
 //! on each (dropped at the end), the stream sequence of every row of the sink's `events`
-//! table, and the table renamed away and back for an outage.
+//! table, the table renamed away and back for an outage, and locked against writes so
+//! batches wait in flight.
 
 use std::time::Duration;
 
@@ -56,6 +57,33 @@ impl MyDatabase {
     }
 }
 
+impl MyDatabase {
+    /// Keeps every other session from writing `events` until the connection is unlocked.
+    pub async fn lock(&self) -> Conn {
+        let mut c = mysql(Some(&self.name)).await;
+        c.query_drop("LOCK TABLES events READ")
+            .await
+            .expect("lock events");
+        c
+    }
+
+    /// Sessions of this database waiting for a table lock: writes held by [`Self::lock`].
+    pub async fn lock_waiters(&self) -> i64 {
+        let mut c = mysql(Some(&self.name)).await;
+        let n = c
+            .query_first::<i64, _>(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                 WHERE DB = DATABASE() AND STATE LIKE 'Waiting for table%'",
+            )
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        let _ = c.disconnect().await;
+        n
+    }
+}
+
 impl Drop for MyDatabase {
     fn drop(&mut self) {
         let name = self.name.clone();
@@ -77,6 +105,30 @@ pub async fn pg_sequences(db: &PgDatabase) -> Vec<u64> {
         .await
         .map(|rows| rows.iter().map(|r| r.get::<_, i64>(0) as u64).collect())
         .unwrap_or_default()
+}
+
+/// A session holding `events` against writes (SHARE conflicts with the ROW EXCLUSIVE lock
+/// INSERT and COPY take) until its transaction ends.
+pub async fn pg_lock(db: &PgDatabase) -> tokio_postgres::Client {
+    let c = db.client().await;
+    c.batch_execute("BEGIN; LOCK TABLE events IN SHARE MODE")
+        .await
+        .expect("lock events");
+    c
+}
+
+/// Sessions of `db` waiting for a lock: writes held by [`pg_lock`].
+pub async fn pg_lock_waiters(db: &PgDatabase) -> i64 {
+    db.client()
+        .await
+        .query_one(
+            "SELECT COUNT(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .map(|r| r.get::<_, i64>(0))
+        .unwrap_or(0)
 }
 
 pub async fn pg_exec(db: &PgDatabase, sql: &str) {

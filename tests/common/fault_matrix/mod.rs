@@ -6,12 +6,13 @@
 //! - `sinks`: the destinations, the delivery modes, the sink config of each;
 //! - `world`: the servers and the config a test runs against;
 //! - `flow`: the publisher and the consumers' state;
-//! - `run`, `outage`: the faults and the run from start to read-back;
+//! - `run`, `outage`, `in_flight`: the faults and the run from start to read-back;
 //! - `readback`: raw copies per destination;
 //! - `proxy`, `receiver`, `databases`: the services the faults act on.
 
 pub mod databases;
 pub mod flow;
+pub mod in_flight;
 pub mod outage;
 pub mod proxy;
 pub mod readback;
@@ -55,6 +56,21 @@ impl Expect {
     }
 }
 
+/// Where each copy of `seqs` is, when the destination says.
+fn origins(copies: &readback::Copies, seqs: &[u64]) -> String {
+    let mut out = Vec::new();
+    for seq in seqs {
+        let at: Vec<&str> = (0..copies.seqs.len())
+            .filter(|i| copies.seqs[*i] == *seq)
+            .filter_map(|i| copies.origins.get(i).map(String::as_str))
+            .collect();
+        if !at.is_empty() {
+            out.push(format!("{seq} in {at:?}"));
+        }
+    }
+    out.join("; ")
+}
+
 /// `Ok(figures)` when `d`'s copies in `o` meet `expect`, else `Err(what is wrong)`.
 pub fn judge(o: &Outcome, d: Dest, expect: Expect) -> Result<String, String> {
     let copies = &o.copies[&d];
@@ -88,7 +104,11 @@ pub fn judge(o: &Outcome, d: Dest, expect: Expect) -> Result<String, String> {
     }
     if expect == Expect::Once && !repeated.is_empty() {
         let extra = copies.seqs.len() - count.len();
-        let seqs = first(&repeated);
+        let seqs = format!(
+            "{}, {}",
+            first(&repeated),
+            origins(copies, &repeated[..2.min(repeated.len())])
+        );
         wrong.push(format!(
             "{} sequences stored more than once ({extra} extra copies) {seqs}",
             repeated.len()
@@ -109,6 +129,13 @@ pub fn judge(o: &Outcome, d: Dest, expect: Expect) -> Result<String, String> {
             "{} malformed copies, first: {p}",
             copies.problems.len()
         ));
+    }
+    if let Some((metric, values)) = &o.at_work {
+        if values.get(&d).is_none_or(|v| *v == 0.0) {
+            wrong.push(format!(
+                "{metric} stayed 0: the mode did nothing in the last run"
+            ));
+        }
     }
     for (event, at) in &o.at_faults {
         if at.get(&d).is_some_and(|s| s.ack_floor >= o.n) {

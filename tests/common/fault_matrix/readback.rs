@@ -18,12 +18,23 @@ use crate::common::{header_value, read_ordered, stored, test_python};
 use jetsink::sinks::s3::config::Compression;
 use jetsink::sinks::s3::encode::decode;
 
-/// What a destination holds: the stream sequence of each raw copy, and anything that is
-/// not a well-formed copy of a message of the source stream.
+/// What a destination holds: the stream sequence of each raw copy, where each copy is
+/// when the destination can say (its file or object and delivery count: which write made
+/// a second copy), and anything that is not a well-formed copy of a message of the source
+/// stream.
 #[derive(Debug, Default)]
 pub struct Copies {
     pub seqs: Vec<u64>,
+    /// Beside `seqs`, or empty.
+    pub origins: Vec<String>,
     pub problems: Vec<String>,
+}
+
+impl Copies {
+    fn push(&mut self, seq: u64, origin: String) {
+        self.seqs.push(seq);
+        self.origins.push(origin);
+    }
 }
 
 impl World {
@@ -31,7 +42,7 @@ impl World {
     pub async fn copies(&self, d: Dest) -> Copies {
         let plain = |seqs: Vec<u64>| Copies {
             seqs,
-            problems: Vec::new(),
+            ..Copies::default()
         };
         match d {
             Dest::ParquetFile => pyarrow(&self.path("data/parquet")),
@@ -68,6 +79,7 @@ impl World {
                 Copies {
                     seqs: r.accepted(),
                     problems: r.problems(),
+                    ..Copies::default()
                 }
             }
             Dest::Exec => exec_runs(&self.path("exec/runs")),
@@ -100,7 +112,13 @@ impl World {
             let h = |name: &str| header_value(&m, name);
             match (h("Jetsink-Source-Stream"), h("Jetsink-Source-Sequence")) {
                 (Some(s), Some(seq)) if s == STREAM => match seq.parse() {
-                    Ok(seq) => out.seqs.push(seq),
+                    Ok(seq) => out.push(
+                        seq,
+                        format!(
+                            "target sequence {}",
+                            m.info().map(|i| i.stream_sequence).unwrap_or(0)
+                        ),
+                    ),
                     Err(_) => out.problems.push(format!("copy with sequence {seq:?}")),
                 },
                 other => out.problems.push(format!("copy with source {other:?}")),
@@ -153,7 +171,7 @@ fn jsonl_records(text: &[u8], name: &str, out: &mut Copies) {
         };
         match record["stream_sequence"].as_u64() {
             Some(seq) if record["idempotency_key"] == format!("{STREAM}:{seq}").as_str() => {
-                out.seqs.push(seq)
+                out.push(seq, format!("{name} delivered {}", record["delivered"]))
             }
             _ => out.problems.push(format!("{name}: record {record}")),
         }
@@ -175,9 +193,10 @@ fn pyarrow(dir: &Path) -> Copies {
     );
     let read: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     let mut copies = Copies::default();
-    for s in read["sequences"].as_array().unwrap() {
+    let origins = read["origins"].as_array().unwrap();
+    for (s, origin) in read["sequences"].as_array().unwrap().iter().zip(origins) {
         match s.as_u64() {
-            Some(seq) => copies.seqs.push(seq),
+            Some(seq) => copies.push(seq, origin.as_str().unwrap_or("").to_string()),
             None => copies.problems.push(format!("a row with sequence {s}")),
         }
     }
@@ -189,9 +208,9 @@ fn exec_runs(path: &Path) -> Copies {
     let mut out = Copies::default();
     let text = std::fs::read_to_string(path).unwrap_or_default();
     for line in text.lines() {
-        let key = line.split(' ').next().unwrap_or("");
+        let (key, delivered) = line.split_once(' ').unwrap_or((line, "?"));
         match key.strip_prefix(&format!("{STREAM}:")).map(str::parse) {
-            Some(Ok(seq)) => out.seqs.push(seq),
+            Some(Ok(seq)) => out.push(seq, format!("a run, delivery {delivered}")),
             _ => out.problems.push(format!("run {line:?}")),
         }
     }

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use super::flow::{states, Publisher, SinkState, POLL};
 use super::readback::Copies;
-use super::sinks::Dest;
+use super::sinks::{Dest, Mode};
 use super::world::World;
-use super::DLQ;
-use crate::common::{stream_messages, Daemon};
+use super::{DLQ, STREAM};
+use crate::common::{stored, stream_messages, Daemon};
 
 /// A fault the matrix injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +40,10 @@ pub struct Outcome {
     pub at_faults: Vec<(Event, BTreeMap<Dest, SinkState>)>,
     /// Failures of the run itself (a stop that was not clean, a replay that failed).
     pub notes: Vec<String>,
+    /// The counter of the mode and its value in each sink in the last run, if a mode.
+    pub at_work: Option<(&'static str, BTreeMap<Dest, f64>)>,
+    /// Each sink's warnings and errors over every jetsink run of the test: (message, times).
+    pub warnings: BTreeMap<Dest, Vec<(String, usize)>>,
     /// Seconds: start to the last fault, to the end of the drain, to the end of the read.
     pub phases: [f64; 3],
 }
@@ -62,14 +66,13 @@ impl World {
             let floor = format!("every ACK floor at {share}");
             self.wait_for(&mut daemon, &floor, |s| s.ack_floor >= share)
                 .await;
-            // A burst past the slowest sink, and the fault once every sink holds messages
-            // it has not ACKed (with two batches in flight, more than a batch).
+            // The fault once every sink holds messages it has not ACKed, while the
+            // publisher runs ahead of the floors so none runs dry meanwhile.
             self.running(&mut daemon).await;
-            publisher.allow(publisher.published() + 200);
-            let in_hand = self.mode.in_hand_at_fault();
             let at = self
                 .wait_for(&mut daemon, "every sink with messages in hand", |s| {
-                    s.ack_pending > in_hand
+                    publisher.allow(publisher.published() + 50);
+                    s.ack_pending > 0
                 })
                 .await;
             daemon = self.inject(*event, daemon, &publisher, &mut notes).await;
@@ -82,11 +85,23 @@ impl World {
                 publisher.finished()
             })
             .await;
+        let held = stored(&self.js, STREAM).await;
+        if held != self.n {
+            notes.push(format!(
+                "the source stream holds {held} messages, not the {} published: the server \
+                 lost or doubled some, and the cells' counts mean nothing",
+                self.n
+            ));
+        }
         self.running(&mut daemon).await;
         self.wait_for(&mut daemon, "every consumer drained", |s| {
             s.pending == 0 && s.ack_pending == 0
         })
         .await;
+        let at_work = match self.mode.at_work() {
+            Some(metric) => Some((metric, self.sink_metric(metric).await)),
+            None => None,
+        };
         stop(&mut daemon, "the final SIGTERM", &mut notes);
         let drained = started.elapsed().as_secs_f64();
         let mut copies = BTreeMap::new();
@@ -102,6 +117,8 @@ impl World {
             dead_lettered,
             at_faults,
             notes,
+            warnings: self.warnings(),
+            at_work,
             phases: [faulted, drained, started.elapsed().as_secs_f64()],
         }
     }
@@ -161,7 +178,13 @@ impl World {
                 daemon.kill();
                 self.nats_proxy.cut_and_release();
             }
-            Event::TermJetsink => stop(&mut daemon, "a SIGTERM mid-drain", notes),
+            Event::TermJetsink => {
+                if self.mode == Mode::InFlight {
+                    self.term_with_two_batches_waiting(&mut daemon, publisher)
+                        .await;
+                }
+                stop(&mut daemon, "a SIGTERM mid-drain", notes)
+            }
             Event::KillServer => {
                 let log = daemon.log.clone();
                 let lost = move || {
@@ -207,6 +230,45 @@ impl World {
                 },
             )
             .await;
+    }
+}
+
+impl World {
+    /// Each sink's WARN and ERROR messages in every jetsink log of the test, with how often
+    /// each came (fields after the sink's name left out).
+    fn warnings(&self) -> BTreeMap<Dest, Vec<(String, usize)>> {
+        let mut text = String::new();
+        for entry in std::fs::read_dir(self.dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("jetsink-") && name.ends_with(".log") {
+                text += &std::fs::read_to_string(entry.path()).unwrap_or_default();
+            }
+        }
+        let mut out = BTreeMap::new();
+        for d in &self.dests {
+            let field = format!(" sink={}", d.sink());
+            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+            for line in text
+                .lines()
+                .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            {
+                let Some(at) = line.find(&field) else {
+                    continue;
+                };
+                let after = &line[at + field.len()..];
+                if !(after.is_empty() || after.starts_with(' ')) {
+                    continue;
+                }
+                let message = line[..at].split_once(": ").map_or(&line[..at], |(_, m)| m);
+                *counts.entry(message.to_string()).or_default() += 1;
+            }
+            out.insert(*d, counts.into_iter().collect());
+        }
+        out
     }
 }
 

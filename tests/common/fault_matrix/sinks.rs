@@ -108,12 +108,15 @@ impl Mode {
         }
     }
 
-    /// Messages each sink must hold unacknowledged before a fault is injected: with two
-    /// batches in flight more than one batch, so both writers can be at work.
-    pub fn in_hand_at_fault(self) -> usize {
+    /// The counter that shows the mode at work in a sink (it must have risen in the last
+    /// run of a test, or the cell tested nothing of the mode).
+    pub fn at_work(self) -> Option<&'static str> {
         match self {
-            Mode::InFlight => 100,
-            _ => 0,
+            Mode::Plain => None,
+            Mode::Randomizer => Some("jetsink_randomizer_delayed_total"),
+            Mode::Shuffle => Some("jetsink_shuffle_flushes_total"),
+            Mode::Lanes => Some("jetsink_priority_lane_batches_total"),
+            Mode::InFlight => Some("jetsink_batches_written_ahead_total"),
         }
     }
 
