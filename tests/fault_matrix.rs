@@ -156,6 +156,7 @@ async fn column(test: &str) {
         .filter(|(_, e)| !matches!(e, Expect::NotApplicable(_)))
         .map(|(d, _)| *d)
         .collect();
+    let started = std::time::Instant::now();
     let mut world = World::new(dests, fault.mode).await;
     let outcome = world.run(fault.events).await;
     for (event, at) in &outcome.at_faults {
@@ -190,8 +191,10 @@ async fn column(test: &str) {
     }
     let [faulted, drained, read] = outcome.phases;
     println!(
-        "{}: last fault at {faulted:.1} s, drained at {drained:.1} s, read back at {read:.1} s",
-        fault.title
+        "{}: last fault at {faulted:.1} s, drained at {drained:.1} s, read back at {read:.1} s \
+         of the run; {:.1} s with the servers' start",
+        fault.title,
+        started.elapsed().as_secs_f64()
     );
     assert!(failed.is_empty(), "{}:\n{}", fault.title, failed.join("\n"));
 }
