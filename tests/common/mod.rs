@@ -334,6 +334,13 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The exit status, if the process has exited (without waiting for it).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// Waits until this daemon's log contains `needle` (for example "sink running"),
     /// failing with its log if it exits first or `within` passes.
     pub async fn wait_for_log(&mut self, within: Duration, needle: &str) {

@@ -3,9 +3,10 @@
 //! the sinks wrote.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use super::databases::pg_exec;
-use super::flow::{states, Publisher};
+use super::flow::{states, Publisher, POLL};
 use super::sinks::Dest;
 use super::world::World;
 use crate::common::Daemon;
@@ -16,8 +17,9 @@ impl World {
     /// back later that came back), then gives them back: directories renamed away and back,
     /// tables renamed away and back, moto's proxy refusing connections, the republish
     /// target's server killed and restarted on its store, the HTTP receiver answering 503,
-    /// the exec script exiting 75.
-    pub(super) async fn outage(&mut self, daemon: &mut Daemon) {
+    /// the exec script exiting 75. Messages keep coming meanwhile, so a sink that had
+    /// written all it had when its destination went away gets more to fail on.
+    pub(super) async fn outage(&mut self, daemon: &mut Daemon, publisher: &Publisher) {
         let errors = "jetsink_sink_errors_total";
         let kept_alive = "jetsink_progress_acks_total";
         let (errors_before, rounds_before) = (
@@ -25,31 +27,48 @@ impl World {
             self.sink_metric(kept_alive).await,
         );
         self.take_away(true).await;
-        let what = "every destination failing past an AckWait";
-        daemon
-            .eventually(self.patience(), what, || async {
-                let (failed, rounds) = (
-                    self.sink_metric(errors).await,
-                    self.sink_metric(kept_alive).await,
-                );
-                self.dests.iter().all(|d| match d {
-                    Dest::Exec => {
-                        let tried = std::fs::read_to_string(self.path("exec/tempfail"));
-                        let mut keys: Vec<String> = tried
-                            .unwrap_or_default()
-                            .lines()
-                            .map(str::to_string)
-                            .collect();
-                        let all = keys.len();
-                        keys.sort();
-                        keys.dedup();
-                        keys.len() < all
-                    }
-                    d => failed[d] > errors_before[d] && rounds[d] >= rounds_before[d] + 3.0,
+        let deadline = Instant::now() + self.patience();
+        loop {
+            publisher.allow(publisher.published() + 20);
+            let (failed, rounds) = (
+                self.sink_metric(errors).await,
+                self.sink_metric(kept_alive).await,
+            );
+            let waiting: Vec<&str> = self
+                .dests
+                .iter()
+                .filter(|d| match d {
+                    Dest::Exec => !self.exec_retried(),
+                    d => failed[d] <= errors_before[d] || rounds[d] < rounds_before[d] + 3.0,
                 })
-            })
-            .await;
+                .map(|d| d.sink())
+                .collect();
+            if waiting.is_empty() {
+                break;
+            }
+            let log = daemon.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            if let Some(status) = daemon.exited() {
+                panic!("jetsink exited ({status}) during the outage; its last lines: {tail:#?}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {waiting:?} to fail past an AckWait; jetsink's last \
+                 lines: {tail:#?}"
+            );
+            tokio::time::sleep(POLL).await;
+        }
         self.take_away(false).await;
+    }
+
+    /// Whether the exec script was told to come back later for a job that came back.
+    fn exec_retried(&self) -> bool {
+        let tried = std::fs::read_to_string(self.path("exec/tempfail")).unwrap_or_default();
+        let mut keys: Vec<&str> = tried.lines().collect();
+        let all = keys.len();
+        keys.sort();
+        keys.dedup();
+        keys.len() < all
     }
 
     async fn take_away(&mut self, away: bool) {

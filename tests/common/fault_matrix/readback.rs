@@ -91,12 +91,14 @@ impl World {
         let store: Arc<dyn ObjectStore> = self.moto.as_ref().unwrap().store(bucket);
         let metas: Vec<_> = store.list(None).collect().await;
         let mut out = Vec::new();
-        for meta in metas.into_iter().flatten() {
-            if let Ok(got) = store.get(&meta.location).await {
-                if let Ok(body) = got.bytes().await {
-                    out.push((meta.location.to_string(), body));
-                }
-            }
+        for meta in metas {
+            let meta = meta.expect("list the bucket on moto");
+            let got = store
+                .get(&meta.location)
+                .await
+                .expect("get an object from moto");
+            let body = got.bytes().await.expect("read an object from moto");
+            out.push((meta.location.to_string(), body));
         }
         out
     }

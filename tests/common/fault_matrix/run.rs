@@ -172,9 +172,7 @@ impl World {
         match event {
             Event::KillJetsink => {
                 self.nats_proxy.hold_acks();
-                // Messages keep coming for a sink that was idle, whatever the floors say.
-                publisher.allow(publisher.published() + 200);
-                self.wait_unacked(&mut daemon).await;
+                self.wait_unacked(&mut daemon, publisher).await;
                 daemon.kill();
                 self.nats_proxy.cut_and_release();
             }
@@ -203,8 +201,7 @@ impl World {
                 return daemon;
             }
             Event::Outage => {
-                publisher.allow(publisher.published() + 200);
-                self.outage(&mut daemon).await;
+                self.outage(&mut daemon, publisher).await;
                 return daemon;
             }
             Event::Replay => {
@@ -216,19 +213,19 @@ impl World {
     }
 
     /// Waits until every sink has committed and ACKed messages since the proxy began to
-    /// hold ACKs: messages stored whose ACKs the server will never see.
-    async fn wait_unacked(&self, daemon: &mut Daemon) {
+    /// hold ACKs: messages stored whose ACKs the server will never see. Messages keep
+    /// coming meanwhile, whatever the (frozen) floors say, so a sink that was idle gets some.
+    async fn wait_unacked(&self, daemon: &mut Daemon, publisher: &Publisher) {
         let acked = "jetsink_messages_acked_total";
         let before = self.sink_metric(acked).await;
+        let what = "every sink ACKed into the hold";
         daemon
-            .eventually(
-                self.patience(),
-                "every sink ACKed into the hold",
-                || async {
-                    let now = self.sink_metric(acked).await;
-                    self.dests.iter().all(|d| now.get(d) > before.get(d))
-                },
-            )
+            .eventually(self.patience(), what, || async {
+                publisher.allow(publisher.published() + 20);
+                tokio::time::sleep(POLL).await;
+                let now = self.sink_metric(acked).await;
+                self.dests.iter().all(|d| now.get(d) > before.get(d))
+            })
             .await;
     }
 }
