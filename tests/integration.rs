@@ -27,6 +27,7 @@ mod drain;
 mod encryption;
 mod examples;
 mod exec_worker;
+mod fault_matrix;
 mod file_two_writers;
 mod hostile_files;
 mod http_destination;

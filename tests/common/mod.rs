@@ -16,6 +16,7 @@ pub mod audit;
 pub mod cluster;
 pub mod conformance;
 pub mod database;
+pub mod fault_matrix;
 pub mod moto;
 pub mod mysql_tls;
 pub mod pg;
@@ -331,6 +332,13 @@ impl Daemon {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The exit status, if the process has exited (without waiting for it).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Waits until this daemon's log contains `needle` (for example "sink running"),

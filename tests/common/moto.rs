@@ -76,6 +76,10 @@ impl Moto {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// SIGKILL; everything it stored is gone with it.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
