@@ -173,6 +173,7 @@ macro_rules! conformance_suite {
             randomized_updates_leave_every_key_at_its_last_published_value,
             two_batches_in_flight_leave_every_key_at_its_last_published_value,
             sigkill_mid_batch_of_updates_then_restart_leaves_every_key_at_its_newest,
+            validate_online_shows_the_order_column_and_the_delete_marker_it_checked,
         );
     };
 }

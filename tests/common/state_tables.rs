@@ -187,6 +187,49 @@ pub async fn a_delete_then_an_older_update_leaves_the_key_deleted_and_a_newer_on
 
 // ---------------------------------------------------------------- the whole daemon
 
+pub async fn validate_online_shows_the_order_column_and_the_delete_marker_it_checked<
+    D: TestDatabase,
+>() {
+    let db = D::create("vstate").await;
+    state_table(&db, "state").await;
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (stream, subjects) = (
+        format!("{}VSTATE", D::STREAM),
+        format!("{}vstate.>", D::KIND),
+    );
+    let dest = db.destination(state_destination("state", true, json!({"column": "gone"})));
+    let path = write_config(
+        dir.path(),
+        &config(&server, &stream, &subjects, dest, json!({})),
+    );
+    let path = path.to_string_lossy().into_owned();
+    let (code, out, err) = jetsink(&["validate", "--config", &path, "--online"], dir.path());
+    assert_eq!(code, 0, "{out}\n{err}");
+    for needle in [
+        "(upsert, mapped columns, newest by version; deletes by header Jetsink-Op = \"delete\" into gone)",
+        "may write it; newest by version (",
+        "), ties by seq; deletes mark gone (",
+    ] {
+        assert!(out.contains(needle), "{out} lacks {needle}");
+    }
+    // An order column the table holds as text cannot be compared as a number or a time.
+    db.exec("CREATE TABLE texts (k BIGINT PRIMARY KEY, v BIGINT, version TEXT, seq BIGINT)")
+        .await;
+    let dest = db.destination(state_destination("texts", true, Value::Null));
+    let path = write_config(
+        dir.path(),
+        &config(&server, &stream, &subjects, dest, json!({})),
+    );
+    let path = path.to_string_lossy().into_owned();
+    let (code, out, err) = jetsink(&["validate", "--config", &path, "--online"], dir.path());
+    assert_eq!(code, 78, "{out}\n{err}");
+    assert!(
+        out.contains("the order column version has type text"),
+        "{out}"
+    );
+}
+
 /// Publishes the `N` updates (the last message of each of the first `DELETED` keys a
 /// delete) on `subject`, awaiting every ack.
 async fn publish_updates(js: &async_nats::jetstream::Context, subject: &str, n: usize) {

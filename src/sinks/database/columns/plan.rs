@@ -135,14 +135,19 @@ impl TablePlan {
     }
 
     /// The NOT NULL columns besides the key and the order that a delete of a key not
-    /// stored yet must fill from its message (its tombstone row is inserted whole).
+    /// stored yet must fill from its message (its tombstone row is inserted whole): those
+    /// mapped from a pointer, a header or an optional field.
     pub fn required_on_delete(&self) -> Vec<&str> {
         let order = self.newest.map(|n| n.order);
         self.columns
             .iter()
             .enumerate()
             .filter(|(i, c)| {
-                c.not_null && !c.key && Some(*i) != order && !matches!(c.source, Source::Deleted(_))
+                c.not_null
+                    && !c.key
+                    && Some(*i) != order
+                    && c.source.may_be_null()
+                    && !matches!(c.source, Source::Deleted(_))
             })
             .map(|(_, c)| c.name.as_str())
             .collect()

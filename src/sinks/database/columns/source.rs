@@ -171,6 +171,22 @@ impl Source {
         }
     }
 
+    /// Whether some message can give no value (SQL NULL): a pointer, a header, an optional
+    /// envelope field, the delete column of a message that is not a delete.
+    pub fn may_be_null(&self) -> bool {
+        match self {
+            Source::Field(f) => matches!(
+                f,
+                Field::MessageId
+                    | Field::Priority
+                    | Field::Lane
+                    | Field::Classification
+                    | Field::TraceId
+            ),
+            Source::Header(_) | Source::Pointer(_) | Source::Deleted(_) => true,
+        }
+    }
+
     /// Whether the value is read from the payload as JSON (a pointer, or a delete marker
     /// at a pointer).
     pub fn reads_payload(&self) -> bool {
