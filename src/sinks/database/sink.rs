@@ -28,8 +28,9 @@ use crate::sinks::database::columns::Mapping;
 use crate::sinks::database::config::WriteMode;
 
 /// A `columns` mapping that does not parse, or an upsert whose `order` or `delete` is
-/// wrong: each problem with the key it is about, as `columns.<column>: <problem>`, joined
-/// by `; `. Kept until open reports it, since building a sink cannot fail.
+/// wrong: each problem with the key it is about (`columns.<column>`, `order`, ...), as
+/// `<key>: <problem>`, joined by `; `. Kept until open reports it, since building a sink
+/// cannot fail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", describe(.problems))]
 struct ColumnsRefused {

@@ -102,11 +102,6 @@ impl TablePlan {
             .position(|c| matches!(c.source, Source::Deleted(_)))
     }
 
-    /// The order column, when the upsert is ordered.
-    pub fn order_column(&self) -> Option<&PlannedColumn> {
-        self.newest.map(|n| &self.columns[n.order])
-    }
-
     /// What the table check found for an upsert, as `validate --online` and the start-up
     /// log say it: `; newest by version (bigint), ties by stream_seq; deletes mark
     /// deleted_at (timestamp); ...`. Empty when there is nothing to say.
@@ -554,5 +549,57 @@ mod tests {
         assert!(!plan_with(&["order"]).keyed_by_message());
         assert!(!plan_with(&["h"]).keyed_by_message());
         assert!(!plan_with(&["s", "order"]).keyed_by_message());
+    }
+
+    #[test]
+    fn an_ordered_upsert_plans_its_order_column_and_the_stream_sequence_tie_breaker() {
+        let table = vec![
+            tc("id", Family::Integer),
+            tc("version", Family::Integer),
+            tc("at", Family::Timestamp),
+            tc("seq", Family::Integer),
+            tc("note", Family::Text),
+        ];
+        let keys = [key("pk", true, &["id"])];
+        let with_order = |order: &str| {
+            // A header's text fits an integer column only as the order (read as a number).
+            let version = if order == "version" {
+                "$header:Version"
+            } else {
+                "/version"
+            };
+            let mut m = mapping(&[
+                ("id", "/id"),
+                ("version", version),
+                ("at", "/at"),
+                ("seq", "$stream_sequence"),
+                ("note", "/note"),
+            ]);
+            m.order = Some(order.to_string());
+            plan_table(&m, &table, &keys, false)
+        };
+        // A header's text into an integer column: read as a number, so the type fits.
+        let plan = with_order("version").unwrap();
+        let (order, tie) = plan.newest.map(|n| (n.order, n.tie)).unwrap();
+        assert_eq!(plan.columns[order].name, "version");
+        assert_eq!(tie.map(|t| plan.columns[t].name.as_str()), Some("seq"));
+        assert_eq!(
+            plan.describe_upsert(),
+            "; newest by version (integer), ties by seq"
+        );
+        let plan = with_order("seq").unwrap();
+        assert_eq!(
+            plan.newest.unwrap().tie,
+            None,
+            "the order is the sequence itself"
+        );
+        assert!(with_order("at").is_ok());
+        let e = with_order("note").unwrap_err().to_string();
+        assert!(e.contains("the order column note has type text"), "{e}");
+        let e = with_order("absent").unwrap_err().to_string();
+        assert!(e.contains("the order column absent is not mapped"), "{e}");
+        // Without an order (insert_ignore, arrival), nothing is compared.
+        let m = mapping(&[("id", "/id"), ("seq", "$stream_sequence")]);
+        assert_eq!(plan_table(&m, &table, &keys, false).unwrap().newest, None);
     }
 }
