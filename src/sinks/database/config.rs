@@ -13,30 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::columns::Mapping;
 use super::state::State;
-
-/// How a database destination treats a message whose key is already in the table.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WriteMode {
-    /// Keep the row already there (`ON CONFLICT DO NOTHING`; MySQL: a no-op
-    /// `ON DUPLICATE KEY UPDATE`). A redelivery changes nothing.
-    #[default]
-    InsertIgnore,
-    /// Overwrite the row's other mapped columns with a newer message (`ON CONFLICT ... DO
-    /// UPDATE ... WHERE`; MySQL: `ON DUPLICATE KEY UPDATE` with every assignment guarded):
-    /// newer by the `order` column, so an older message arriving later changes nothing.
-    Upsert,
-}
-
-impl WriteMode {
-    /// The config spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WriteMode::InsertIgnore => "insert_ignore",
-            WriteMode::Upsert => "upsert",
-        }
-    }
-}
+pub use super::state::WriteMode;
 
 /// TLS towards a database server (rustls).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

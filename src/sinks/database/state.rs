@@ -1,6 +1,6 @@
-//! What an upsert keeps, as the config says it: the `order` that decides which message of
-//! a key is the newest, the `delete` marker that deletes a key, their checks, and the
-//! column mapping they complete.
+//! What a database destination keeps of a key, as the config says it: the write mode, and
+//! for an upsert the `order` that decides which message of a key is the newest and the
+//! `delete` marker that deletes a key, their checks, and the column mapping they complete.
 //!
 //! jetsink reorders messages on purpose (the randomizer, buckets, the shuffler, lanes,
 //! batches in flight) and writes old ones again on request (`replay`, redelivery), so in
@@ -23,7 +23,30 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::columns::{check_column_name, parse_source, Field, Mapping, Marker, MarkerAt, Source};
-use super::config::WriteMode;
+
+/// How a database destination treats a message whose key is already in the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Keep the row already there (`ON CONFLICT DO NOTHING`; MySQL: a no-op
+    /// `ON DUPLICATE KEY UPDATE`). A redelivery changes nothing.
+    #[default]
+    InsertIgnore,
+    /// Overwrite the row's other mapped columns with a newer message (`ON CONFLICT ... DO
+    /// UPDATE ... WHERE`; MySQL: `ON DUPLICATE KEY UPDATE` with every assignment guarded):
+    /// newer by the `order` column, so an older message arriving later changes nothing.
+    Upsert,
+}
+
+impl WriteMode {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteMode::InsertIgnore => "insert_ignore",
+            WriteMode::Upsert => "upsert",
+        }
+    }
+}
 
 /// `order`: how an upsert decides which message of a key is the newest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -327,7 +327,10 @@ fn every_assignment_of_an_ordered_upsert_is_guarded_and_the_order_is_assigned_la
     assert!(sql.ends_with(&want), "{sql}");
     // insert_ignore stays a no-op update.
     let sql = insert_sql("`orders`", &state_plan(false), 1, WriteMode::InsertIgnore);
-    assert!(sql.ends_with("ON DUPLICATE KEY UPDATE `id` = `id`"), "{sql}");
+    assert!(
+        sql.ends_with("ON DUPLICATE KEY UPDATE `id` = `id`"),
+        "{sql}"
+    );
 }
 
 #[test]

@@ -268,11 +268,13 @@ pub(crate) fn newest_rows(
             None => (None, r as u64),
             Some(n) => {
                 let c = &plan.columns[n.order];
-                let (_, order) = order_value(cell(&c.source, &batch[r], doc(r), written_at), c.family)
-                    .map_err(|why| Refused {
-                        index: r,
-                        message: format!("column {}: {why}", c.name),
-                    })?;
+                let (_, order) =
+                    order_value(cell(&c.source, &batch[r], doc(r), written_at), c.family).map_err(
+                        |why| Refused {
+                            index: r,
+                            message: format!("column {}: {why}", c.name),
+                        },
+                    )?;
                 let tie = n.tie.map_or(0, |_| batch[r].stream_sequence);
                 (Some(order), tie)
             }

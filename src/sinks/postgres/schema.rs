@@ -292,7 +292,9 @@ pub(crate) fn conflict_update(plan: &TablePlan) -> Option<String> {
     let deleted = plan.deleted().map(|i| quote_ident(&plan.columns[i].name));
     let state = |i: usize| {
         plan.deleted() == Some(i)
-            || plan.newest.is_some_and(|n| n.order == i || n.tie == Some(i))
+            || plan
+                .newest
+                .is_some_and(|n| n.order == i || n.tie == Some(i))
     };
     let updates: Vec<String> = plan
         .columns
@@ -315,8 +317,7 @@ pub(crate) fn conflict_update(plan: &TablePlan) -> Option<String> {
     let mut sql = updates.join(", ");
     if let Some(n) = plan.newest {
         let o = quote_ident(&plan.columns[n.order].name);
-        let mut guard =
-            format!("{STORED}.{o} IS NULL OR {STORED}.{o} < EXCLUDED.{o}");
+        let mut guard = format!("{STORED}.{o} IS NULL OR {STORED}.{o} < EXCLUDED.{o}");
         if let Some(t) = n.tie {
             let t = quote_ident(&plan.columns[t].name);
             guard.push_str(&format!(

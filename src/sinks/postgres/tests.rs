@@ -516,7 +516,16 @@ fn state_plan(order: Option<&str>, delete: bool) -> (TablePlan, Vec<Wire>) {
     let wires = plan
         .columns
         .iter()
-        .map(|p| wire(p, if p.name == "gone" { "timestamptz" } else { "int8" }))
+        .map(|p| {
+            wire(
+                p,
+                if p.name == "gone" {
+                    "timestamptz"
+                } else {
+                    "int8"
+                },
+            )
+        })
         .collect();
     (plan, wires)
 }
@@ -528,10 +537,18 @@ fn an_ordered_upsert_updates_a_row_only_from_a_newer_message() {
     let tail = "ON CONFLICT (\"id\") DO UPDATE SET \"amount\" = EXCLUDED.\"amount\", \
                 \"seq\" = EXCLUDED.\"seq\", \"version\" = EXCLUDED.\"version\" \
                 WHERE stored.\"seq\" IS NULL OR stored.\"seq\" < EXCLUDED.\"seq\"";
-    assert!(sql.insert.starts_with("INSERT INTO \"orders\" AS stored ("), "{}", sql.insert);
+    assert!(
+        sql.insert.starts_with("INSERT INTO \"orders\" AS stored ("),
+        "{}",
+        sql.insert
+    );
     assert!(sql.insert.ends_with(tail), "{}", sql.insert);
     // The COPY path's INSERT from the staging table is guarded alike.
-    assert!(sql.insert_from_stage.ends_with(tail), "{}", sql.insert_from_stage);
+    assert!(
+        sql.insert_from_stage.ends_with(tail),
+        "{}",
+        sql.insert_from_stage
+    );
     // A version the producer sets orders it; the stream sequence breaks ties.
     let (plan, wires) = state_plan(Some("version"), false);
     let sql = write_sql("\"orders\"", &plan, &wires, WriteMode::Upsert);
@@ -615,7 +632,9 @@ fn an_upsert_batch_keeps_the_newest_of_each_key_by_its_order_not_its_place() {
     // Without the tie column, equal orders keep the first of the batch, as the guard
     // keeps the row stored first.
     let no_tie = TablePlan {
-        newest: plan.newest.map(|n| crate::sinks::database::columns::Newest { tie: None, ..n }),
+        newest: plan
+            .newest
+            .map(|n| crate::sinks::database::columns::Newest { tie: None, ..n }),
         ..plan.clone()
     };
     let rows = super::encode::newest_rows(&batch, &docs, &no_tie, written_at).unwrap();
@@ -625,13 +644,28 @@ fn an_upsert_batch_keeps_the_newest_of_each_key_by_its_order_not_its_place() {
 #[test]
 fn a_message_without_a_readable_order_is_refused_by_index() {
     let (plan, wires) = state_plan(Some("version"), false);
-    for (bad, why) in [("null", "no order value"), ("-1", "whole number"), ("1.5", "whole number")] {
+    for (bad, why) in [
+        ("null", "no order value"),
+        ("-1", "whole number"),
+        ("1.5", "whole number"),
+    ] {
         let batch = vec![versioned(1, 1, "1"), versioned(2, 2, bad)];
         let docs = documents(&batch, &plan).unwrap();
-        let err = encode(&batch, &docs, &plan, &wires, OffsetDateTime::UNIX_EPOCH, true)
-            .unwrap_err();
+        let err = encode(
+            &batch,
+            &docs,
+            &plan,
+            &wires,
+            OffsetDateTime::UNIX_EPOCH,
+            true,
+        )
+        .unwrap_err();
         assert_eq!(err.index, 1, "{bad}");
-        assert!(err.message.starts_with("column version: "), "{}", err.message);
+        assert!(
+            err.message.starts_with("column version: "),
+            "{}",
+            err.message
+        );
         assert!(err.message.contains(why), "{bad}: {}", err.message);
     }
 }
