@@ -91,6 +91,75 @@ fn an_out_of_range_value_exits_78_naming_its_path_and_range() {
     );
 }
 
+/// A sink writing orders into a PostgreSQL table of its own with `mode: upsert`, its
+/// destination's other keys given by `extra`.
+fn upsert_config(extra: serde_json::Value, delivery: serde_json::Value) -> String {
+    let mut destination = json!({"type": "postgres", "table": "orders", "mode": "upsert",
+                                 "columns": {"order_id": "/id", "amount": "/amount"}});
+    for (k, v) in extra.as_object().unwrap() {
+        destination[k] = v.clone();
+    }
+    json!({"nats": {"servers": ["nats://127.0.0.1:4222"]},
+           "sinks": {"orders": {
+               "source": {"stream": "ORDERS", "subjects": "orders.>", "consumer": "jetsink"},
+               "delivery": delivery,
+               "destination": destination}}})
+    .to_string()
+}
+
+#[test]
+fn an_upsert_without_an_order_exits_78_naming_the_sink_and_the_fix() {
+    let text = upsert_config(json!({}), json!({}));
+    let (code, out) = validate(&text);
+    assert_eq!(code, 78, "{out}");
+    assert!(
+        out.contains(
+            "sinks.orders.destination.order: an upsert keeps the newest message of each key"
+        ),
+        "{out}"
+    );
+    for fix in [
+        "\"$stream_sequence\"",
+        "\"order\": {\"column\": \"version\"}",
+        "\"order\": \"arrival\"",
+    ] {
+        assert!(out.contains(fix), "{out} lacks {fix}");
+    }
+    // `run` refuses it alike, before connecting anywhere.
+    let dir = tempfile::tempdir().unwrap();
+    let log = refused_at_start(dir.path(), &serde_json::from_str(&text).unwrap(), 78);
+    assert!(log.contains("sinks.orders.destination.order"), "{log}");
+}
+
+#[test]
+fn validate_shows_what_an_upsert_keeps_and_warns_of_arrival_order_beside_the_shuffler() {
+    let extra = json!({"columns": {"order_id": "/id", "amount": "/amount", "version": "/version"},
+                       "order": {"column": "version"},
+                       "delete": {"header": "Op", "value": "gone", "column": "deleted_at"}});
+    let (code, out) = validate(&upsert_config(extra, json!({})));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "(upsert, mapped columns, newest by version; deletes by header Op = \"gone\" into deleted_at)"
+        ),
+        "{out}"
+    );
+    let arrival = json!({"order": "arrival"});
+    let (code, out) = validate(&upsert_config(
+        arrival,
+        json!({"shuffle": {"buffer": 1000}}),
+    ));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("warning: sinks.orders.destination.order: \"arrival\": the last write wins, and sinks.orders.delivery.shuffle reorders messages"),
+        "{out}"
+    );
+    assert!(
+        out.contains("(upsert, mapped columns, last write wins (order: arrival))"),
+        "{out}"
+    );
+}
+
 #[test]
 fn nan_is_not_accepted() {
     let (code, text) = validate(&GOOD.replace(

@@ -128,6 +128,7 @@ impl TestDatabase for My {
     const UNKNOWN_DATABASE: &'static str = "1049";
     const NO_PRIVILEGE: &'static [&'static str] = &["1142"];
     const BOOLEAN_TYPE: &'static str = "tinyint(1)";
+    const TIMESTAMP: &'static str = "DATETIME(6)";
 
     async fn create(tag: &str) -> My {
         let name = unique_name(tag);

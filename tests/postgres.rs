@@ -2,7 +2,7 @@
 //! trust auth): the shared database conformance suite (`common::conformance`: idempotency
 //! on both write paths, what is refused and how, outages, a mapped user table, SIGKILL
 //! mid-drain, start-up exit codes), and what only PostgreSQL has: its default layout's
-//! types, an upsert naming one key twice on the COPY and INSERT paths, and a write slower
+//! types, an upsert naming one key thrice on the COPY and INSERT paths, and a write slower
 //! than AckWait.
 //!
 //! Every test works in its own database, dropped on `Drop` (with `FORCE`, so a killed
@@ -99,6 +99,7 @@ impl TestDatabase for Pg {
     const UNKNOWN_DATABASE: &'static str = "3D000";
     const NO_PRIVILEGE: &'static [&'static str] = &["42501", "insufficient_privilege"];
     const BOOLEAN_TYPE: &'static str = "boolean";
+    const TIMESTAMP: &'static str = "timestamptz";
 
     async fn create(tag: &str) -> Pg {
         PgDatabase::create(tag).await
@@ -289,33 +290,39 @@ async fn default_table_is_created_and_rows_hold_every_field() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn upsert_with_one_key_twice_in_a_batch_keeps_the_last() {
+async fn upsert_with_one_key_thrice_in_a_batch_keeps_the_newest_on_the_copy_and_insert_paths() {
     let db = Pg::create("twice").await;
     let mut cfg = db.config(json!({"mode": "upsert"}));
     for copy_threshold in [2u32, 0] {
         cfg.copy_threshold = copy_threshold;
+        let table = format!("events_{copy_threshold}");
+        cfg.table = table.clone();
         let mut sink = opened(cfg.clone()).await;
-        // Same idempotency key (a Nats-Msg-Id key) for two messages of one batch.
+        // Same idempotency key (a Nats-Msg-Id key) for three messages of one batch, the
+        // newest (the greatest stream sequence, the layout's order) in the middle.
         let mut batch = json_batch(1..=5);
+        batch.swap(1, 2);
         for e in &mut batch[..3] {
             e.idempotency_key = "same".into();
         }
-        batch[2].payload = Bytes::from(format!("last-{copy_threshold}"));
+        batch[1].payload = Bytes::from(format!("newest-{copy_threshold}"));
         sink.write_batch(&batch).await.unwrap();
         let c = db.client().await;
         let row = c
             .query_one(
-                "SELECT payload, stream_sequence FROM events WHERE idempotency_key = 'same'",
+                &format!(
+                    "SELECT payload, stream_sequence FROM {table} WHERE idempotency_key = 'same'"
+                ),
                 &[],
             )
             .await
             .unwrap();
         assert_eq!(
             row.get::<_, Vec<u8>>(0),
-            format!("last-{copy_threshold}").as_bytes()
+            format!("newest-{copy_threshold}").as_bytes()
         );
         assert_eq!(row.get::<_, i64>(1), 3);
-        assert_eq!(db.count("events").await, 3);
+        assert_eq!(db.count(&table).await, 3);
     }
 }
 

@@ -194,9 +194,10 @@ async fn second_writer(
             source: SinkError::Misconfigured {
                 message: format!(
                     "{setting}: 2 needs a table keyed by the message (its key from \
-                     $idempotency_key, or $stream and $stream_sequence), so two batches \
-                     committing in either order never overwrite each other; this table's \
-                     key comes from elsewhere: keep 1"
+                     $idempotency_key, or $stream and $stream_sequence) or an upsert with \
+                     an order, so two batches committing in either order never overwrite \
+                     a newer row; this table's key comes from elsewhere and the last write \
+                     wins: keep 1"
                 ),
             },
             setting,

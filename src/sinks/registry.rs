@@ -94,6 +94,12 @@ macro_rules! destinations {
                 self.settings().writes_batches_at_once()
             }
 
+            /// Whether the last write wins over what the destination stored (an upsert
+            /// by arrival order).
+            pub fn last_write_wins(&self) -> bool {
+                self.settings().last_write_wins()
+            }
+
             /// The same destination writing into the scratch table `table`, where it has
             /// one ([`DestinationSettings::with_scratch_table`]).
             ///

@@ -46,6 +46,13 @@ pub trait DestinationSettings {
         false
     }
 
+    /// Whether the destination replaces what it stored with whatever is written last (an
+    /// upsert with `"order": "arrival"`): every stage that reorders messages can then leave
+    /// an older message in place of a newer one, which validation warns about.
+    fn last_write_wins(&self) -> bool {
+        false
+    }
+
     /// The same settings writing into `table`, a scratch table `jetsink bench` has the
     /// destination create at open (jetsink's layout, or a copy of the user's own table),
     /// then drops, so a pass starts from an empty table and never writes into the

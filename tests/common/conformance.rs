@@ -19,6 +19,8 @@ use serde_json::{json, Value};
 use super::database::{envelope, json_batch, misconfigured, traced, TRACEPARENT, TRACE_ID};
 use super::*;
 
+pub use super::state_tables::*;
+
 /// One engine's test server: a database of its own per test (dropped with the value), the
 /// sink under test, and the SQL and error codes that differ between engines.
 #[allow(async_fn_in_trait)]
@@ -58,6 +60,8 @@ pub trait TestDatabase: Sized {
     const NO_PRIVILEGE: &'static [&'static str];
     /// The type the orders table's `paid` column reports.
     const BOOLEAN_TYPE: &'static str;
+    /// A column type holding a time (UTC), for the state tables' delete column.
+    const TIMESTAMP: &'static str;
 
     /// Creates the test's database, named after `tag`.
     async fn create(tag: &str) -> Self;
@@ -162,6 +166,14 @@ macro_rules! conformance_suite {
             a_valid_traceparent_stores_its_trace_id_on_every_write_path_and_none_stores_null,
             a_default_table_from_before_trace_ids_gains_the_column_and_keeps_its_rows,
             a_message_published_with_a_traceparent_has_its_trace_id_in_the_row,
+            an_ordered_upsert_keeps_the_newest_whatever_the_write_order_on_every_write_path,
+            a_delete_then_an_older_update_leaves_the_key_deleted_and_a_newer_one_revives_it,
+            replaying_an_old_range_leaves_every_key_at_its_newest,
+            shuffled_updates_leave_every_key_at_its_last_published_value,
+            randomized_updates_leave_every_key_at_its_last_published_value,
+            two_batches_in_flight_leave_every_key_at_its_last_published_value,
+            sigkill_mid_batch_of_updates_then_restart_leaves_every_key_at_its_newest,
+            validate_online_shows_the_order_column_and_the_delete_marker_it_checked,
         );
     };
 }
@@ -286,7 +298,8 @@ pub async fn rewriting_batches_is_idempotent_on_every_write_path<D: TestDatabase
         "insert_ignore keeps the first write"
     );
 
-    // upsert: the newer delivery wins, on every path.
+    // upsert: a message replaces the row only when newer (by its stream sequence, the
+    // layout's order): the same messages again change nothing, on every path...
     let mut upsert_extra = extra(D::IDEMPOTENCY_EXTRA);
     upsert_extra["mode"] = json!("upsert");
     let mut upsert = opened::<D>(db.config(upsert_extra)).await;
@@ -294,10 +307,26 @@ pub async fn rewriting_batches_is_idempotent_on_every_write_path<D: TestDatabase
         upsert.write_batch(part).await.unwrap();
     }
     assert_eq!(
-        db.count("events WHERE delivered = 2 AND payload = 'changed'")
+        db.count("events WHERE delivered = 1 AND payload <> 'changed'")
             .await,
-        total
+        total,
+        "a replay of a stored message changes nothing"
     );
+    // ...and later messages with the same keys (Nats-Msg-Id keys) replace them, while the
+    // older ones written again after them do not.
+    let mut newer: Vec<Envelope> = json_batch(total as u64 + 1..=2 * total as u64);
+    for (e, old) in newer.iter_mut().zip(&again) {
+        e.idempotency_key = old.idempotency_key.clone();
+        e.payload = Bytes::from_static(b"newer");
+    }
+    for part in newer.chunks(D::REWRITE_CHUNK) {
+        upsert.write_batch(part).await.unwrap();
+    }
+    for part in again.chunks(D::REWRITE_CHUNK) {
+        upsert.write_batch(part).await.unwrap();
+    }
+    let newest = format!("events WHERE payload = 'newer' AND stream_sequence > {total}");
+    assert_eq!(db.count(&newest).await, total);
     assert_eq!(db.count("events").await, total);
 }
 
@@ -1025,14 +1054,16 @@ pub async fn start_up_exits_78_for_a_wrong_table_and_69_for_an_unreachable_serve
         daemon.log_text()
     );
 
-    // Two batches in flight into a table keyed by the order, not the message: two batches
-    // committing in either order could leave an older version of an order.
+    // Two batches in flight into a table keyed by the order, not the message, where the
+    // last write wins: two batches committing in either order could leave an older
+    // version of an order.
     db.orders_table("orders").await;
     let by_order = config(
         &server,
         &stream,
         &subjects,
-        db.destination(json!({"table": "orders", "columns": orders_columns(), "mode": "upsert"})),
+        db.destination(json!({"table": "orders", "columns": orders_columns(),
+                              "mode": "upsert", "order": "arrival"})),
         json!({"batches_in_flight": 2}),
     );
     let mut daemon = Daemon::start(&write_config(dir.path(), &by_order), dir.path());

@@ -22,6 +22,7 @@ pub mod mysql_tls;
 pub mod pg;
 pub mod pg_tls;
 pub mod pki;
+pub mod state_tables;
 
 /// Finds a free loopback port, never the same one twice in a test binary. The port is
 /// free when this returns, not reserved: the kernel picks ports for `bind(0)` at random, so

@@ -1,10 +1,12 @@
 //! The checks of one sink, by section, run in a fixed order so issues come out in the same
 //! order on every run: dead letter, planned sections, lanes, metadata, randomizer, source,
-//! delivery, destination.
+//! delivery, destination (then what depends on the destination and other sections: the
+//! rollover, batches in flight, an upsert by arrival order).
 //!
 //! Each section is its own file and imports only leaves ([`paths`], the config's `issue`
 //! and `names`) and the section types it checks, never this module or `validate`.
 
+mod arrival;
 mod dead_letter;
 mod delivery;
 mod destination;
@@ -107,6 +109,7 @@ pub(crate) fn check_sink(
         &p,
         issues,
     );
+    arrival::check(&destination, &raw.delivery, &raw.source, &p, issues);
     Some(SinkSpec {
         name,
         source: raw.source,

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use super::columns::{Field, Source, TablePlan};
+use super::columns::{Field, Marker, MarkerAt, Source, TablePlan};
 use crate::envelope::Envelope;
 
 /// One column's value for one envelope, before a database encodes it.
@@ -71,6 +71,31 @@ pub fn cell<'a>(
         Source::Pointer(p) => match document.and_then(|d| d.pointer(p)) {
             None | Some(Value::Null) => Cell::Null,
             Some(v) => Cell::Value(v),
+        },
+        Source::Deleted(marker) => {
+            if deletes(marker, envelope, document) {
+                Cell::Timestamp(envelope.published_at)
+            } else {
+                Cell::Null
+            }
+        }
+    }
+}
+
+/// Whether `envelope` carries the delete marker: the header's last value, or the plain
+/// text of the JSON value at the pointer, is the marker's value exactly.
+pub fn deletes(marker: &Marker, envelope: &Envelope, document: Option<&Value>) -> bool {
+    match &marker.at {
+        MarkerAt::Header(name) => envelope
+            .headers
+            .iter()
+            .rev()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .find_map(|(_, values)| values.last())
+            .is_some_and(|v| *v == marker.value),
+        MarkerAt::Pointer(p) => match document.and_then(|d| d.pointer(p)) {
+            None | Some(Value::Null) => false,
+            Some(v) => value_text(v) == marker.value.as_str(),
         },
     }
 }
@@ -143,19 +168,6 @@ fn classify_json_error(e: &serde_json::Error) -> &'static str {
         serde_json::error::Category::Data => "data error",
         serde_json::error::Category::Eof => "truncated",
     }
-}
-
-/// The row indices to write, after dropping earlier envelopes whose key a later one of
-/// the same batch repeats (an upsert may not touch one row twice in a statement). The
-/// last delivery of a key wins, as it would across batches.
-pub fn last_of_each_key<K: std::hash::Hash + Eq>(keys: Vec<K>) -> Vec<usize> {
-    let mut last = std::collections::HashMap::with_capacity(keys.len());
-    for (i, k) in keys.into_iter().enumerate() {
-        last.insert(k, i);
-    }
-    let mut keep: Vec<usize> = last.into_values().collect();
-    keep.sort_unstable();
-    keep
 }
 
 #[cfg(test)]
@@ -253,8 +265,47 @@ mod tests {
     }
 
     #[test]
-    fn last_of_each_key_keeps_order_and_the_last_duplicate() {
-        assert_eq!(last_of_each_key(vec!["a", "b", "a", "c", "b"]), [2, 3, 4]);
-        assert_eq!(last_of_each_key(Vec::<u8>::new()), Vec::<usize>::new());
+    fn the_delete_column_holds_the_store_time_of_a_marked_message_and_null_otherwise() {
+        let mut e = envelope();
+        let doc: Value = serde_json::json!({"op": "d", "flag": true});
+        let now = OffsetDateTime::now_utc();
+        let marker = |at: MarkerAt, value: &str| {
+            Source::Deleted(Marker {
+                at,
+                value: value.into(),
+            })
+        };
+        let by_header = marker(MarkerAt::Header("jetsink-op".into()), "delete");
+        assert_eq!(cell(&by_header, &e, None, now), Cell::Null);
+        e.headers
+            .push(("Jetsink-Op".into(), vec!["upsert".into(), "delete".into()]));
+        assert_eq!(
+            cell(&by_header, &e, None, now),
+            Cell::Timestamp(e.published_at),
+            "the last value, the name in any case"
+        );
+        let other_case = marker(MarkerAt::Header("Jetsink-Op".into()), "DELETE");
+        assert_eq!(
+            cell(&other_case, &e, None, now),
+            Cell::Null,
+            "values match exactly"
+        );
+        let by_pointer = marker(MarkerAt::Pointer("/op".into()), "d");
+        assert_eq!(
+            cell(&by_pointer, &e, Some(&doc), now),
+            Cell::Timestamp(e.published_at)
+        );
+        let by_flag = marker(MarkerAt::Pointer("/flag".into()), "true");
+        assert!(deletes(
+            match &by_flag {
+                Source::Deleted(m) => m,
+                _ => unreachable!(),
+            },
+            &e,
+            Some(&doc)
+        ));
+        let absent = marker(MarkerAt::Pointer("/gone".into()), "d");
+        assert_eq!(cell(&absent, &e, Some(&doc), now), Cell::Null);
+        assert!(by_pointer.reads_payload() && !by_header.reads_payload());
     }
 }

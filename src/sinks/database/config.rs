@@ -1,5 +1,6 @@
 //! The settings the database destinations (PostgreSQL, MySQL/MariaDB) share: write mode,
-//! TLS, connection keys, identifier rules and timeouts, with the checks they share.
+//! TLS, connection keys, identifier rules and timeouts, with the checks they share (the
+//! checks of an upsert's `order` and `delete` are [`super::state`]'s).
 //!
 //! Each database's own config (`sinks/postgres/config.rs`, `sinks/mysql/config.rs`) adds
 //! what only it has and runs [`database_problems`] first, so both report the same mistake
@@ -11,29 +12,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::columns::Mapping;
-
-/// How a database destination treats a message whose key is already in the table.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WriteMode {
-    /// Keep the row already there (`ON CONFLICT DO NOTHING`; MySQL: a no-op
-    /// `ON DUPLICATE KEY UPDATE`). A redelivery changes nothing.
-    #[default]
-    InsertIgnore,
-    /// Overwrite the row's other mapped columns with the newer delivery
-    /// (`ON CONFLICT ... DO UPDATE`; MySQL: `ON DUPLICATE KEY UPDATE`).
-    Upsert,
-}
-
-impl WriteMode {
-    /// The config spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WriteMode::InsertIgnore => "insert_ignore",
-            WriteMode::Upsert => "upsert",
-        }
-    }
-}
+use super::state::State;
+pub use super::state::WriteMode;
 
 /// TLS towards a database server (rustls).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -95,13 +75,19 @@ pub(crate) fn scratch_copy_of(mapped: bool, auto_create: bool, table: &str) -> O
 }
 
 /// How `validate` and the start-up log describe a database destination: its target, the
-/// write mode, and whether the table is the user's own (mapped columns).
-pub(crate) fn describe_table(target: String, mode: WriteMode, mapped: bool) -> String {
+/// write mode, whether the table is the user's own (mapped columns), and for an upsert
+/// what decides the newest message of a key and what deletes one.
+pub(crate) fn describe_table(target: String, state: &State<'_>) -> String {
     format!(
-        "{} ({}{})",
+        "{} ({}{}{})",
         target,
-        mode.as_str(),
-        if mapped { ", mapped columns" } else { "" }
+        state.mode.as_str(),
+        if state.columns.is_some() {
+            ", mapped columns"
+        } else {
+            ""
+        },
+        state.describe()
     )
 }
 
@@ -138,6 +124,7 @@ pub(crate) struct DatabaseKeys<'a> {
     pub(crate) tls: &'a DatabaseTlsConfig,
     pub(crate) table: &'a str,
     pub(crate) columns: Option<&'a BTreeMap<String, String>>,
+    pub(crate) state: State<'a>,
     pub(crate) payload_type_given: bool,
     pub(crate) connect_timeout_ms: u64,
     pub(crate) statement_timeout_ms: u64,
@@ -160,6 +147,12 @@ macro_rules! database_keys {
             tls: &$c.tls,
             table: &$c.table,
             columns: $c.columns.as_ref(),
+            state: $crate::sinks::database::state::State {
+                mode: $c.mode,
+                columns: $c.columns.as_ref(),
+                order: $c.order.as_ref(),
+                delete: $c.delete.as_ref(),
+            },
             payload_type_given: $c.payload_type.is_some(),
             connect_timeout_ms: $c.connect_timeout_ms,
             statement_timeout_ms: $c.statement_timeout_ms,
@@ -271,6 +264,7 @@ pub(crate) fn database_problems(k: &DatabaseKeys<'_>) -> Vec<(String, String)> {
             ),
         );
     }
+    out.extend(k.state.problems());
     out
 }
 

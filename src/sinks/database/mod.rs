@@ -17,9 +17,11 @@ pub mod columns;
 pub mod config;
 mod dialect;
 pub mod locate;
+pub mod newest;
 pub mod settings;
 mod sink;
 mod spread;
+pub mod state;
 pub(crate) mod tls_files;
 pub mod util;
 

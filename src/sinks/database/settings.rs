@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::sinks::database::config::WriteMode;
+use crate::sinks::database::state::State;
 
 /// How long each kind of call may take before the sink gives up on it and drops the
 /// connection. Bounded calls are what keep a hung server from holding a batch past
@@ -29,6 +30,8 @@ pub trait DatabaseSettings {
     fn mode(&self) -> WriteMode;
     /// The `columns` mapping, `None` for the jetsink layout.
     fn columns(&self) -> Option<&BTreeMap<String, String>>;
+    /// What an upsert keeps: its order and its delete marker, with the mode and columns.
+    fn state(&self) -> State<'_>;
     /// The time limits, with `write_grace` added to the statement timeout for a write.
     fn limits(&self, write_grace: Duration) -> Limits;
     /// How many connections a batch may be spread over (`connections`).
@@ -36,7 +39,8 @@ pub trait DatabaseSettings {
 }
 
 /// Implements [`DatabaseSettings`] for a config type with the shared field names
-/// (`mode`, `columns`, `connect_timeout_ms`, `statement_timeout_ms`, `connections`) and a `target()`.
+/// (`mode`, `columns`, `order`, `delete`, `connect_timeout_ms`, `statement_timeout_ms`,
+/// `connections`) and a `target()`.
 macro_rules! database_settings {
     ($config:ty) => {
         impl $crate::sinks::database::settings::DatabaseSettings for $config {
@@ -48,6 +52,14 @@ macro_rules! database_settings {
             }
             fn columns(&self) -> Option<&std::collections::BTreeMap<String, String>> {
                 self.columns.as_ref()
+            }
+            fn state(&self) -> $crate::sinks::database::state::State<'_> {
+                $crate::sinks::database::state::State {
+                    mode: self.mode,
+                    columns: self.columns.as_ref(),
+                    order: self.order.as_ref(),
+                    delete: self.delete.as_ref(),
+                }
             }
             fn connections(&self) -> usize {
                 self.connections as usize

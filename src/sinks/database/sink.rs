@@ -27,22 +27,48 @@ use crate::sinks::contract::{Located, Probe, Sink, SinkError, Wanted};
 use crate::sinks::database::columns::Mapping;
 use crate::sinks::database::config::WriteMode;
 
-/// A `columns` mapping that does not parse: each problem with the column it is about, as
-/// `columns.<column>: <problem>`, joined by `; `. Kept until open reports it, since
-/// building a sink cannot fail.
+/// A `columns` mapping that does not parse, or an upsert whose `order` or `delete` is
+/// wrong: each problem with the key it is about (`columns.<column>`, `order`, ...), as
+/// `<key>: <problem>`, joined by `; `. Kept until open reports it, since building a sink
+/// cannot fail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", describe(.problems))]
 struct ColumnsRefused {
-    /// `(column, problem)` pairs, as [`Mapping::parse`] gives them.
+    /// `(key under the destination, problem)` pairs.
     problems: Vec<(String, String)>,
 }
 
 fn describe(problems: &[(String, String)]) -> String {
-    let texts: Vec<String> = problems
-        .iter()
-        .map(|(c, e)| format!("columns.{c}: {e}"))
-        .collect();
+    let texts: Vec<String> = problems.iter().map(|(k, e)| format!("{k}: {e}")).collect();
     texts.join("; ")
+}
+
+/// The mapping a sink writes by: the config's `columns` (or the jetsink layout) completed
+/// with what its upsert keeps ([`super::state`]), or every problem found.
+fn mapping_of(config: &impl DatabaseSettings) -> Result<Mapping, ColumnsRefused> {
+    let state = config.state();
+    let mut problems = state.problems();
+    let mapping = match config.columns() {
+        None => Some(Mapping::default_layout()),
+        Some(columns) => match Mapping::parse(columns) {
+            Ok(m) => Some(m),
+            Err(bad) => {
+                problems.extend(bad.into_iter().map(|(c, e)| {
+                    let key = if c.is_empty() {
+                        "columns".to_string()
+                    } else {
+                        format!("columns.{c}")
+                    };
+                    (key, e)
+                }));
+                None
+            }
+        },
+    };
+    match mapping {
+        Some(m) if problems.is_empty() => Ok(state.complete(m)),
+        _ => Err(ColumnsRefused { problems }),
+    }
 }
 
 /// Writes envelopes as rows of one database table, a transaction per batch, idempotent on a
@@ -52,6 +78,8 @@ pub struct DatabaseSink<D: Dialect> {
     /// Where rows go, for log lines and error context.
     target: String,
     mode: WriteMode,
+    /// What an upsert keeps, for the log line at open (`, newest by seq`).
+    keeps: String,
     limits: Limits,
     /// The parsed mapping, or why it does not parse (reported at open).
     mapping: Result<Mapping, ColumnsRefused>,
@@ -159,15 +187,12 @@ fn in_batch(e: SinkError, start: usize) -> SinkError {
 impl<D: Dialect> DatabaseSink<D> {
     /// A sink for `config`. Does no I/O; [`Sink::open`] connects.
     pub fn new(config: D::Config) -> DatabaseSink<D> {
-        let mapping = match config.columns() {
-            None => Ok(Mapping::default_layout()),
-            Some(columns) => {
-                Mapping::parse(columns).map_err(|problems| ColumnsRefused { problems })
-            }
-        };
+        let mapping = mapping_of(&config);
+        let describe = config.state().describe();
         DatabaseSink {
             target: config.target(),
             mode: config.mode(),
+            keeps: describe,
             limits: config.limits(D::WRITE_GRACE),
             conns: (0..config.connections().max(1)).map(|_| None).collect(),
             dialect: D::new(config),
@@ -186,10 +211,16 @@ impl<D: Dialect> DatabaseSink<D> {
             .connect()
             .await
             .map_err(|e| e.with_context(&self.target))?;
-        self.conns[slot] = Some(conn);
         if !self.opened_once {
-            tracing::info!(destination = %self.target, mode = self.mode.as_str(), connections = self.conns.len(), "{} destination open", D::NAME);
+            let plan = D::plan(&conn);
+            let mode = format!("{}{}", self.mode.as_str(), self.keeps);
+            tracing::info!(destination = %self.target, mode = %mode, connections = self.conns.len(), "{} destination open", D::NAME);
+            let required = plan.required_on_delete();
+            if plan.deleted().is_some() && !required.is_empty() {
+                tracing::warn!(destination = %self.target, columns = %required.join(", "), "a delete of a key the table does not hold yet is stored as a whole row: its message must carry values for these NOT NULL columns, or it is refused");
+            }
         }
+        self.conns[slot] = Some(conn);
         self.opened_once = true;
         Ok(())
     }
@@ -265,10 +296,14 @@ impl<D: Dialect> Sink for DatabaseSink<D> {
         self.write(batch).await
     }
 
+    /// Two batches may commit in either order into a table keyed by the message (no two
+    /// messages share a row), or with an ordered upsert (the guard, not the commit order,
+    /// decides what a row keeps).
     fn commits_in_any_order(&self) -> bool {
-        self.conns[0]
-            .as_ref()
-            .is_some_and(|c| D::plan(c).keyed_by_message())
+        self.conns[0].as_ref().is_some_and(|c| {
+            let plan = D::plan(c);
+            plan.keyed_by_message() || plan.newest.is_some()
+        })
     }
 
     async fn health(&mut self) -> Result<(), SinkError> {

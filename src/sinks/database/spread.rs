@@ -5,7 +5,7 @@
 //! adding the run's start. A batch is not cut when it is too small for the cut to pay
 //! (fewer than [`MIN_RUN`] messages per run), or when one idempotency key appears twice in
 //! it: two messages for one row must meet on one connection, where the write decides the
-//! winner as it does without connections (the last for upsert, the stored row for
+//! winner as it does without connections (the newest for upsert, the stored row for
 //! insert_ignore); on two connections the commit order would.
 
 use std::collections::HashSet;

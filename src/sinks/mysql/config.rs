@@ -8,6 +8,8 @@ use crate::sinks::database::config::{
     database_keys, database_problems, default_db_connect_timeout_ms, default_statement_timeout_ms,
     default_table, describe_table, one_connection, yes, DatabaseTlsConfig, WriteMode,
 };
+use crate::sinks::database::state::{DeleteMarker, UpsertOrder};
+use crate::sinks::database::DatabaseSettings;
 use crate::sinks::settings::{DestinationSettings, NamedPath, ServerProcess};
 
 /// The MySQL / MariaDB destination.
@@ -51,6 +53,17 @@ pub struct MysqlConfig {
     /// `insert_ignore` (default) or `upsert`.
     #[serde(default)]
     pub mode: WriteMode,
+    /// Upsert only: which message of a key is the newest, the only one that may replace
+    /// the row. Default: the column mapped from `$stream_sequence`; `{"column": NAME}` a
+    /// mapped column the producer orders by (a version, an event time); `"arrival"` lets
+    /// the last write win. An upsert with none of them is refused.
+    #[serde(default)]
+    pub order: Option<UpsertOrder>,
+    /// Upsert with `columns` only: a message that deletes its key (a header or payload
+    /// value), kept as a tombstone: `column` gets the delete's time and the order column
+    /// its order, so an older update arriving later does not bring the row back.
+    #[serde(default)]
+    pub delete: Option<DeleteMarker>,
     /// Type of the default table's `payload` column: `blob` (default, `LONGBLOB`, any
     /// payload) or `json` (a payload that is not JSON is refused as that message's
     /// permanent error). Not used with `columns`.
@@ -161,7 +174,7 @@ impl DestinationSettings for MysqlConfig {
     }
 
     fn describe(&self) -> String {
-        describe_table(self.target(), self.mode, self.columns.is_some())
+        describe_table(self.target(), &self.state())
     }
 
     fn target(&self) -> String {
@@ -170,6 +183,10 @@ impl DestinationSettings for MysqlConfig {
 
     fn writes_batches_at_once(&self) -> bool {
         true
+    }
+
+    fn last_write_wins(&self) -> bool {
+        self.state().last_write_wins()
     }
 
     /// jetsink's own layout is created as at a first start; a table of the user's own (a

@@ -10,7 +10,8 @@ use time::OffsetDateTime;
 
 use crate::envelope::{rfc3339, Envelope};
 use crate::sinks::database::cells::{cell, is_json, value_text, Cell};
-use crate::sinks::database::columns::{Family, PlannedColumn};
+use crate::sinks::database::columns::{Family, TablePlan};
+use crate::sinks::database::newest::{order_value, OrderValueError};
 
 /// Why a value cannot be sent to MySQL: what is wrong, never what the value is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -24,6 +25,9 @@ pub(crate) enum ValueError {
     /// A timestamp a `DATETIME` cannot hold.
     #[error("a timestamp is outside the years 1000-9999 MySQL stores")]
     YearOutOfRange,
+    /// The order column's value of an ordered upsert cannot be read.
+    #[error("{0}")]
+    Order(OrderValueError),
 }
 
 /// A row that cannot be sent: the column whose value is refused, and why.
@@ -105,22 +109,30 @@ pub(crate) fn size(v: &Value) -> usize {
     }
 }
 
-/// One row's parameters for `columns`; the error names the first column refused.
+/// One row's parameters for `plan`'s columns, the order column's value read as an order
+/// (see `database::newest`); the error names the first column refused.
 pub(crate) fn row(
-    columns: &[PlannedColumn],
+    plan: &TablePlan,
     envelope: &Envelope,
     document: Option<&Json>,
     written_at: OffsetDateTime,
 ) -> Result<Vec<Value>, ColumnError> {
-    columns
+    let order_at = plan.newest.map(|n| n.order);
+    plan.columns
         .iter()
-        .map(|c| {
-            value(cell(&c.source, envelope, document, written_at), c.family).map_err(|problem| {
-                ColumnError {
-                    column: c.name.clone(),
-                    problem,
-                }
-            })
+        .enumerate()
+        .map(|(i, c)| {
+            let refused = |problem| ColumnError {
+                column: c.name.clone(),
+                problem,
+            };
+            let mut v = cell(&c.source, envelope, document, written_at);
+            if order_at == Some(i) {
+                v = order_value(v, c.family)
+                    .map_err(|e| refused(ValueError::Order(e)))?
+                    .0;
+            }
+            value(v, c.family).map_err(refused)
         })
         .collect()
 }

@@ -167,17 +167,8 @@ pub(crate) fn insert_sql(table: &str, plan: &TablePlan, rows: usize, mode: Write
         sql.push_str(&one);
     }
     sql.push_str(" ON DUPLICATE KEY UPDATE ");
-    let updates: Vec<String> = plan
-        .columns
-        .iter()
-        .filter(|c| !c.key)
-        .map(|c| {
-            let q = quote_ident(&c.name);
-            format!("{q} = VALUES({q})")
-        })
-        .collect();
-    match mode {
-        WriteMode::Upsert if !updates.is_empty() => sql.push_str(&updates.join(", ")),
+    match (mode, upsert_assignments(plan)) {
+        (WriteMode::Upsert, Some(updates)) => sql.push_str(&updates),
         _ => {
             // A no-op on a duplicate: strict-mode errors stay errors (see the module doc).
             let k = plan
@@ -190,6 +181,72 @@ pub(crate) fn insert_sql(table: &str, plan: &TablePlan, rows: usize, mode: Write
         }
     }
     sql
+}
+
+/// The assignments of an upsert's `ON DUPLICATE KEY UPDATE`: every non-key column takes
+/// the message's value (a delete keeps the stored values of the columns that are neither
+/// the order, its tie-breaker nor the delete column), and with an order each assignment is
+/// guarded: `col = IF(<newer>, <new value>, col)`, where newer is "the stored order is
+/// NULL or less than the message's, or equal with a smaller `$stream_sequence` column".
+///
+/// MySQL evaluates the assignments left to right, and a column named in a later one reads
+/// the value an earlier one just gave it. So the columns the guard reads are assigned
+/// last: the tie-breaker, then the order itself. Each column before them still sees the
+/// stored order; the tie-breaker, assigned, leaves the guard true exactly when the order
+/// is less (when the orders were equal the order column keeps a value equal to the new
+/// one anyway). `None` when every mapped column is part of the key.
+pub(crate) fn upsert_assignments(plan: &TablePlan) -> Option<String> {
+    let deleted = plan.deleted();
+    let newest = plan.newest;
+    let (order, tie) = (newest.map(|n| n.order), newest.and_then(|n| n.tie));
+    let role = |i: usize| {
+        if Some(i) == order {
+            3
+        } else if Some(i) == tie {
+            2
+        } else if Some(i) == deleted {
+            1
+        } else {
+            0
+        }
+    };
+    let mut columns: Vec<usize> = (0..plan.columns.len())
+        .filter(|&i| !plan.columns[i].key)
+        .collect();
+    if columns.is_empty() {
+        return None;
+    }
+    // Stable: data columns in mapping order, then the delete column, the tie, the order.
+    columns.sort_by_key(|&i| role(i));
+    let guard = newest.map(|n| {
+        let o = quote_ident(&plan.columns[n.order].name);
+        let mut g = format!("{o} IS NULL OR {o} < VALUES({o})");
+        if let Some(t) = n.tie {
+            let t = quote_ident(&plan.columns[t].name);
+            g.push_str(&format!(
+                " OR ({o} = VALUES({o}) AND ({t} IS NULL OR {t} < VALUES({t})))"
+            ));
+        }
+        g
+    });
+    let assignments: Vec<String> = columns
+        .iter()
+        .map(|&i| {
+            let q = quote_ident(&plan.columns[i].name);
+            let new = match deleted {
+                Some(d) if role(i) == 0 => format!(
+                    "IF(VALUES({}) IS NULL, VALUES({q}), {q})",
+                    quote_ident(&plan.columns[d].name)
+                ),
+                _ => format!("VALUES({q})"),
+            };
+            match &guard {
+                Some(g) => format!("{q} = IF({g}, {new}, {q})"),
+                None => format!("{q} = {new}"),
+            }
+        })
+        .collect();
+    Some(assignments.join(", "))
 }
 
 /// Splits rows of the given encoded sizes into statements: at most `max_rows` rows and,

@@ -128,8 +128,9 @@ impl Mysql {
                 )));
             }
             Ok(Probe::Ready(format!(
-                "table {} fits and this user may write it",
-                self.config.table
+                "table {} fits and this user may write it{}",
+                self.config.table,
+                plan.describe_upsert()
             )))
         }
     }

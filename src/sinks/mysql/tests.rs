@@ -265,6 +265,123 @@ fn insert_sql_uses_placeholders_and_a_no_op_update_for_insert_ignore() {
     assert!(!up.contains("`idempotency_key` = VALUES"));
 }
 
+/// A state table `orders (id key, a_version order, amount, seq, gone)`: the order column
+/// sorts first in the mapping, so the test shows it is still assigned last.
+fn state_plan(delete: bool) -> crate::sinks::database::columns::TablePlan {
+    use crate::sinks::database::state::{DeleteMarker, OrderColumn, State, UpsertOrder};
+    let columns = [
+        ("id", "/id"),
+        ("a_version", "/version"),
+        ("amount", "/amount"),
+        ("seq", "$stream_sequence"),
+    ]
+    .iter()
+    .map(|(c, s)| (c.to_string(), s.to_string()))
+    .collect();
+    let order = UpsertOrder::Column(OrderColumn {
+        column: "a_version".into(),
+    });
+    let marker: DeleteMarker = serde_json::from_value(json!({"column": "gone"})).unwrap();
+    let state = State {
+        mode: WriteMode::Upsert,
+        columns: Some(&columns),
+        order: Some(&order),
+        delete: delete.then_some(&marker),
+    };
+    let mapping = state.complete(Mapping::parse(&columns).unwrap());
+    let table: Vec<TableColumn> = [
+        ("id", Family::Integer),
+        ("a_version", Family::Integer),
+        ("amount", Family::Decimal),
+        ("seq", Family::Integer),
+        ("gone", Family::Timestamp),
+    ]
+    .iter()
+    .map(|(name, family)| TableColumn {
+        name: name.to_string(),
+        family: *family,
+        type_name: "t".into(),
+        not_null: false,
+        has_default: false,
+        generated: false,
+    })
+    .collect();
+    let keys = [UniqueKey {
+        name: "PRIMARY".into(),
+        primary: true,
+        columns: vec!["id".into()],
+    }];
+    plan_table(&mapping, &table, &keys, true).unwrap()
+}
+
+#[test]
+fn every_assignment_of_an_ordered_upsert_is_guarded_and_the_order_is_assigned_last() {
+    let guard = "`a_version` IS NULL OR `a_version` < VALUES(`a_version`) OR \
+                 (`a_version` = VALUES(`a_version`) AND (`seq` IS NULL OR `seq` < VALUES(`seq`)))";
+    let sql = insert_sql("`orders`", &state_plan(false), 2, WriteMode::Upsert);
+    let want = format!(
+        "ON DUPLICATE KEY UPDATE `amount` = IF({guard}, VALUES(`amount`), `amount`), \
+         `seq` = IF({guard}, VALUES(`seq`), `seq`), \
+         `a_version` = IF({guard}, VALUES(`a_version`), `a_version`)"
+    );
+    assert!(sql.ends_with(&want), "{sql}");
+    // insert_ignore stays a no-op update.
+    let sql = insert_sql("`orders`", &state_plan(false), 1, WriteMode::InsertIgnore);
+    assert!(
+        sql.ends_with("ON DUPLICATE KEY UPDATE `id` = `id`"),
+        "{sql}"
+    );
+}
+
+#[test]
+fn a_delete_keeps_the_stored_values_and_is_guarded_like_an_update() {
+    let sql = insert_sql("`orders`", &state_plan(true), 1, WriteMode::Upsert);
+    let guard = "`a_version` IS NULL OR `a_version` < VALUES(`a_version`) OR \
+                 (`a_version` = VALUES(`a_version`) AND (`seq` IS NULL OR `seq` < VALUES(`seq`)))";
+    let want = format!(
+        "ON DUPLICATE KEY UPDATE \
+         `amount` = IF({guard}, IF(VALUES(`gone`) IS NULL, VALUES(`amount`), `amount`), `amount`), \
+         `gone` = IF({guard}, VALUES(`gone`), `gone`), \
+         `seq` = IF({guard}, VALUES(`seq`), `seq`), \
+         `a_version` = IF({guard}, VALUES(`a_version`), `a_version`)"
+    );
+    assert!(sql.ends_with(&want), "{sql}");
+}
+
+#[test]
+fn the_order_value_is_written_as_the_integer_it_was_read_as_and_a_missing_one_is_named() {
+    use crate::envelope::{normalize, Delivery};
+    let plan = state_plan(false);
+    let e = |payload: &'static str| {
+        normalize(
+            "s",
+            Delivery {
+                stream: "S",
+                consumer: "c",
+                stream_sequence: 9,
+                consumer_sequence: 9,
+                delivered: 1,
+                published: OffsetDateTime::UNIX_EPOCH,
+            },
+            [],
+            bytes::Bytes::from_static(payload.as_bytes()),
+            crate::config::IdempotencyKey::StreamSequence,
+        )
+    };
+    let ok = e(r#"{"id":1,"version":"12","amount":3}"#);
+    let doc: serde_json::Value = serde_json::from_slice(&ok.payload).unwrap();
+    let row = super::encode::row(&plan, &ok, Some(&doc), OffsetDateTime::UNIX_EPOCH).unwrap();
+    // Columns in mapping order: a_version first.
+    assert_eq!(row[0], Value::UInt(12), "a_version");
+    let bad = e(r#"{"id":1,"amount":3}"#);
+    let doc: serde_json::Value = serde_json::from_slice(&bad.payload).unwrap();
+    let err = super::encode::row(&plan, &bad, Some(&doc), OffsetDateTime::UNIX_EPOCH).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "column a_version: the message has no order value (its source is absent or null)"
+    );
+}
+
 #[test]
 fn default_ddl_matches_the_layout() {
     let ddl = schema::create_table_sql("events", MysqlPayloadType::Blob);

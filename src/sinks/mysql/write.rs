@@ -91,8 +91,7 @@ fn encode_rows(
     for (i, e) in batch.iter().enumerate() {
         let doc = docs.get(i).and_then(Option::as_ref);
         rows.push(
-            encode::row(&plan.columns, e, doc, written_at)
-                .map_err(|err| refused(i, err.to_string()))?,
+            encode::row(plan, e, doc, written_at).map_err(|err| refused(i, err.to_string()))?,
         );
     }
     let sizes = rows

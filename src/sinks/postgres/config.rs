@@ -9,6 +9,8 @@ use crate::sinks::database::config::{
     default_table, describe_table, is_sql_identifier, one_connection, yes, DatabaseTlsConfig,
     WriteMode,
 };
+use crate::sinks::database::state::{DeleteMarker, UpsertOrder};
+use crate::sinks::database::DatabaseSettings;
 use crate::sinks::settings::{DestinationSettings, NamedPath, ServerProcess};
 
 /// The PostgreSQL destination.
@@ -57,6 +59,17 @@ pub struct PostgresConfig {
     /// `insert_ignore` (default) or `upsert`.
     #[serde(default)]
     pub mode: WriteMode,
+    /// Upsert only: which message of a key is the newest, the only one that may replace
+    /// the row. Default: the column mapped from `$stream_sequence`; `{"column": NAME}` a
+    /// mapped column the producer orders by (a version, an event time); `"arrival"` lets
+    /// the last write win. An upsert with none of them is refused.
+    #[serde(default)]
+    pub order: Option<UpsertOrder>,
+    /// Upsert with `columns` only: a message that deletes its key (a header or payload
+    /// value), kept as a tombstone: `column` gets the delete's time and the order column
+    /// its order, so an older update arriving later does not bring the row back.
+    #[serde(default)]
+    pub delete: Option<DeleteMarker>,
     /// Type of the default table's `payload` column: `bytea` (default, any payload) or
     /// `jsonb` (JSON payloads stored natively; a payload that is not JSON is refused as
     /// that message's permanent error). Not used with `columns`.
@@ -209,7 +222,7 @@ impl DestinationSettings for PostgresConfig {
     }
 
     fn describe(&self) -> String {
-        describe_table(self.target(), self.mode, self.columns.is_some())
+        describe_table(self.target(), &self.state())
     }
 
     fn target(&self) -> String {
@@ -218,6 +231,10 @@ impl DestinationSettings for PostgresConfig {
 
     fn writes_batches_at_once(&self) -> bool {
         true
+    }
+
+    fn last_write_wins(&self) -> bool {
+        self.state().last_write_wins()
     }
 
     /// jetsink's own layout is created as at a first start; a table of the user's own (a

@@ -16,10 +16,9 @@ use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 
 use super::schema::Wire;
 use crate::envelope::{rfc3339, Envelope};
-use crate::sinks::database::cells::{
-    cell, is_json, last_of_each_key, parse_documents, value_text, Cell,
-};
+use crate::sinks::database::cells::{cell, is_json, parse_documents, value_text, Cell};
 use crate::sinks::database::columns::{Family, TablePlan};
+use crate::sinks::database::newest::{newest_of_each_key, order_value};
 
 /// JSON text sent as `jsonb` (binary format: version byte 1, then the text) or `json`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,8 +196,8 @@ pub(crate) struct Encoded<'a> {
 }
 
 /// Encodes `batch` for `plan`. `documents` holds the payloads parsed as JSON when the plan
-/// reads pointers (see [`documents`]). With `dedupe`, only the last envelope of each key is
-/// kept.
+/// reads pointers (see [`documents`]). With `dedupe` (an upsert), each key keeps one
+/// message, the newest ([`newest_rows`]).
 pub(crate) fn encode<'a>(
     batch: &'a [Envelope],
     documents: &'a [Option<Value>],
@@ -209,25 +208,24 @@ pub(crate) fn encode<'a>(
 ) -> Result<Encoded<'a>, Refused> {
     let doc = |r: usize| documents.get(r).and_then(Option::as_ref);
     let rows: Vec<usize> = if dedupe {
-        let keys: Vec<String> = (0..batch.len())
-            .map(|r| {
-                plan.columns
-                    .iter()
-                    .filter(|c| c.key)
-                    .map(|c| format!("{:?}", cell(&c.source, &batch[r], doc(r), written_at)))
-                    .collect::<Vec<_>>()
-                    .join("\u{1f}")
-            })
-            .collect();
-        last_of_each_key(keys)
+        newest_rows(batch, documents, plan, written_at)?
     } else {
         (0..batch.len()).collect()
     };
+    let order_at = plan.newest.map(|n| n.order);
     let mut columns = Vec::with_capacity(plan.columns.len());
-    for (c, w) in plan.columns.iter().zip(wires) {
+    for (i, (c, w)) in plan.columns.iter().zip(wires).enumerate() {
         let mut data = ColumnData::new(*w, rows.len());
         for &r in &rows {
-            let value = cell(&c.source, &batch[r], doc(r), written_at);
+            let mut value = cell(&c.source, &batch[r], doc(r), written_at);
+            if order_at == Some(i) {
+                value = order_value(value, c.family)
+                    .map_err(|why| Refused {
+                        index: r,
+                        message: format!("column {}: {why}", c.name),
+                    })?
+                    .0;
+            }
             data.push(value, c.family).map_err(|why| Refused {
                 index: r,
                 message: format!("column {}: {why}", c.name),
@@ -239,6 +237,53 @@ pub(crate) fn encode<'a>(
         columns,
         rows: rows.len(),
     })
+}
+
+/// The rows an upsert writes: one per key, since PostgreSQL cannot update a row twice in
+/// one statement. With an order, the message of greatest `(order, $stream_sequence when a
+/// column holds it)`, the first of equals: what the guard would keep had they come one at
+/// a time. By arrival, the last. In key order, so two writers (batches in flight) lock the
+/// rows they share in the same order and cannot deadlock. A message whose order cannot be
+/// read is refused with its index.
+pub(crate) fn newest_rows(
+    batch: &[Envelope],
+    documents: &[Option<Value>],
+    plan: &TablePlan,
+    written_at: OffsetDateTime,
+) -> Result<Vec<usize>, Refused> {
+    let doc = |r: usize| documents.get(r).and_then(Option::as_ref);
+    let keys: Vec<String> = (0..batch.len())
+        .map(|r| {
+            plan.columns
+                .iter()
+                .filter(|c| c.key)
+                .map(|c| format!("{:?}", cell(&c.source, &batch[r], doc(r), written_at)))
+                .collect::<Vec<_>>()
+                .join("\u{1f}")
+        })
+        .collect();
+    let mut ranked = Vec::with_capacity(batch.len());
+    for (r, key) in keys.iter().enumerate() {
+        let rank = match plan.newest {
+            None => (None, r as u64),
+            Some(n) => {
+                let c = &plan.columns[n.order];
+                let (_, order) =
+                    order_value(cell(&c.source, &batch[r], doc(r), written_at), c.family).map_err(
+                        |why| Refused {
+                            index: r,
+                            message: format!("column {}: {why}", c.name),
+                        },
+                    )?;
+                let tie = n.tie.map_or(0, |_| batch[r].stream_sequence);
+                (Some(order), tie)
+            }
+        };
+        ranked.push((key.as_str(), rank));
+    }
+    let mut rows = newest_of_each_key(ranked);
+    rows.sort_by(|a, b| keys[*a].cmp(&keys[*b]));
+    Ok(rows)
 }
 
 /// Parses every payload as JSON when `plan` reads pointers; otherwise a vector of `None`.

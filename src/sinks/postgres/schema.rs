@@ -220,21 +220,10 @@ pub(crate) fn write_sql(
         })
         .collect();
     let keys: Vec<String> = plan.key.columns.iter().map(|k| quote_ident(k)).collect();
-    let updates: Vec<String> = plan
-        .columns
-        .iter()
-        .filter(|c| !c.key)
-        .map(|c| {
-            let q = quote_ident(&c.name);
-            format!("{q} = EXCLUDED.{q}")
-        })
-        .collect();
-    let conflict = match mode {
-        WriteMode::Upsert if !updates.is_empty() => format!(
-            "ON CONFLICT ({}) DO UPDATE SET {}",
-            keys.join(", "),
-            updates.join(", ")
-        ),
+    let conflict = match (mode, conflict_update(plan)) {
+        (WriteMode::Upsert, Some(update)) => {
+            format!("ON CONFLICT ({}) DO UPDATE SET {update}", keys.join(", "))
+        }
         _ => format!("ON CONFLICT ({}) DO NOTHING", keys.join(", ")),
     };
     let params: Vec<String> = wires
@@ -262,7 +251,7 @@ pub(crate) fn write_sql(
     };
     WriteSql {
         insert: format!(
-            "INSERT INTO {table} ({}) SELECT {} FROM unnest({}) AS u({}) {conflict}",
+            "INSERT INTO {table} AS {STORED} ({}) SELECT {} FROM unnest({}) AS u({}) {conflict}",
             names.join(", "),
             exprs.join(", "),
             params.join(", "),
@@ -277,7 +266,7 @@ pub(crate) fn write_sql(
             aliases.join(", ")
         ),
         insert_from_stage: format!(
-            "INSERT INTO {table} ({}) SELECT {} FROM {STAGE} AS u {conflict}",
+            "INSERT INTO {table} AS {STORED} ({}) SELECT {} FROM {STAGE} AS u {conflict}",
             names.join(", "),
             exprs.join(", ")
         ),
@@ -286,6 +275,58 @@ pub(crate) fn write_sql(
             names.join(", ")
         ),
     }
+}
+
+/// The target table's alias in the write statements: the row already stored, which an
+/// ordered upsert compares with `EXCLUDED`, the one proposed.
+pub(crate) const STORED: &str = "stored";
+
+/// What an upsert does to a row already stored, after `DO UPDATE SET`: every non-key
+/// column takes the message's value (a delete keeps the stored values of the columns that
+/// are neither the order, its tie-breaker nor the delete column, so a tombstone holds the
+/// last state of the key), and with an order only when the message is newer:
+/// `WHERE stored.order < EXCLUDED.order`, equal orders broken by the `$stream_sequence`
+/// column when one is mapped, and a stored NULL order counting as oldest. `None` when
+/// every mapped column is part of the key (nothing to update).
+pub(crate) fn conflict_update(plan: &TablePlan) -> Option<String> {
+    let deleted = plan.deleted().map(|i| quote_ident(&plan.columns[i].name));
+    let state = |i: usize| {
+        plan.deleted() == Some(i)
+            || plan
+                .newest
+                .is_some_and(|n| n.order == i || n.tie == Some(i))
+    };
+    let updates: Vec<String> = plan
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.key)
+        .map(|(i, c)| {
+            let q = quote_ident(&c.name);
+            match &deleted {
+                Some(d) if !state(i) => format!(
+                    "{q} = CASE WHEN EXCLUDED.{d} IS NULL THEN EXCLUDED.{q} ELSE {STORED}.{q} END"
+                ),
+                _ => format!("{q} = EXCLUDED.{q}"),
+            }
+        })
+        .collect();
+    if updates.is_empty() {
+        return None;
+    }
+    let mut sql = updates.join(", ");
+    if let Some(n) = plan.newest {
+        let o = quote_ident(&plan.columns[n.order].name);
+        let mut guard = format!("{STORED}.{o} IS NULL OR {STORED}.{o} < EXCLUDED.{o}");
+        if let Some(t) = n.tie {
+            let t = quote_ident(&plan.columns[t].name);
+            guard.push_str(&format!(
+                " OR ({STORED}.{o} = EXCLUDED.{o} AND ({STORED}.{t} IS NULL OR {STORED}.{t} < EXCLUDED.{t}))"
+            ));
+        }
+        sql.push_str(&format!(" WHERE {guard}"));
+    }
+    Some(sql)
 }
 
 /// The wires binary `COPY` can fill the table itself with, when every planned column

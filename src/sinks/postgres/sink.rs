@@ -156,7 +156,7 @@ impl Dialect for Postgres {
         // Columns added to the layout since are added by open (see `table::add_columns`).
         let missing = table::missing_added(&self.config, mapping, &columns);
         let older = mapping.without(&missing);
-        table::plan(&self.config, &self.table_sql, &older, &columns, &keys)?;
+        let plan = table::plan(&self.config, &self.table_sql, &older, &columns, &keys)?;
         let privilege = if self.config.mode == WriteMode::Upsert {
             "INSERT, UPDATE"
         } else {
@@ -186,8 +186,9 @@ impl Dialect for Postgres {
             )));
         }
         Ok(Probe::Ready(format!(
-            "table {} fits and this role may write it",
-            self.table_sql
+            "table {} fits and this role may write it{}",
+            self.table_sql,
+            plan.describe_upsert()
         )))
     }
 

@@ -18,7 +18,7 @@ use crate::sinks::database::util::Phase;
 
 /// Whether the sink writes the jetsink layout, the only table it may create.
 pub(super) fn is_default_layout(config: &PostgresConfig, mapping: &Mapping) -> bool {
-    config.columns.is_none() && *mapping == Mapping::default_layout()
+    config.columns.is_none() && mapping.is_default_layout()
 }
 
 /// The table is not there and jetsink may not create it.

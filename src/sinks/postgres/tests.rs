@@ -199,7 +199,7 @@ fn write_sql_binds_every_value_and_quotes_every_name() {
         WriteMode::InsertIgnore,
     );
     assert!(sql.insert.starts_with(
-        "INSERT INTO \"public\".\"events\" (\"idempotency_key\", \"stream\", \"stream_sequence\""
+        "INSERT INTO \"public\".\"events\" AS stored (\"idempotency_key\", \"stream\", \"stream_sequence\""
     ));
     assert!(sql.insert.contains(
         "FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::int8[], \
@@ -305,7 +305,7 @@ fn mapped_columns_with_odd_names_are_quoted_and_cast_to_their_type() {
     let sql = write_sql("\"t\"", &plan, &wires, WriteMode::Upsert);
     assert_eq!(
         sql.insert,
-        "INSERT INTO \"t\" (\"Order Id\", \"amt\"\"x\") SELECT CAST(u.c0 AS bigint), \
+        "INSERT INTO \"t\" AS stored (\"Order Id\", \"amt\"\"x\") SELECT CAST(u.c0 AS bigint), \
          CAST(u.c1 AS numeric) FROM unnest($1::text[], $2::text[]) AS u(c0, c1) \
          ON CONFLICT (\"Order Id\") DO UPDATE SET \"amt\"\"x\" = EXCLUDED.\"amt\"\"x\""
     );
@@ -468,6 +468,206 @@ fn upsert_encoding_keeps_the_last_of_a_repeated_key() {
     )
     .unwrap();
     assert_eq!(enc.rows, 3);
+}
+
+/// The plan of a state table `orders (id bigint key, amount numeric, version bigint, seq
+/// bigint, gone timestamptz)` for an upsert ordered by `order` (the default: `seq`), with
+/// a delete marker into `gone` when `delete`.
+fn state_plan(order: Option<&str>, delete: bool) -> (TablePlan, Vec<Wire>) {
+    use crate::sinks::database::state::{DeleteMarker, OrderColumn, State, UpsertOrder};
+    let columns = [
+        ("id", "/id"),
+        ("amount", "/amount"),
+        ("version", "/version"),
+        ("seq", "$stream_sequence"),
+    ]
+    .iter()
+    .map(|(c, s)| (c.to_string(), s.to_string()))
+    .collect();
+    let order = order.map(|c| {
+        UpsertOrder::Column(OrderColumn {
+            column: c.to_string(),
+        })
+    });
+    let marker: DeleteMarker =
+        serde_json::from_value(serde_json::json!({"column": "gone"})).unwrap();
+    let state = State {
+        mode: WriteMode::Upsert,
+        columns: Some(&columns),
+        order: order.as_ref(),
+        delete: delete.then_some(&marker),
+    };
+    assert!(state.problems().is_empty(), "{:?}", state.problems());
+    let mapping = state.complete(Mapping::parse(&columns).unwrap());
+    let mut table = vec![
+        col("id", "bigint", "int8"),
+        col("amount", "numeric", "numeric"),
+        col("version", "bigint", "int8"),
+        col("seq", "bigint", "int8"),
+        col("gone", "timestamp with time zone", "timestamptz"),
+    ];
+    table[1].not_null = true;
+    let keys = [UniqueKey {
+        name: "k".into(),
+        primary: true,
+        columns: vec!["id".into()],
+    }];
+    let plan = plan_table(&mapping, &table, &keys, false).unwrap();
+    let wires = plan
+        .columns
+        .iter()
+        .map(|p| {
+            wire(
+                p,
+                if p.name == "gone" {
+                    "timestamptz"
+                } else {
+                    "int8"
+                },
+            )
+        })
+        .collect();
+    (plan, wires)
+}
+
+#[test]
+fn an_ordered_upsert_updates_a_row_only_from_a_newer_message() {
+    let (plan, wires) = state_plan(None, false);
+    let sql = write_sql("\"orders\"", &plan, &wires, WriteMode::Upsert);
+    let tail = "ON CONFLICT (\"id\") DO UPDATE SET \"amount\" = EXCLUDED.\"amount\", \
+                \"seq\" = EXCLUDED.\"seq\", \"version\" = EXCLUDED.\"version\" \
+                WHERE stored.\"seq\" IS NULL OR stored.\"seq\" < EXCLUDED.\"seq\"";
+    assert!(
+        sql.insert.starts_with("INSERT INTO \"orders\" AS stored ("),
+        "{}",
+        sql.insert
+    );
+    assert!(sql.insert.ends_with(tail), "{}", sql.insert);
+    // The COPY path's INSERT from the staging table is guarded alike.
+    assert!(
+        sql.insert_from_stage.ends_with(tail),
+        "{}",
+        sql.insert_from_stage
+    );
+    // A version the producer sets orders it; the stream sequence breaks ties.
+    let (plan, wires) = state_plan(Some("version"), false);
+    let sql = write_sql("\"orders\"", &plan, &wires, WriteMode::Upsert);
+    assert!(
+        sql.insert.ends_with(
+            "WHERE stored.\"version\" IS NULL OR stored.\"version\" < EXCLUDED.\"version\" \
+             OR (stored.\"version\" = EXCLUDED.\"version\" AND (stored.\"seq\" IS NULL \
+             OR stored.\"seq\" < EXCLUDED.\"seq\"))"
+        ),
+        "{}",
+        sql.insert
+    );
+    assert_eq!(
+        plan.describe_upsert(),
+        "; newest by version (bigint), ties by seq"
+    );
+    // insert_ignore ignores the order.
+    let sql = write_sql("\"orders\"", &plan, &wires, WriteMode::InsertIgnore);
+    assert!(sql.insert.ends_with("ON CONFLICT (\"id\") DO NOTHING"));
+}
+
+#[test]
+fn a_delete_keeps_the_stored_values_and_sets_its_order_and_delete_column() {
+    let (plan, wires) = state_plan(Some("version"), true);
+    let sql = write_sql("\"orders\"", &plan, &wires, WriteMode::Upsert);
+    assert!(
+        sql.insert.contains(
+            "DO UPDATE SET \"amount\" = CASE WHEN EXCLUDED.\"gone\" IS NULL THEN \
+             EXCLUDED.\"amount\" ELSE stored.\"amount\" END, \"seq\" = EXCLUDED.\"seq\", \
+             \"version\" = EXCLUDED.\"version\", \"gone\" = EXCLUDED.\"gone\" WHERE "
+        ),
+        "{}",
+        sql.insert
+    );
+    assert_eq!(wires[4], Wire::Timestamptz);
+    assert_eq!(
+        plan.describe_upsert(),
+        "; newest by version (bigint), ties by seq; deletes mark gone (timestamp with time \
+         zone); a delete of a key not stored yet needs values for the NOT NULL columns \
+         amount, or it is refused"
+    );
+}
+
+/// An order message `{"id", "amount", "version"}` as envelope `seq`.
+fn versioned(seq: u64, id: u64, version: &str) -> Envelope {
+    let payload = format!(r#"{{"id":{id},"amount":{seq},"version":{version}}}"#);
+    let mut e = envelope(seq, b"");
+    e.payload = Bytes::from(payload);
+    e
+}
+
+#[test]
+fn an_upsert_batch_keeps_the_newest_of_each_key_by_its_order_not_its_place() {
+    let (plan, wires) = state_plan(Some("version"), false);
+    // Key 1: versions 3, 5, 4 (5 wins); key 2: version 7 twice (the later stream
+    // sequence wins, as the tie column would decide); key 0 once.
+    let batch = vec![
+        versioned(10, 1, "3"),
+        versioned(11, 2, "7"),
+        versioned(12, 1, "5"),
+        versioned(13, 2, "7"),
+        versioned(14, 1, "\"4\""),
+        versioned(15, 0, "1"),
+    ];
+    let docs = documents(&batch, &plan).unwrap();
+    let written_at = OffsetDateTime::UNIX_EPOCH;
+    let rows = super::encode::newest_rows(&batch, &docs, &plan, written_at).unwrap();
+    // In key order, so two writers lock shared rows in the same order.
+    assert_eq!(rows, [5, 2, 3]);
+    let enc = encode(&batch, &docs, &plan, &wires, written_at, true).unwrap();
+    assert_eq!(enc.rows, 3);
+    // The order value travels as the integer it was read as (text, cast by the INSERT).
+    // Columns in mapping order: amount, id, seq, version.
+    match &enc.columns[3] {
+        super::encode::ColumnData::Text(v) => {
+            let got: Vec<Option<&str>> = v.iter().map(|t| t.as_deref()).collect();
+            assert_eq!(got, [Some("1"), Some("5"), Some("7")]);
+        }
+        other => panic!("expected text, got {other:?}"),
+    }
+    // Without the tie column, equal orders keep the first of the batch, as the guard
+    // keeps the row stored first.
+    let no_tie = TablePlan {
+        newest: plan
+            .newest
+            .map(|n| crate::sinks::database::columns::Newest { tie: None, ..n }),
+        ..plan.clone()
+    };
+    let rows = super::encode::newest_rows(&batch, &docs, &no_tie, written_at).unwrap();
+    assert_eq!(rows, [5, 2, 1]);
+}
+
+#[test]
+fn a_message_without_a_readable_order_is_refused_by_index() {
+    let (plan, wires) = state_plan(Some("version"), false);
+    for (bad, why) in [
+        ("null", "no order value"),
+        ("-1", "whole number"),
+        ("1.5", "whole number"),
+    ] {
+        let batch = vec![versioned(1, 1, "1"), versioned(2, 2, bad)];
+        let docs = documents(&batch, &plan).unwrap();
+        let err = encode(
+            &batch,
+            &docs,
+            &plan,
+            &wires,
+            OffsetDateTime::UNIX_EPOCH,
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(err.index, 1, "{bad}");
+        assert!(
+            err.message.starts_with("column version: "),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains(why), "{bad}: {}", err.message);
+    }
 }
 
 #[test]

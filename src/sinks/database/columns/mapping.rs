@@ -31,6 +31,10 @@ pub const DEFAULT_LAYOUT: [(&str, Field); 16] = [
 pub struct Mapping {
     /// Column name and its source, in a stable order.
     pub columns: Vec<(String, Source)>,
+    /// The column whose value orders the writes of one key, so that an upsert replaces a
+    /// row only with a newer message; `None` where the write keeps the first row
+    /// (`insert_ignore`) or the last write wins (`order: "arrival"`).
+    pub order: Option<String>,
 }
 
 impl Mapping {
@@ -41,6 +45,7 @@ impl Mapping {
                 .iter()
                 .map(|(c, f)| (c.to_string(), Source::Field(*f)))
                 .collect(),
+            order: None,
         }
     }
 
@@ -63,7 +68,10 @@ impl Mapping {
             }
         }
         if errors.is_empty() {
-            Ok(Mapping { columns: out })
+            Ok(Mapping {
+                columns: out,
+                order: None,
+            })
         } else {
             Err(errors)
         }
@@ -71,9 +79,12 @@ impl Mapping {
 
     /// Whether any column reads the payload as JSON.
     pub fn needs_document(&self) -> bool {
-        self.columns
-            .iter()
-            .any(|(_, s)| matches!(s, Source::Pointer(_)))
+        self.columns.iter().any(|(_, s)| s.reads_payload())
+    }
+
+    /// Whether the columns are the jetsink table layout's (whatever orders an upsert).
+    pub fn is_default_layout(&self) -> bool {
+        self.columns == Mapping::default_layout().columns
     }
 
     /// The columns that store the idempotency key and the stream as they are, when both
@@ -96,6 +107,7 @@ impl Mapping {
                 .filter(|(c, _)| !names.contains(&c.as_str()))
                 .cloned()
                 .collect(),
+            order: self.order.clone(),
         }
     }
 

@@ -25,7 +25,7 @@ mod source;
 pub use kinds::{compatible, Family, ValueKind};
 pub use mapping::{check_column_name, ColumnNameError, Mapping, DEFAULT_LAYOUT};
 pub use plan::{
-    choose_key, lacking, plan_table, PlanError, PlanProblem, PlannedColumn, TableColumn, TablePlan,
-    UniqueKey,
+    choose_key, lacking, plan_table, Newest, PlanError, PlanProblem, PlannedColumn, TableColumn,
+    TablePlan, UniqueKey,
 };
-pub use source::{parse_source, Field, Source, SourceError, FIELDS};
+pub use source::{parse_source, Field, Marker, MarkerAt, Source, SourceError, FIELDS};

@@ -1,7 +1,7 @@
 //! The check of an existing table against a mapping at start-up: every mapped column
 //! present, writable and of a type that can hold its value, every required column mapped,
-//! and a unique key that makes a write idempotent. Its result is the plan the write path
-//! follows.
+//! a unique key that makes a write idempotent, and for an ordered upsert an order column
+//! that is a number or a time. Its result is the plan the write path follows.
 
 use super::kinds::{compatible, Family, ValueKind};
 use super::mapping::Mapping;
@@ -48,6 +48,8 @@ pub struct PlannedColumn {
     pub type_name: String,
     /// Part of the key the write is idempotent on.
     pub key: bool,
+    /// Declared `NOT NULL`.
+    pub not_null: bool,
 }
 
 /// The checked plan for writing into one table.
@@ -57,6 +59,19 @@ pub struct TablePlan {
     pub columns: Vec<PlannedColumn>,
     /// The unique key chosen for idempotency (names as stored).
     pub key: UniqueKey,
+    /// For an ordered upsert, which columns decide that a message is newer than the row.
+    pub newest: Option<Newest>,
+}
+
+/// The columns an ordered upsert compares, by their place in [`TablePlan::columns`]: a
+/// stored row is replaced only by a message whose `(order, tie)` is greater.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Newest {
+    /// The order column (an integer or a time).
+    pub order: usize,
+    /// The column mapped from `$stream_sequence`, when that is not the order column
+    /// itself: it breaks ties between equal order values.
+    pub tie: Option<usize>,
 }
 
 impl TablePlan {
@@ -77,9 +92,60 @@ impl TablePlan {
 
     /// Whether any column reads the payload as JSON.
     pub fn needs_document(&self) -> bool {
+        self.columns.iter().any(|c| c.source.reads_payload())
+    }
+
+    /// The place of the delete marker's column, when the upsert has one.
+    pub fn deleted(&self) -> Option<usize> {
         self.columns
             .iter()
-            .any(|c| matches!(c.source, Source::Pointer(_)))
+            .position(|c| matches!(c.source, Source::Deleted(_)))
+    }
+
+    /// What the table check found for an upsert, as `validate --online` and the start-up
+    /// log say it: `; newest by version (bigint), ties by stream_seq; deletes mark
+    /// deleted_at (timestamp); ...`. Empty when there is nothing to say.
+    pub fn describe_upsert(&self) -> String {
+        let mut out = String::new();
+        if let Some(n) = self.newest {
+            let c = &self.columns[n.order];
+            out.push_str(&format!("; newest by {} ({})", c.name, c.type_name));
+            if let Some(t) = n.tie {
+                out.push_str(&format!(", ties by {}", self.columns[t].name));
+            }
+        }
+        if let Some(d) = self.deleted() {
+            let c = &self.columns[d];
+            out.push_str(&format!("; deletes mark {} ({})", c.name, c.type_name));
+            let required = self.required_on_delete();
+            if !required.is_empty() {
+                out.push_str(&format!(
+                    "; a delete of a key not stored yet needs values for the NOT NULL \
+                     columns {}, or it is refused",
+                    required.join(", ")
+                ));
+            }
+        }
+        out
+    }
+
+    /// The NOT NULL columns besides the key and the order that a delete of a key not
+    /// stored yet must fill from its message (its tombstone row is inserted whole): those
+    /// mapped from a pointer, a header or an optional field.
+    pub fn required_on_delete(&self) -> Vec<&str> {
+        let order = self.newest.map(|n| n.order);
+        self.columns
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| {
+                c.not_null
+                    && !c.key
+                    && Some(*i) != order
+                    && c.source.may_be_null()
+                    && !matches!(c.source, Source::Deleted(_))
+            })
+            .map(|(_, c)| c.name.as_str())
+            .collect()
     }
 }
 
@@ -119,6 +185,23 @@ pub enum PlanProblem {
     Unfillable {
         /// Their names as stored.
         columns: Vec<String>,
+    },
+    /// The order column of an upsert is not a number or a time in the table.
+    #[error(
+        "the order column {column} has type {type_name}: an upsert compares it to keep the \
+         newest message, so it must be an integer or a timestamp type"
+    )]
+    OrderType {
+        /// Its name as mapped.
+        column: String,
+        /// Its type as the database spells it.
+        type_name: String,
+    },
+    /// The order an upsert was given names no mapped column.
+    #[error("the order column {column} is not mapped in `columns`")]
+    OrderUnmapped {
+        /// The name given.
+        column: String,
     },
     /// No unique key can make a write idempotent.
     #[error(
@@ -175,7 +258,9 @@ pub fn plan_table(
     let mut problems = Vec::new();
     let mut planned = Vec::with_capacity(mapping.columns.len());
     let mut missing = Vec::new();
+    let mut order = None;
     for (name, source) in &mapping.columns {
+        let is_order = mapping.order.as_deref() == Some(name.as_str());
         let Some(col) = columns.iter().find(|c| same(&c.name, name)) else {
             missing.push(name.clone());
             continue;
@@ -186,7 +271,20 @@ pub fn plan_table(
             });
             continue;
         }
-        let kind = source.kind();
+        // The order value is read as a number or a time whatever its source (see
+        // `database::newest`), so only the column's own type decides.
+        let kind = if is_order {
+            ValueKind::Any
+        } else {
+            source.kind()
+        };
+        if is_order && !matches!(col.family, Family::Integer | Family::Timestamp) {
+            problems.push(PlanProblem::OrderType {
+                column: name.clone(),
+                type_name: col.type_name.clone(),
+            });
+            continue;
+        }
         if !compatible(kind, col.family) {
             problems.push(PlanProblem::CannotHold {
                 column: name.clone(),
@@ -202,10 +300,21 @@ pub fn plan_table(
             family: col.family,
             type_name: col.type_name.clone(),
             key: false,
+            not_null: col.not_null,
         });
+        if is_order {
+            order = Some(planned.len() - 1);
+        }
     }
     if !missing.is_empty() {
         problems.insert(0, PlanProblem::MissingColumns { columns: missing });
+    }
+    if let Some(column) = &mapping.order {
+        if !mapping.columns.iter().any(|(n, _)| n == column) {
+            problems.push(PlanProblem::OrderUnmapped {
+                column: column.clone(),
+            });
+        }
     }
     let unfillable: Vec<String> = columns
         .iter()
@@ -228,9 +337,17 @@ pub fn plan_table(
             for c in &mut planned {
                 c.key = key.columns.iter().any(|k| same(k, &c.name));
             }
+            let newest = order.map(|order| Newest {
+                order,
+                tie: (0..planned.len()).find(|&i| {
+                    i != order
+                        && planned[i].source == Source::Field(super::source::Field::StreamSequence)
+                }),
+            });
             Ok(TablePlan {
                 columns: planned,
                 key,
+                newest,
             })
         }
         _ => Err(PlanError { problems }),
@@ -432,5 +549,57 @@ mod tests {
         assert!(!plan_with(&["order"]).keyed_by_message());
         assert!(!plan_with(&["h"]).keyed_by_message());
         assert!(!plan_with(&["s", "order"]).keyed_by_message());
+    }
+
+    #[test]
+    fn an_ordered_upsert_plans_its_order_column_and_the_stream_sequence_tie_breaker() {
+        let table = vec![
+            tc("id", Family::Integer),
+            tc("version", Family::Integer),
+            tc("at", Family::Timestamp),
+            tc("seq", Family::Integer),
+            tc("note", Family::Text),
+        ];
+        let keys = [key("pk", true, &["id"])];
+        let with_order = |order: &str| {
+            // A header's text fits an integer column only as the order (read as a number).
+            let version = if order == "version" {
+                "$header:Version"
+            } else {
+                "/version"
+            };
+            let mut m = mapping(&[
+                ("id", "/id"),
+                ("version", version),
+                ("at", "/at"),
+                ("seq", "$stream_sequence"),
+                ("note", "/note"),
+            ]);
+            m.order = Some(order.to_string());
+            plan_table(&m, &table, &keys, false)
+        };
+        // A header's text into an integer column: read as a number, so the type fits.
+        let plan = with_order("version").unwrap();
+        let (order, tie) = plan.newest.map(|n| (n.order, n.tie)).unwrap();
+        assert_eq!(plan.columns[order].name, "version");
+        assert_eq!(tie.map(|t| plan.columns[t].name.as_str()), Some("seq"));
+        assert_eq!(
+            plan.describe_upsert(),
+            "; newest by version (integer), ties by seq"
+        );
+        let plan = with_order("seq").unwrap();
+        assert_eq!(
+            plan.newest.unwrap().tie,
+            None,
+            "the order is the sequence itself"
+        );
+        assert!(with_order("at").is_ok());
+        let e = with_order("note").unwrap_err().to_string();
+        assert!(e.contains("the order column note has type text"), "{e}");
+        let e = with_order("absent").unwrap_err().to_string();
+        assert!(e.contains("the order column absent is not mapped"), "{e}");
+        // Without an order (insert_ignore, arrival), nothing is compared.
+        let m = mapping(&[("id", "/id"), ("seq", "$stream_sequence")]);
+        assert_eq!(plan_table(&m, &table, &keys, false).unwrap().newest, None);
     }
 }

@@ -1,6 +1,7 @@
 //! Where a column's value comes from: the envelope fields (`$stream_sequence`), a header
 //! (`$header:Name`) or a JSON pointer into the payload (`/order/id`), and the parsing of
-//! those config spellings.
+//! those config spellings; and the one source no config spelling names, the delete column
+//! of an upsert's delete marker.
 
 use super::kinds::ValueKind;
 
@@ -107,6 +108,38 @@ pub enum Source {
     Header(String),
     /// A JSON pointer (RFC 6901) into the payload, which must then be JSON (`/order/id`).
     Pointer(String),
+    /// The delete column of an upsert (`delete.column`, never written in `columns`): the
+    /// time the message was stored in the stream when it carries the delete marker, NULL
+    /// for any other message, so a newer update brings a deleted key back.
+    Deleted(Marker),
+}
+
+/// Where a message says that it deletes its key, and the value that says so.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Marker {
+    /// The header or JSON pointer read.
+    pub at: MarkerAt,
+    /// The value meaning "delete", compared exactly (a JSON value by its plain text).
+    pub value: String,
+}
+
+/// Where a delete marker is read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum MarkerAt {
+    /// The last value of a header (name matched case-insensitively).
+    Header(String),
+    /// A JSON pointer into the payload.
+    Pointer(String),
+}
+
+impl Marker {
+    /// The marker as `validate` shows it: `header Jetsink-Op = "delete"`.
+    pub fn describe(&self) -> String {
+        match &self.at {
+            MarkerAt::Header(h) => format!("header {h} = {:?}", self.value),
+            MarkerAt::Pointer(p) => format!("payload {p} = {:?}", self.value),
+        }
+    }
 }
 
 impl Source {
@@ -116,6 +149,7 @@ impl Source {
             Source::Field(f) => f.kind(),
             Source::Header(_) => ValueKind::Text,
             Source::Pointer(_) => ValueKind::Any,
+            Source::Deleted(_) => ValueKind::Timestamp,
         }
     }
 
@@ -123,7 +157,7 @@ impl Source {
     pub fn is_stable(&self) -> bool {
         match self {
             Source::Field(f) => f.is_stable(),
-            Source::Header(_) | Source::Pointer(_) => true,
+            Source::Header(_) | Source::Pointer(_) | Source::Deleted(_) => true,
         }
     }
 
@@ -133,7 +167,37 @@ impl Source {
             Source::Field(f) => format!("${}", f.name()),
             Source::Header(h) => format!("$header:{h}"),
             Source::Pointer(p) => p.clone(),
+            Source::Deleted(m) => format!("the delete marker, {}", m.describe()),
         }
+    }
+
+    /// Whether some message can give no value (SQL NULL): a pointer, a header, an optional
+    /// envelope field, the delete column of a message that is not a delete.
+    pub fn may_be_null(&self) -> bool {
+        match self {
+            Source::Field(f) => matches!(
+                f,
+                Field::MessageId
+                    | Field::Priority
+                    | Field::Lane
+                    | Field::Classification
+                    | Field::TraceId
+            ),
+            Source::Header(_) | Source::Pointer(_) | Source::Deleted(_) => true,
+        }
+    }
+
+    /// Whether the value is read from the payload as JSON (a pointer, or a delete marker
+    /// at a pointer).
+    pub fn reads_payload(&self) -> bool {
+        matches!(
+            self,
+            Source::Pointer(_)
+                | Source::Deleted(Marker {
+                    at: MarkerAt::Pointer(_),
+                    ..
+                })
+        )
     }
 }
 
