@@ -96,8 +96,10 @@ async fn a_link_planted_at_the_next_parquet_temporary_name_is_removed_never_foll
         &server,
         "PQLINK",
         "pqlink.>",
-        json!({"type": "file", "directory": "out", "format": "parquet"}),
-        json!({}),
+        // A file per message: one pull each, written at once.
+        json!({"type": "file", "directory": "out", "format": "parquet",
+               "rollover": {"max_messages": 1}}),
+        json!({"batch_size": 1}),
     );
     let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
     daemon.wait_for_log(GUARD, "sink running").await;

@@ -167,6 +167,19 @@ impl SinkSpec {
         })
     }
 
+    /// The summary's line about a Parquet archive's default rollover, when the config
+    /// names none.
+    fn default_rollover_line(&self, out: &mut String) {
+        if let (None, Some(a)) = (self.destination.accumulate(), self.accumulate()) {
+            out.push_str(&format!(
+                "    rollover:    default: a write per {} messages, {} bytes or {} ms, whichever comes first\n",
+                a.messages, a.bytes, a.flush_ms
+            ));
+        } else if self.destination.rolls_over_by_default() {
+            out.push_str("    rollover:    none by default beside the shuffler, randomizer, lanes or job results: a write per batch\n");
+        }
+    }
+
     /// This sink's lines of [`Config::summary`].
     fn summary(&self, rates: &[f64], out: &mut String) {
         let s = self;
@@ -198,14 +211,7 @@ impl SinkSpec {
             },
             dest = s.destination.describe(),
         ));
-        if let (None, Some(a)) = (s.destination.accumulate(), s.accumulate()) {
-            out.push_str(&format!(
-                "    rollover:    default: a write per {} messages, {} bytes or {} ms, whichever comes first\n",
-                a.messages, a.bytes, a.flush_ms
-            ));
-        } else if s.destination.rolls_over_by_default() {
-            out.push_str("    rollover:    none by default beside the shuffler, randomizer, lanes or job results: a write per batch\n");
-        }
+        s.default_rollover_line(out);
         let jd = s.job_defaults;
         if jd.ack_wait || jd.max_deliver {
             let which: Vec<&str> = [(jd.ack_wait, "ack_wait"), (jd.max_deliver, "max_deliver")]

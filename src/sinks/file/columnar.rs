@@ -337,7 +337,10 @@ fn read_sequences(path: &Path, stem: &str) -> Result<Option<Option<Arc<[u64]>>>,
             if source.kind() == std::io::ErrorKind::NotFound {
                 return Ok(None);
             }
-            return Err(io_error(&format!("cannot read {}", path.display()), &source));
+            return Err(io_error(
+                &format!("cannot read {}", path.display()),
+                &source,
+            ));
         }
         // Not a regular file, or larger than any Parquet file jetsink reads: it holds
         // nothing, and what it may hold is written again.

@@ -119,7 +119,8 @@ pub fn read_file(path: &Path) -> io::Result<(u64, Streams)> {
     let name = path.display().to_string();
     let mut streams: Streams = Vec::new();
     let mut line = Vec::new();
-    while files::read_line(&mut reader, &mut line, Kind::Records, &name).map_err(io::Error::other)?
+    while files::read_line(&mut reader, &mut line, Kind::Records, &name)
+        .map_err(io::Error::other)?
         == files::Line::Read
     {
         let Ok(l) = serde_json::from_slice::<Line<'_>>(&line) else {
@@ -223,12 +224,7 @@ impl Catalog {
     /// The sorted sequences of the closed file `name` (of length `len`), from its seal, or
     /// read from the file itself and sealed when the seal is missing or stale; and whether
     /// the file was read.
-    fn sequences_of(
-        &self,
-        dir: &Path,
-        name: &str,
-        len: u64,
-    ) -> io::Result<(Vec<u64>, bool)> {
+    fn sequences_of(&self, dir: &Path, name: &str, len: u64) -> io::Result<(Vec<u64>, bool)> {
         let seal = dir.join(seal_name(name));
         match files::read_text(&seal, Kind::Seal) {
             Ok(text) => {
@@ -340,8 +336,14 @@ mod tests {
             })
         );
         assert_eq!(parse_seal(&text, Some("T")).unwrap().sequences, vec![4]);
-        assert_eq!(parse_seal(&text, Some("U")).unwrap().sequences, Vec::<u64>::new());
-        assert_eq!(parse_seal(&text, None).unwrap().sequences, vec![1, 2, 3, 4, 7, 9, 10]);
+        assert_eq!(
+            parse_seal(&text, Some("U")).unwrap().sequences,
+            Vec::<u64>::new()
+        );
+        assert_eq!(
+            parse_seal(&text, None).unwrap().sequences,
+            vec![1, 2, 3, 4, 7, 9, 10]
+        );
     }
 
     #[test]
@@ -373,7 +375,11 @@ mod tests {
             "ev-20260101T000002.000000000Z-000000.jsonl",
         ];
         let a: String = (1..=5).map(|s| line("S", s)).collect();
-        let b: String = [8, 10, 12].iter().map(|&s| line("S", s)).collect::<String>() + &line("T", 9);
+        let b: String = [8, 10, 12]
+            .iter()
+            .map(|&s| line("S", s))
+            .collect::<String>()
+            + &line("T", 9);
         let c: String = [20, 21].iter().map(|&s| line("S", s)).collect();
         for (n, text) in names.iter().zip([a, b, c]) {
             fs::write(dir.path().join(n), text).unwrap();
@@ -384,7 +390,10 @@ mod tests {
             Catalog::load(Some("S".into()), dir.path(), "ev", None, Some(&current)).unwrap();
         assert_eq!(read, 3);
         assert!(dir.path().join(seal_name(names[0])).exists());
-        assert!(!dir.path().join(seal_name(names[2])).exists(), "the current file is not sealed");
+        assert!(
+            !dir.path().join(seal_name(names[2])).exists(),
+            "the current file is not sealed"
+        );
         let all: Vec<u64> = (0..=31).collect();
         assert_eq!(
             cat.held(dir.path(), all.iter().copied()).unwrap(),
@@ -395,7 +404,10 @@ mod tests {
         let (mut again, read) =
             Catalog::load(Some("S".into()), dir.path(), "ev", None, Some(&current)).unwrap();
         assert_eq!(read, 1, "the closed files are read from their seals");
-        assert!(again.held(dir.path(), [9, 10]).unwrap() == BTreeSet::from([10]), "T's 9 is not S's");
+        assert!(
+            again.held(dir.path(), [9, 10]).unwrap() == BTreeSet::from([10]),
+            "T's 9 is not S's"
+        );
     }
 
     #[test]
@@ -404,13 +416,19 @@ mod tests {
         let name = "ev-20260101T000000.000000000Z-000000.jsonl";
         fs::write(dir.path().join(name), line("S", 1)).unwrap();
         Catalog::load(Some("S".into()), dir.path(), "ev", None, None).unwrap();
-        let mut f = fs::OpenOptions::new().append(true).open(dir.path().join(name)).unwrap();
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(name))
+            .unwrap();
         use std::io::Write as _;
         f.write_all(line("S", 2).as_bytes()).unwrap();
         let (mut cat, read) =
             Catalog::load(Some("S".into()), dir.path(), "ev", None, None).unwrap();
         assert_eq!(read, 1);
-        assert_eq!(cat.held(dir.path(), [1, 2]).unwrap(), BTreeSet::from([1, 2]));
+        assert_eq!(
+            cat.held(dir.path(), [1, 2]).unwrap(),
+            BTreeSet::from([1, 2])
+        );
     }
 
     proptest! {

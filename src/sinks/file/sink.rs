@@ -170,13 +170,22 @@ impl FileSink {
         drop(current);
         self.catalog
             .close_current(self.dir.path(), &name)
-            .map_err(|e| io_error(&format!("cannot seal {}", self.dir.path().join(&name).display()), &e))?;
+            .map_err(|e| {
+                io_error(
+                    &format!("cannot seal {}", self.dir.path().join(&name).display()),
+                    &e,
+                )
+            })?;
         self.create_file(now, Some(stamp))
     }
 
     /// Appends the encoded batch to the current file, rotating first if due. Any failure
     /// leaves `current` empty, so the next call reopens.
-    pub(super) fn append_buffer(&mut self, now: SystemTime, messages: usize) -> Result<(), SinkError> {
+    pub(super) fn append_buffer(
+        &mut self,
+        now: SystemTime,
+        messages: usize,
+    ) -> Result<(), SinkError> {
         let Some(mut current) = self.current.take() else {
             return Err(SinkError::transient("file sink is not open"));
         };

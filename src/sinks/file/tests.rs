@@ -1462,7 +1462,10 @@ async fn files_written_before_the_stream_was_created_hold_none_of_its_messages()
     let mut sink = FileSink::new(parquet_config(&dir));
     sink.stream_created(created);
     sink.open().await.unwrap();
-    assert_eq!(already(&sink.write(&batch(1..=3)).await), Vec::<usize>::new());
+    assert_eq!(
+        already(&sink.write(&batch(1..=3)).await),
+        Vec::<usize>::new()
+    );
     assert_eq!(parquet_files(&dir).len(), 2);
 }
 
@@ -1556,14 +1559,20 @@ async fn rotation_seals_each_closed_file_and_the_next_start_trusts_the_seals() {
             dir.join(super::held::seal_name(name)).exists()
         })
         .count();
-    assert_eq!(sealed, names.len() - 1, "every file but the current one is sealed");
+    assert_eq!(
+        sealed,
+        names.len() - 1,
+        "every file but the current one is sealed"
+    );
     let mut sink = attached(cfg);
     sink.open().await.unwrap();
     let b = again(&[7, 8, 14, 15, 197, 201], 1);
     assert_eq!(already(&sink.write(&b).await), [1, 3, 4]);
     let mut seqs = sequences(&records(dir));
     seqs.sort_unstable();
-    let expected: Vec<u64> = (1..=201).filter(|s| s % 7 != 0 || *s == 7 || *s == 14).collect();
+    let expected: Vec<u64> = (1..=201)
+        .filter(|s| s % 7 != 0 || *s == 7 || *s == 14)
+        .collect();
     assert_eq!(seqs, expected);
 }
 
@@ -1580,7 +1589,10 @@ async fn a_json_lines_file_older_than_the_stream_is_not_continued_and_holds_noth
     let mut sink = attached(config(dir));
     sink.stream_created(SystemTime::now() + Duration::from_secs(1));
     sink.open().await.unwrap();
-    assert_eq!(already(&sink.write(&batch(1..=3)).await), Vec::<usize>::new());
+    assert_eq!(
+        already(&sink.write(&batch(1..=3)).await),
+        Vec::<usize>::new()
+    );
     let names = files(dir);
     assert_eq!(names.len(), 2);
     assert_eq!(sequences(&records_of(&names[1])), [1, 2, 3]);

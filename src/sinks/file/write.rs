@@ -24,7 +24,12 @@ impl FileSink {
             self.since,
             Some(current),
         )
-        .map_err(|e| io_error(&format!("cannot catalog the files of {}", dir.display()), &e))?;
+        .map_err(|e| {
+            io_error(
+                &format!("cannot catalog the files of {}", dir.display()),
+                &e,
+            )
+        })?;
         if read > 1 {
             tracing::info!(directory = %dir.display(), files = read, "read JSON Lines files without a seal to learn which messages they hold; sealed them");
         }
@@ -42,7 +47,12 @@ impl FileSink {
         let held = self
             .catalog
             .held(self.dir.path(), batch.iter().map(|e| e.stream_sequence))
-            .map_err(|e| io_error(&format!("cannot read the seals of {}", self.dir.path().display()), &e))?;
+            .map_err(|e| {
+                io_error(
+                    &format!("cannot read the seals of {}", self.dir.path().display()),
+                    &e,
+                )
+            })?;
         let mut seen = std::collections::HashSet::with_capacity(batch.len());
         let mut already = Vec::new();
         let mut written = Vec::with_capacity(batch.len());
@@ -77,4 +87,3 @@ impl FileSink {
         Ok(already)
     }
 }
-

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 
 use super::key::Template;
 use crate::sinks::parquet::{ColumnType, Format};
-pub use crate::sinks::util::rollover::RolloverConfig;
 use crate::sinks::settings::{
     connect_within_request, out_of_range, Accumulate, DestinationSettings, NamedPath,
 };
+pub use crate::sinks::util::rollover::RolloverConfig;
 
 /// The `s3` destination: each batch becomes one JSON Lines object (one per partition the
 /// batch touches) in a bucket of any S3-compatible store, committed when the upload
@@ -106,7 +106,6 @@ pub struct S3Config {
     #[serde(default)]
     pub rollover: Option<RolloverConfig>,
 }
-
 
 /// How objects are compressed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -93,7 +93,8 @@ impl Catalogs {
         h.add_unit(&stem, seqs);
         if Named::parse(&stem).is_some_and(|n| n.hashed) {
             // Kept, so a later batch finds what it holds without reading it back.
-            self.known.insert(key.as_ref().to_string(), Some(Arc::from(seqs)));
+            self.known
+                .insert(key.as_ref().to_string(), Some(Arc::from(seqs)));
         }
     }
 
@@ -166,7 +167,9 @@ impl Folders<'_> {
             }
             // Gone since the listing: it holds nothing.
             let read = self.read(&location, &stem).await?.flatten();
-            self.catalogs.known.insert(location.as_ref().to_string(), read);
+            self.catalogs
+                .known
+                .insert(location.as_ref().to_string(), read);
         }
         let known = &self.catalogs.known;
         let held = holdings.held(&wanted, |stem| known.get(key(stem).as_ref()).flatten());
@@ -352,7 +355,11 @@ mod tests {
             "an object starting far below the sequences looked for is found"
         );
         assert_eq!(held(&store, &mut catalogs, &[5]).await, BTreeSet::from([5]));
-        assert_eq!(catalogs.known.len(), 3, "the hashed objects read, once each");
+        assert_eq!(
+            catalogs.known.len(),
+            3,
+            "the hashed objects read, once each"
+        );
     }
 
     #[tokio::test]
@@ -361,7 +368,10 @@ mod tests {
         let key = |seqs: &[u64]| format!("p/S/{}.jsonl", object_name(seqs));
         put(&store, &key(&[1, 2]), &[1, 2]).await;
         let mut catalogs = Catalogs::default();
-        assert_eq!(held(&store, &mut catalogs, &[1, 3]).await, BTreeSet::from([1]));
+        assert_eq!(
+            held(&store, &mut catalogs, &[1, 3]).await,
+            BTreeSet::from([1])
+        );
         put(&store, &key(&[3, 5]), &[3, 5]).await;
         let folder = Path::from("p/S");
         assert_eq!(
@@ -370,10 +380,16 @@ mod tests {
             "not known yet: the listing is kept"
         );
         catalogs.wrote(&folder, &Path::from(key(&[3, 5])), &[3, 5]);
-        assert_eq!(held(&store, &mut catalogs, &[3, 4]).await, BTreeSet::from([3]));
+        assert_eq!(
+            held(&store, &mut catalogs, &[3, 4]).await,
+            BTreeSet::from([3])
+        );
         // Every object predates a stream created now: none counts.
         catalogs.stream_created(SystemTime::now() + std::time::Duration::from_secs(60));
-        assert_eq!(held(&store, &mut catalogs, &[1, 2, 3]).await, BTreeSet::new());
+        assert_eq!(
+            held(&store, &mut catalogs, &[1, 2, 3]).await,
+            BTreeSet::new()
+        );
     }
 
     /// A standby taking over, or a competing instance, gets messages another instance
@@ -386,7 +402,10 @@ mod tests {
         let c = &mut catalogs;
         assert!(look(&store, c, &[1], false).await.is_empty());
         put(&store, &key(&[1, 2]), &[1, 2]).await;
-        assert!(look(&store, c, &[1], true).await.is_empty(), "listed just now: kept");
+        assert!(
+            look(&store, c, &[1], true).await.is_empty(),
+            "listed just now: kept"
+        );
         tokio::time::advance(RELIST_AFTER + Duration::from_millis(1)).await;
         assert!(
             look(&store, c, &[1], false).await.is_empty(),

@@ -61,9 +61,15 @@ fn a_bucket_alone_is_valid_with_documented_defaults() {
 fn rollover_defaults_to_a_minute_and_its_age_is_range_checked_with_its_key() {
     let c = config(serde_json::json!({"bucket": "archive"}));
     assert_eq!(c.accumulate(), None);
-    assert!(!c.rolls_over_by_default(), "JSON Lines objects: one per batch");
+    assert!(
+        !c.rolls_over_by_default(),
+        "JSON Lines objects: one per batch"
+    );
     let c = config(serde_json::json!({"bucket": "archive", "format": "parquet"}));
-    assert!(c.rolls_over_by_default(), "Parquet objects: a default rollover");
+    assert!(
+        c.rolls_over_by_default(),
+        "Parquet objects: a default rollover"
+    );
     let c = config(serde_json::json!({"bucket": "archive", "rollover": {"max_messages": 1000}}));
     assert!(problems(&c).is_empty(), "{:?}", problems(&c));
     let a = c.accumulate().expect("rollover accumulates");
