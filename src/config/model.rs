@@ -167,6 +167,27 @@ impl SinkSpec {
         })
     }
 
+    /// The summary's lines about priority lanes, when they are enabled.
+    fn lanes_summary(&self, out: &mut String) {
+        let pl = &self.delivery.priority_lanes;
+        if !pl.enabled {
+            return;
+        }
+        let lanes: Vec<String> = pl
+            .lanes
+            .iter()
+            .map(|l| format!("{} (weight {})", l.name, l.weight))
+            .collect();
+        out.push_str(&format!("    lanes:       {}\n", lanes.join(", ")));
+        if pl.consumer_pull == super::lanes::ConsumerPull::Strict {
+            out.push_str(&format!(
+                "    lane pulls:  strict: {} asked first on every pull, the others by weight and first at least every {} ms\n",
+                pl.lanes.first().map(|l| l.name.as_str()).unwrap_or("-"),
+                pl.strict_max_wait_ms
+            ));
+        }
+    }
+
     /// The summary's line about a Parquet archive's default rollover, when the config
     /// names none.
     fn default_rollover_line(&self, out: &mut String) {
@@ -264,24 +285,7 @@ impl SinkSpec {
                 sh.buffer, sh.flush_ms
             ));
         }
-        if s.delivery.priority_lanes.enabled {
-            let lanes: Vec<String> = s
-                .delivery
-                .priority_lanes
-                .lanes
-                .iter()
-                .map(|l| format!("{} (weight {})", l.name, l.weight))
-                .collect();
-            out.push_str(&format!("    lanes:       {}\n", lanes.join(", ")));
-            let pl = &s.delivery.priority_lanes;
-            if pl.consumer_pull == super::lanes::ConsumerPull::Strict {
-                out.push_str(&format!(
-                    "    lane pulls:  strict: {} asked first on every pull, the others by weight and first at least every {} ms\n",
-                    pl.lanes.first().map(|l| l.name.as_str()).unwrap_or("-"),
-                    pl.strict_max_wait_ms
-                ));
-            }
-        }
+        s.lanes_summary(out);
         if let Some(r) = &s.results {
             out.push_str(&format!(
                 "    results:     {}.<job id>, stored before each ACK{}\n",
