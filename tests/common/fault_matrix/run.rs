@@ -40,7 +40,7 @@ pub struct Outcome {
     pub at_faults: Vec<(Event, BTreeMap<Dest, SinkState>)>,
     /// Failures of the run itself (a stop that was not clean, a replay that failed).
     pub notes: Vec<String>,
-    /// The counter of the mode and its value in each sink in the last run, if a mode.
+    /// The counter of the mode and its sum in each sink over the run's processes, if a mode.
     pub at_work: Option<(&'static str, BTreeMap<Dest, f64>)>,
     /// Each sink's warnings and errors over every jetsink run of the test: (message, times).
     pub warnings: BTreeMap<Dest, Vec<(String, usize)>>,
@@ -54,6 +54,15 @@ impl World {
         Duration::from_secs(60 + self.n / 20)
     }
 
+    /// Adds what the running process's counter of the mode says to `at_work`.
+    async fn count_work(&self, at_work: &mut Option<(&'static str, BTreeMap<Dest, f64>)>) {
+        if let Some((metric, sums)) = at_work {
+            for (d, v) in self.sink_metric(metric).await {
+                *sums.entry(d).or_default() += v;
+            }
+        }
+    }
+
     /// Runs the messages through `events` and reads every destination back.
     pub async fn run(&mut self, events: &[Event]) -> Outcome {
         let started = Instant::now();
@@ -61,6 +70,10 @@ impl World {
         let mut daemon = self.start();
         let mut at_faults = Vec::new();
         let mut notes = Vec::new();
+        // The mode's own counter, summed over every process of the run: read before each
+        // fault (a process ended by a fault is gone after it) and at the end.
+        let mut at_work: Option<(&'static str, BTreeMap<Dest, f64>)> =
+            self.mode.at_work().map(|m| (m, BTreeMap::new()));
         for (i, event) in events.iter().enumerate() {
             let share = (i as u64 + 1) * self.n / (events.len() as u64 + 2);
             let floor = format!("every ACK floor at {share}");
@@ -75,6 +88,7 @@ impl World {
                     s.ack_pending > 0
                 })
                 .await;
+            self.count_work(&mut at_work).await;
             daemon = self.inject(*event, daemon, &publisher, &mut notes).await;
             at_faults.push((*event, at));
         }
@@ -98,10 +112,7 @@ impl World {
             s.pending == 0 && s.ack_pending == 0
         })
         .await;
-        let at_work = match self.mode.at_work() {
-            Some(metric) => Some((metric, self.sink_metric(metric).await)),
-            None => None,
-        };
+        self.count_work(&mut at_work).await;
         stop(&mut daemon, "the final SIGTERM", &mut notes);
         let drained = started.elapsed().as_secs_f64();
         let mut copies = BTreeMap::new();
