@@ -260,16 +260,20 @@ async fn publish_updates(js: &async_nats::jetstream::Context, subject: &str, n: 
 /// True of each key's row as the newest of the `n` published updates left it: the last
 /// update of a live key, the last sequence of a deleted one.
 fn newest_of_each_key(n: usize) -> String {
+    newest_where(n, |last| last + 1)
+}
+
+/// True of each key's row when the newest of `n` updates (the last one's value `last`)
+/// was stored at stream sequence `seq_of(last)`.
+fn newest_where(n: usize, seq_of: impl Fn(usize) -> usize) -> String {
     (0..KEYS)
         .map(|k| {
             let last = n - KEYS + k;
+            let seq = seq_of(last);
             if k < DELETED {
-                format!("(k = {k} AND seq = {} AND gone IS NOT NULL)", last + 1)
+                format!("(k = {k} AND seq = {seq} AND gone IS NOT NULL)")
             } else {
-                format!(
-                    "(k = {k} AND seq = {} AND v = {last} AND gone IS NULL)",
-                    last + 1
-                )
+                format!("(k = {k} AND seq = {seq} AND v = {last} AND gone IS NULL)")
             }
         })
         .collect::<Vec<_>>()
@@ -397,18 +401,7 @@ pub async fn replaying_an_old_range_leaves_every_key_at_its_newest<D: TestDataba
         assert_eq!(rows(&db, "state", k42).await, 1, "{args:?}: {out}");
     }
     // The updates were published after key 42's three, at sequences 4 onwards.
-    let shifted: String = (0..KEYS)
-        .map(|k| {
-            let last = 200 - KEYS + k;
-            let seq = last + 4;
-            if k < DELETED {
-                format!("(k = {k} AND seq = {seq} AND gone IS NOT NULL)")
-            } else {
-                format!("(k = {k} AND seq = {seq} AND v = {last} AND gone IS NULL)")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" OR ");
+    let shifted = newest_where(200, |last| last + 4);
     assert_eq!(rows(&db, "state", &shifted).await, KEYS as i64);
 }
 
@@ -454,17 +447,6 @@ pub async fn sigkill_mid_batch_of_updates_then_restart_leaves_every_key_at_its_n
     .await;
     daemon.stop_cleanly();
     // The second half repeats the first's keys and values one stream sequence range on.
-    let newest: String = (0..KEYS)
-        .map(|k| {
-            let last = N / 2 - KEYS + k;
-            let seq = N / 2 + last + 1;
-            if k < DELETED {
-                format!("(k = {k} AND seq = {seq} AND gone IS NOT NULL)")
-            } else {
-                format!("(k = {k} AND seq = {seq} AND v = {last} AND gone IS NULL)")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" OR ");
+    let newest = newest_where(N / 2, |last| N / 2 + last + 1);
     assert_eq!(rows(&db, "state", &newest).await, KEYS as i64);
 }
