@@ -20,6 +20,7 @@ mod cluster;
 mod crash_recovery;
 mod dead_letter;
 mod dead_letter_limits;
+mod deb;
 mod deploy;
 mod destination_failure;
 mod dlq_replay;
