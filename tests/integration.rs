@@ -36,6 +36,7 @@ mod job_api;
 mod job_defaults;
 mod job_latency;
 mod job_queue;
+mod keda;
 mod lane_consumers;
 mod lanes;
 mod listener_limits;
