@@ -198,7 +198,7 @@ fn unit_value(lines: &[String], key: &str) -> String {
     lines
         .iter()
         .filter_map(|l| l.strip_prefix(&prefix))
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("the unit sets no {key}="))
         .to_string()
 }
