@@ -409,3 +409,29 @@ fn installs_into_a_scratch_root_disabled_keeps_an_operators_enable_and_purges_on
     assert!(!root.join("etc/jetsink/jetsink.json").exists());
     assert!(id_in(&root.join("etc/passwd"), "jetsink").is_some());
 }
+
+#[test]
+fn readme_install_section_starts_with_the_package_of_this_version() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Install\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README.md has an Install section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a sh block in the Install section");
+    let first = block.lines().next().unwrap_or_default();
+    assert!(first.starts_with("deploy/build-deb.sh"), "{first}");
+    let file = format!("./target/debian/jetsink_{}_", env!("CARGO_PKG_VERSION"));
+    for doc in ["README.md", "deploy/README.md"] {
+        let text = std::fs::read_to_string(repo().join(doc)).unwrap();
+        for line in text.lines().filter(|l| l.contains("apt install ./target")) {
+            assert!(line.contains(&file), "{doc}: {line} is not {file}…");
+        }
+    }
+    assert!(block.contains(&format!("sudo apt install {file}")));
+    assert!(block.contains("systemctl enable --now jetsink"));
+}
