@@ -1,7 +1,9 @@
-//! The deployment files are checked like code: the Kubernetes manifests pass the API
-//! schemas (offline, with PyPI `kubernetes-validate`), their configs pass `jetsink
-//! validate` and get every secret they name from a Secret, and every metric the Grafana
-//! dashboard and the Prometheus rules use is one the daemon exports.
+//! The deployment files are checked like code: each kustomization under deploy/kubernetes
+//! (the overlays of the base, the StatefulSet) is rendered with `kubectl kustomize`, every
+//! object it renders passes the API schemas (offline, with PyPI `kubernetes-validate`),
+//! their configs pass `jetsink validate` and get every secret they name from a Secret, and
+//! every metric the Grafana dashboard and the Prometheus rules use is one the daemon
+//! exports. The KEDA ScaledObject is checked in tests/keda.rs.
 //!
 //! `kubernetes-validate` is looked up in `.ci/venv` (where `.ci/run` installs it) or at
 //! `$JETSINK_KUBERNETES_VALIDATE`; without it the Kubernetes tests fail and print the
@@ -19,12 +21,12 @@ use serde_json::Value;
 
 const INSTALL: &str = "python3 -m venv .ci/venv && .ci/venv/bin/pip install kubernetes-validate==1.37.0 (or run .ci/run)";
 
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The validator, or a failure that says how to install it.
-fn validator() -> PathBuf {
+pub fn validator() -> PathBuf {
     let path = std::env::var_os("JETSINK_KUBERNETES_VALIDATE")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join(".ci/venv/bin/kubernetes-validate"));
@@ -36,63 +38,155 @@ fn validator() -> PathBuf {
     path
 }
 
-/// Every `.yaml` file under deploy/kubernetes, sorted.
-fn manifest_files() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).expect("deploy/kubernetes").flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|e| e == "yaml") {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&repo().join("deploy/kubernetes"), &mut out);
-    out.sort();
-    assert!(!out.is_empty(), "no manifests in deploy/kubernetes");
-    out
+/// What can be deployed from deploy/kubernetes, each a kustomization: the two overlays of
+/// the base, and the single-writer StatefulSet.
+pub const KUSTOMIZATIONS: [&str; 3] = ["overlays/sink", "overlays/job-workers", "statefulset"];
+
+/// Kinds that are CRDs, whose schemas kubernetes-validate does not bundle: the
+/// ServiceMonitor is checked against the Service below, the ScaledObject against KEDA's
+/// vendored CRD (tests/keda.rs).
+const CRD_KINDS: [&str; 2] = ["ServiceMonitor", "ScaledObject"];
+
+/// kubectl, whose `kustomize` renders the overlays (the machine image ships it, with
+/// kustomize v5), or `$JETSINK_KUBECTL`.
+fn kubectl() -> PathBuf {
+    std::env::var_os("JETSINK_KUBECTL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("kubectl"))
 }
 
-/// Every document of every manifest, as JSON, through the validator's Python and PyYAML.
-fn manifests() -> Vec<(PathBuf, Value)> {
+/// YAML documents as JSON values, through the validator's Python and PyYAML.
+pub fn yaml_docs(yaml: &[u8], what: &str) -> Vec<Value> {
     let python = validator().with_file_name("python3");
-    let mut docs = Vec::new();
-    for file in manifest_files() {
-        let out = Command::new(&python)
-            .args([
-                "-c",
-                "import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))",
-            ])
-            .arg(&file)
-            .output()
-            .expect("run python3 with PyYAML");
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let parsed: Vec<Value> = serde_json::from_slice(&out.stdout).expect("json");
-        docs.extend(parsed.into_iter().map(|d| (file.clone(), d)));
-    }
+    let mut child = Command::new(&python)
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3 with PyYAML");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(yaml).unwrap();
+    let out = child.wait_with_output().expect("python3");
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// Every object `kubectl kustomize` renders for one kustomization under deploy/kubernetes.
+pub fn render(kustomization: &str) -> Vec<Value> {
+    let dir = repo().join("deploy/kubernetes").join(kustomization);
+    let out = Command::new(kubectl())
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .unwrap_or_else(|e| panic!("run kubectl kustomize (kubectl, or $JETSINK_KUBECTL): {e}"));
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs = yaml_docs(&out.stdout, kustomization);
+    assert!(!docs.is_empty(), "{kustomization} renders nothing");
     docs
 }
 
-#[test]
-fn kubernetes_manifests_pass_the_api_schemas_offline_except_the_servicemonitor_crd() {
-    let validator = validator();
-    // ServiceMonitor is the Prometheus Operator's CRD, whose schema kubernetes-validate
-    // does not bundle: it is skipped here and checked against the Service below.
-    let files: Vec<PathBuf> = manifest_files()
+/// Every rendered object, with the kustomization it came from (in messages as its "file").
+fn manifests() -> Vec<(PathBuf, Value)> {
+    KUSTOMIZATIONS
+        .iter()
+        .flat_map(|k| render(k).into_iter().map(move |d| (PathBuf::from(k), d)))
+        .collect()
+}
+
+/// Every `.yaml` file under `dir`, sorted.
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("deploy/kubernetes").flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            yaml_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "yaml") {
+            out.push(p);
+        }
+    }
+}
+
+/// The files a kustomization.yaml names: resources (directories followed), patches and
+/// configurations.
+fn named_files(kustomization_dir: &Path, out: &mut BTreeSet<PathBuf>) {
+    let file = kustomization_dir.join("kustomization.yaml");
+    out.insert(file.canonicalize().unwrap_or(file.clone()));
+    let text = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let k = &yaml_docs(&text, &file.display().to_string())[0];
+    let listed = k["resources"]
+        .as_array()
         .into_iter()
-        .filter(|f| {
-            !std::fs::read_to_string(f)
-                .unwrap_or_default()
-                .contains("kind: ServiceMonitor")
-        })
+        .flatten()
+        .chain(k["configurations"].as_array().into_iter().flatten())
+        .chain(
+            k["patches"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| &p["path"]),
+        )
+        .filter_map(Value::as_str);
+    for name in listed {
+        let path = kustomization_dir.join(name);
+        if path.is_dir() {
+            named_files(&path, out);
+        } else {
+            out.insert(path.canonicalize().unwrap_or(path));
+        }
+    }
+}
+
+#[test]
+fn every_manifest_file_is_part_of_a_kustomization_that_is_rendered_and_checked() {
+    let root = repo().join("deploy/kubernetes");
+    let mut named = BTreeSet::new();
+    for k in KUSTOMIZATIONS {
+        named_files(&root.join(k).canonicalize().expect(k), &mut named);
+    }
+    let mut files = Vec::new();
+    yaml_files(&root, &mut files);
+    files.sort();
+    let stray: Vec<String> = files
+        .iter()
+        .filter(|f| !named.contains(&f.canonicalize().unwrap()))
+        .map(|f| f.display().to_string())
         .collect();
+    assert!(
+        stray.is_empty(),
+        "in deploy/kubernetes but in no rendered kustomization: {stray:?}"
+    );
+}
+
+#[test]
+fn every_rendered_object_passes_the_api_schemas_offline_except_the_crds() {
+    let validator = validator();
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (i, (from, doc)) in manifests().iter().enumerate() {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        if CRD_KINDS.contains(&kind) {
+            continue;
+        }
+        let name = format!(
+            "{i:02}-{}-{kind}.json",
+            from.display().to_string().replace('/', "-")
+        );
+        std::fs::write(dir.path().join(&name), doc.to_string()).unwrap();
+        files.push(dir.path().join(name));
+    }
+    assert!(files.len() >= 10, "{files:?}");
     let out = Command::new(&validator)
         .args(["--strict", "--quiet"])
         .args(&files)
