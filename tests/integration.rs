@@ -23,6 +23,7 @@ mod dead_letter_limits;
 mod deploy;
 mod destination_failure;
 mod dlq_replay;
+mod docs_drift;
 mod drain;
 mod encryption;
 mod examples;
