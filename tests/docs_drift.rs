@@ -340,6 +340,44 @@ fn the_readiness_stage_thresholds_are_the_codes() {
 }
 
 #[test]
+fn the_retry_stages_and_the_outage_timeline_are_the_codes() {
+    use jetsink::config::RetryConfig;
+    use jetsink::nats::{fetch::NO_WAIT_LIMIT, BIND_REQUEST_ATTEMPTS};
+    use jetsink::pipeline::documented::REBIND_AFTER;
+    let retry = RetryConfig::default();
+    let stage = |n: i32| {
+        ((retry.initial_backoff_ms as f64) * retry.multiplier.powi(n))
+            .min(retry.max_backoff_ms as f64)
+    };
+    assert_eq!(retry.multiplier, 2.0, "the docs say the delays double");
+    let request_timeout = schema_keys(&the_schema())
+        .get("nats.request_timeout_ms")
+        .and_then(|k| k.default.as_ref()?.as_u64())
+        .expect("nats.request_timeout_ms has a default");
+    // The pull cut by the drop fails at once; the ones after it wait out their bound.
+    let failed_pulls_s = u64::from(REBIND_AFTER - 1) * NO_WAIT_LIMIT.as_secs();
+    let lookups_s = u64::from(BIND_REQUEST_ATTEMPTS) * request_timeout / 1000;
+    assert_states(
+        "docs/operations.md",
+        &[
+            format!(
+                "from {} ms doubling up to {} s by default",
+                retry.initial_backoff_ms,
+                retry.max_backoff_ms / 1000
+            ),
+            format!(
+                "({}, {}, {} ms at most with the defaults)",
+                stage(0),
+                stage(1),
+                stage(2)
+            ),
+            format!("`nats.request_timeout_ms` ({request_timeout} by default)"),
+            format!("about {failed_pulls_s} s of failed pulls plus {lookups_s} s of lookups"),
+        ],
+    );
+}
+
+#[test]
 fn the_settlers_log_lines_carry_its_target() {
     use jetsink::pipeline::documented::SETTLE_LOG_TARGET;
     assert_eq!(SETTLE_LOG_TARGET, "jetsink::pipeline::settle");
@@ -376,7 +414,41 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug, Clone, PartialEq)]
 struct SchemaKey {
     types: BTreeSet<String>,
+    /// The types of an array's items (empty when it is no array).
+    items: BTreeSet<String>,
     default: Option<Value>,
+}
+
+/// The item types of the arrays a schema node allows.
+fn item_types(node: &Value, defs: &Value) -> BTreeSet<String> {
+    let node = resolve(node, defs);
+    let mut out: BTreeSet<String> = node
+        .get("items")
+        .map(|i| schema_types(i, defs))
+        .unwrap_or_default();
+    for key in ["anyOf", "oneOf", "allOf"] {
+        for sub in node
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            out.extend(item_types(sub, defs));
+        }
+    }
+    out
+}
+
+/// The item type an `array of strings` / `array of integers` cell names.
+fn doc_item_type(cell: &str) -> Option<&'static str> {
+    let lower = cell.to_lowercase();
+    if lower.contains("array of strings") {
+        Some("string")
+    } else if lower.contains("array of integers") {
+        Some("integer")
+    } else {
+        None
+    }
 }
 
 /// `node` with its `$ref` replaced by the definition (the node's own keywords, such as a
@@ -492,6 +564,7 @@ fn walk(node: &Value, path: &str, defs: &Value, out: &mut BTreeMap<String, Schem
             .or_else(|| resolve(sub, defs).get("default").cloned());
         out.entry(full.clone()).or_insert(SchemaKey {
             types: schema_types(sub, defs),
+            items: item_types(sub, defs),
             default,
         });
         walk(sub, &full, defs, out);
@@ -662,6 +735,14 @@ fn config_doc_drift(schema: &BTreeMap<String, SchemaKey>, md: &str) -> Vec<Strin
         if !documented.contains("null") {
             wanted.remove("null");
         }
+        if let Some(item) = doc_item_type(&row.ty) {
+            if key.items != BTreeSet::from([item.to_string()]) {
+                out.push(format!(
+                    "{path}: items {:?} in the schema, {} in the docs",
+                    key.items, row.ty
+                ));
+            }
+        }
         if wanted != documented {
             out.push(format!(
                 "{path}: type {:?} in the schema, {} in the docs",
@@ -739,6 +820,10 @@ fn a_key_type_or_default_that_disagrees_with_the_schema_is_reported() {
             "| `batch_size` | integer | `400` |",
         )
         .replace(
+            "| `pass_env` | array of strings |",
+            "| `pass_env` | array of integers |",
+        )
+        .replace(
             "| `fsync` | boolean | `true` |",
             "| `fsync` | string | `true` |",
         )
@@ -759,6 +844,7 @@ fn a_key_type_or_default_that_disagrees_with_the_schema_is_reported() {
         "sinks.<name>.delivery.retry.max_held_ms: in the schema, in no key table",
         "sinks.<name>.destination[file].fsync: type {\"boolean\"} in the schema, string in the docs",
         "sinks.<name>.delivery.retry.max_tries: in a key table, not in the schema",
+        "sinks.<name>.destination[exec].pass_env: items {\"string\"} in the schema, array of integers in the docs",
     ];
     for e in expected {
         assert!(
