@@ -15,6 +15,7 @@ const DOCUMENTED: &[&str] = &[
     "docs/configuration.md",
     "docs/operations.md",
     "docs/encryption.md",
+    "docs/randomization.md",
 ];
 
 #[test]
