@@ -16,6 +16,7 @@ const DOCUMENTED: &[&str] = &[
     "docs/operations.md",
     "docs/encryption.md",
     "docs/randomization.md",
+    "docs/job-queue.md",
 ];
 
 #[test]
