@@ -558,12 +558,12 @@ async fn http_get(addr: &str, path: &str) -> (u16, String) {
 }
 
 /// The `/readyz` bodies `docs/operations.md` lists for a NATS outage, in order (the block
-/// after `<!-- readyz-outage -->`).
+/// after the `<!-- checked by tests/cli.rs: readyz-outage -->` marker).
 fn documented_outage_bodies() -> Vec<String> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
         .expect("docs/operations.md");
     let block = doc
-        .split("<!-- readyz-outage -->")
+        .split("readyz-outage -->")
         .nth(1)
         .and_then(|rest| rest.split("```").nth(1))
         .expect("the readyz-outage block in docs/operations.md");

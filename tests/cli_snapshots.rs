@@ -1,7 +1,8 @@
 //! The command examples of the README and the docs, run as they are written: every
 //! ```` ```console ```` block of the files below is a `trycmd` case (`$ ` a command, `? N` its
 //! exit status when not 0, then its output, `[..]` and `...` elide what changes). Blocks
-//! that need a live server are ```` ```text ```` or ```` ```sh ```` and are not run. The
+//! that need a live server are ```` ```text ```` or ```` ```sh ```` and are not run (a
+//! ```` ```text ```` block then says above it how to regenerate it: `tests/docs_drift.rs`). The
 //! commands run in the crate root, so `config/…` and `tests/cmd/…` paths resolve; the bad
 //! configs they validate live in `tests/cmd/`.
 //!
@@ -14,6 +15,8 @@ const DOCUMENTED: &[&str] = &[
     "docs/configuration.md",
     "docs/operations.md",
     "docs/encryption.md",
+    "docs/randomization.md",
+    "docs/job-queue.md",
 ];
 
 #[test]

@@ -24,6 +24,7 @@ mod deb;
 mod deploy;
 mod destination_failure;
 mod dlq_replay;
+mod docs_drift;
 mod drain;
 mod encryption;
 mod examples;

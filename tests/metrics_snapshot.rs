@@ -58,6 +58,21 @@ async fn metrics_get_reads_the_acked_count_from_the_snapshot_file() {
         "0",
     ]);
     assert_eq!((code, out.as_str()), (0, "0\n"), "{err}");
+    // Seed 003's own order, FILE then NAME: its command as written, and a value read back.
+    let (code, out, err) = get(&[
+        "state/metrics.json",
+        "current_priority_lanes_active",
+        "--default",
+        "0",
+    ]);
+    assert_eq!((code, out.as_str()), (0, "0\n"), "{err}");
+    let (code, out, err) = get(&[
+        "state/metrics.json",
+        "messages_acked_total",
+        "--label",
+        "sink=main",
+    ]);
+    assert_eq!((code, out.trim()), (0, "7"), "{err}");
     let (code, out, err) = get(&["jetsink_no_such_metric", "state/metrics.json"]);
     assert_eq!(code, 1, "{out}");
     assert!(err.contains("no metric jetsink_no_such_metric"), "{err}");
@@ -98,4 +113,18 @@ fn a_missing_snapshot_file_is_an_error_naming_it() {
     );
     assert_eq!(code, 1);
     assert!(err.contains("nope.json"), "{err}");
+}
+
+#[test]
+fn two_arguments_that_could_each_be_the_metric_are_a_usage_error_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = jetsink(
+        &["metrics", "get", "up", "snapshot", "--default", "0"],
+        dir.path(),
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        err.contains("\"up\" \"snapshot\": cannot tell which is the metric NAME"),
+        "{err}"
+    );
 }

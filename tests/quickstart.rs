@@ -209,13 +209,16 @@ async fn with_a_server_already_there_it_uses_it_and_leaves_it_running() {
     );
     qs.wait_for("committed every message");
     let out = qs.output();
-    assert!(
-        out.contains(&format!(
-            "using the NATS server that answers at {}",
-            server.url()
-        )),
-        "{out}"
-    );
+    let url = server.url();
+    let trying = out
+        .find(&format!(
+            "something accepts connections at {url}: trying it"
+        ))
+        .unwrap_or_else(|| panic!("no trying line:\n{out}"));
+    let connected = out
+        .find(&format!("connected to the NATS server at {url}"))
+        .unwrap_or_else(|| panic!("no connected line:\n{out}"));
+    assert!(trying < connected, "{out}");
     assert!(!out.contains("Ctrl-C stops it and"), "{out}");
     assert_eq!(
         sqlite_count(&dir.path().join("data/jetsink.db"), "jetsink_events"),
@@ -251,4 +254,38 @@ fn a_remote_url_that_does_not_answer_is_not_started_and_exits_69() {
         qs.output()
     );
     assert!(!dir.path().join("data").exists(), "nothing was created");
+}
+
+/// Something that accepts TCP connections but never speaks NATS (here a listener that
+/// never reads): quickstart must not claim a NATS server answers there, and the timeout
+/// that ends it names the address.
+#[test]
+fn a_port_that_accepts_but_is_no_nats_server_is_not_called_one_and_the_error_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("nats://{}", silent.local_addr().expect("addr"));
+    let config = quickstart_config(dir.path(), &url);
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).expect("read")).expect("json");
+    cfg["nats"]["connect_timeout_ms"] = json!(500);
+    std::fs::write(&config, serde_json::to_vec_pretty(&cfg).expect("json")).expect("write");
+    let mut qs = Quickstart::start(
+        dir.path(),
+        &["--config", config.to_str().unwrap()],
+        &std::env::var_os("PATH").unwrap_or_default(),
+    );
+    assert_eq!(qs.wait_exit(), Some(69), "{}", qs.output());
+    let out = qs.output();
+    assert!(
+        out.contains(&format!(
+            "something accepts connections at {url}: trying it"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains("connected to the NATS server"), "{out}");
+    assert!(!out.contains("using the NATS server"), "{out}");
+    assert!(
+        out.contains(&format!("cannot connect to NATS at {url}")),
+        "{out}"
+    );
 }

@@ -14,7 +14,7 @@ use async_nats::jetstream::context::{GetStreamError, GetStreamErrorKind, Request
 
 /// How often a request that timed out is asked for in all, before start-up fails (exit 69):
 /// each attempt waits up to `nats.request_timeout_ms`.
-pub(super) const ATTEMPTS: u32 = 3;
+pub const ATTEMPTS: u32 = 3;
 
 /// Runs `call` until it succeeds, fails other than by `timed_out`, or has run
 /// [`ATTEMPTS`] times; `what` names the request in the warning logged before each repeat.

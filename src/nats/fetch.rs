@@ -76,7 +76,7 @@ const GRACE: Duration = Duration::from_millis(2_000);
 /// at once and never stores it. (With an `expires`, nats-server 2.9 instead holds a
 /// no-wait pull on a consumer with nothing deliverable until it expires, measured here
 /// as a 5 s stall per empty bucket.)
-const NO_WAIT_LIMIT: Duration = Duration::from_millis(3_000);
+pub const NO_WAIT_LIMIT: Duration = Duration::from_millis(3_000);
 
 /// Pulls up to `limits` messages. An empty result means the stream had nothing for this
 /// consumer during `limits.wait`.

@@ -24,6 +24,7 @@ pub mod replay_consumer;
 pub mod reply;
 pub mod server_version;
 
+pub use ask_again::ATTEMPTS as BIND_REQUEST_ATTEMPTS;
 pub use binding::{bind, BindError, Bound, Needs};
 pub use connect::{connect, ConnectError, Connection, ConnectionMetrics, Drops, Links};
 pub use fetch::{fetch_any, fetch_batch, FetchLimits};

@@ -10,6 +10,7 @@ mod acks;
 mod batch;
 mod delay;
 mod disposal;
+pub mod documented;
 mod isolate;
 mod keeper;
 pub mod lanes;

@@ -1,5 +1,7 @@
 //! `jetsink metrics get NAME [FILE | --url URL] [--label k=v …] [--default N]`: prints one
 //! metric's value and nothing else, for scripts (`if [ "$(jetsink metrics get …)" -gt 0 ]`).
+//! `get FILE NAME`, the priority-lane source document's order, reads the same
+//! ([`super::order`]).
 //!
 //! The name matches with or without the `jetsink_` prefix. Values are never summed across
 //! label sets (a sum of a gauge per sink is rarely what a script means): when several
@@ -9,7 +11,7 @@
 
 use std::path::PathBuf;
 
-use super::{load, Sample, Source, PREFIX};
+use super::{load, order, Sample, Source, PREFIX};
 
 /// What [`pick`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,9 +62,10 @@ pub struct Args {
     /// jetsink_messages_acked_total.
     name: String,
     /// A snapshot file the daemon writes (`metrics.snapshot_file`) to read instead of
-    /// the endpoint.
+    /// the endpoint. FILE NAME works too: an existing file, or the argument that cannot be
+    /// a metric name, is the file.
     #[arg(conflicts_with = "url")]
-    file: Option<PathBuf>,
+    file: Option<String>,
     /// The daemon's metrics endpoint (plain HTTP). Default
     /// http://127.0.0.1:9464/metrics.
     #[arg(long)]
@@ -86,6 +89,15 @@ pub async fn execute(args: Args) -> u8 {
         labels,
         default,
     } = args;
+    let (name, file) = match order::name_and_file(&name, file.as_deref(), |p| {
+        std::path::Path::new(p).is_file()
+    }) {
+        Ok((n, f)) => (n.to_string(), f.map(PathBuf::from)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return crate::exit::USAGE;
+        }
+    };
     let source = Source::of(file, url);
     let samples = match load(&source).await {
         Ok(s) => s,

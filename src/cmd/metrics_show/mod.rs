@@ -16,6 +16,7 @@
 //! `_bucket`): a histogram shows as its `_sum` and `_count` rows.
 
 pub mod get;
+pub mod order;
 mod render;
 mod select;
 #[cfg(test)]

@@ -173,7 +173,11 @@ pub async fn ensure(url: &str, say: impl Fn(&str)) -> Result<Local, LocalError> 
     };
     let (host, port) = host_port(url).ok_or_else(bad)?;
     if answers(&host, port).await {
-        say(&format!("using the NATS server that answers at {url}"));
+        // Only TCP answered: whether a NATS server is there shows when the connection is
+        // made, and quickstart says "connected" only then.
+        say(&format!(
+            "something accepts connections at {url}: trying it as the NATS server"
+        ));
         return Ok(Local::Existing);
     }
     if !is_loopback(&host) {

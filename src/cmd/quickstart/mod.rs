@@ -115,6 +115,10 @@ async fn feed(config: &Config, args: &Args) -> Result<(), String> {
     let conn = crate::nats::connect(&config.nats, "quickstart", &links, &metrics)
         .await
         .map_err(|e| e.to_string())?;
+    say(&format!(
+        "connected to the NATS server at {}",
+        config.nats.servers.join(", ")
+    ));
     let _quiet_close = links.closing_on_drop();
     let js = jetstream::ContextBuilder::new()
         .timeout(Duration::from_millis(config.nats.request_timeout_ms))

@@ -26,9 +26,9 @@ use crate::pipeline::keeper::Slot;
 use crate::pipeline::room::Room;
 
 /// Batches kept pulled ahead of a backlog by a sink with neither lanes nor the randomizer.
-pub(super) const PULL_DEPTH: usize = 4;
+pub(crate) const PULL_DEPTH: usize = 4;
 /// Batches kept pulled ahead with in-batch or weighted priority lanes or the randomizer.
-pub(super) const SCHEDULED_DEPTH: usize = 2;
+pub(crate) const SCHEDULED_DEPTH: usize = 2;
 
 /// The slot's room: the most batches, up to [`PULL_DEPTH`] (or [`SCHEDULED_DEPTH`]), that
 /// the consumer's MaxAckPending as the server has it (`max_ack_pending`) carries besides

@@ -34,7 +34,7 @@ use crate::pipeline::pause::Pause;
 
 /// Consecutive failed pulls after which the runner re-binds its consumer (it may have been
 /// lost with a memory-storage server restart).
-const REBIND_AFTER: u32 = 3;
+pub(super) const REBIND_AFTER: u32 = 3;
 
 mod ahead;
 mod chain;
@@ -49,6 +49,7 @@ use ahead::PendingPull;
 pub(super) use ahead::{Ahead, WriteTask};
 use chain::{first_lane_batches, leave, leave_all, visiting_order};
 use depth::pull_depth;
+pub(super) use depth::{PULL_DEPTH, SCHEDULED_DEPTH};
 use interleave::interleave;
 use order::Order;
 

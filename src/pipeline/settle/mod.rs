@@ -52,6 +52,10 @@ use stop::cut_at;
 pub(super) use stop::Stop;
 use verdict::Attempt;
 
+/// The log target of the settler's lines (`destination failed; holding the batch`,
+/// `destination recovered`, `batch abandoned at shutdown`): the module, as `tracing` names it.
+pub(super) const LOG_TARGET: &str = module_path!();
+
 /// How many messages refused as unclassified a settler remembers.
 const SUSPECTS: usize = 1024;
 

@@ -1,0 +1,18 @@
+//! The numbers and names the docs state about the pipeline, public so that the tests
+//! guarding those sentences (`tests/docs_drift.rs`) read them from the code instead of
+//! repeating them: a changed constant then fails a test until the docs say the new value.
+
+/// Batches a sink keeps pulled ahead of a backlog with neither in-batch or weighted lanes
+/// nor the randomizer (strict lanes too); fewer when MaxAckPending cannot carry them.
+pub const PULL_DEPTH: usize = super::puller::PULL_DEPTH;
+
+/// Batches pulled ahead with in-batch or weighted priority lanes or the randomizer.
+pub const SCHEDULED_DEPTH: usize = super::puller::SCHEDULED_DEPTH;
+
+/// Failed pulls in a row after which a sink binds its consumers again; `/readyz` says
+/// `consumer not bound` when that binding fails too.
+pub const REBIND_AFTER: u32 = super::puller::REBIND_AFTER;
+
+/// The log target of `destination failed; holding the batch`, `destination recovered`
+/// and `batch abandoned at shutdown`.
+pub const SETTLE_LOG_TARGET: &str = super::settle::LOG_TARGET;
