@@ -18,8 +18,9 @@ use tokio::sync::watch;
 use super::keys::{Controls, Key};
 use super::render::{cells, clean, HEADERS};
 use super::rows::{rows, Row, Scrape};
+use super::source::{self, Target};
 use super::state::SinkState;
-use super::{source, view, Target};
+use super::view;
 use crate::exit;
 use crate::shared::server_url::redacted;
 

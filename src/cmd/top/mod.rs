@@ -22,6 +22,8 @@ mod view;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use source::Target;
+
 pub use rows::{rate, Backlog, Row, Scrape};
 pub use state::{SinkState, STATE_FAMILY};
 pub use view::SortKey;
@@ -69,20 +71,6 @@ pub struct Args {
     /// view's `/` key types a new one).
     #[arg(long, default_value = "")]
     filter: String,
-}
-
-/// What every mode reads from: the endpoints, the server, the configured sink names.
-pub struct Target {
-    /// `/metrics`.
-    pub metrics_url: String,
-    /// `/readyz`.
-    pub readyz_url: String,
-    /// The NATS side of `--config`.
-    pub server: Option<source::Server>,
-    /// The config's sink names (a sink the daemon does not show yet is still listed).
-    pub configured: Vec<String>,
-    /// Between scrapes.
-    pub interval: Duration,
 }
 
 /// The config, when given (exit 78 when it is not valid).

@@ -137,7 +137,8 @@ pub fn rate(before: Option<f64>, now: f64, seconds: f64) -> Option<f64> {
     } else {
         now.max(0.0)
     };
-    Some(increase / seconds).filter(|r| r.is_finite())
+    // Milli-messages per second are noise; rounded, the JSON form reads cleanly.
+    Some((increase / seconds * 1000.0).round() / 1000.0).filter(|r| r.is_finite())
 }
 
 /// Every sink name the scrape shows (any sample with a `sink` label) and the config names.

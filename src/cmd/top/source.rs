@@ -18,6 +18,20 @@ use crate::shared::server_url::redacted;
 /// The most of `/readyz` read: its answer is a few lines per sink.
 const READYZ_LIMIT: usize = 1 << 20;
 
+/// What every mode reads from: the endpoints, the server, the configured sink names.
+pub struct Target {
+    /// `/metrics`.
+    pub metrics_url: String,
+    /// `/readyz`.
+    pub readyz_url: String,
+    /// The NATS side of `--config`.
+    pub server: Option<Server>,
+    /// The config's sink names (a sink the daemon does not show yet is still listed).
+    pub configured: Vec<String>,
+    /// Between scrapes.
+    pub interval: Duration,
+}
+
 /// The `/metrics` and `/readyz` URLs of the daemon `url` names: its metrics URL
 /// (`…/metrics`) or its base (`http://host:port`).
 pub fn endpoints(url: &str) -> (String, String) {
