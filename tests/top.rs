@@ -1,7 +1,8 @@
 //! `jetsink top` against a running daemon: `--once` lists every sink with a state and a
 //! rate, in JSON and as text, reading the server's consumer info with `--config`; an
 //! endpoint that does not answer is exit 69 with its URL redacted; bad flags are exit 2.
-//! The live view starts on a terminal (a pty from `script`) and quits on `q`.
+//! A sink whose destination fails shows `holding` with its error, and `running` again once
+//! it drains. The live view starts on a terminal (a pty from `script`) and quits on `q`.
 
 use crate::common;
 
@@ -235,5 +236,92 @@ async fn the_live_view_draws_on_a_terminal_and_quits_on_q() {
         "{status:?}: {}",
         String::from_utf8_lossy(&seen)
     );
+    daemon.stop_cleanly();
+}
+
+/// `top --once --format json` for `listen`, parsed, with `sink`'s entry.
+fn snapshot_of(dir: &Path, listen: &str, sink: &str) -> serde_json::Value {
+    let url = format!("http://{listen}");
+    let args = [
+        "top",
+        "--once",
+        "--format",
+        "json",
+        "--interval-ms",
+        "100",
+        "--url",
+        &url,
+    ];
+    let (code, out, err) = jetsink(&args, dir);
+    assert_eq!(code, 0, "{err}");
+    let snapshot: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    let found = snapshot["sinks"]
+        .as_array()
+        .and_then(|s| s.iter().find(|e| e["sink"] == json!(sink)).cloned());
+    found.unwrap_or_else(|| panic!("no sink {sink} in {out}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sink_whose_destination_fails_shows_holding_with_its_error_then_running() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    let cfg = config(
+        &server,
+        "TOP_HELD",
+        "top.held",
+        json!({"type": "sqlite", "path": "data/held.db", "table": "events", "busy_timeout_ms": 100}),
+        json!({"batch_size": 10}),
+    );
+    let listen = cfg["http"]["listen"].as_str().unwrap().to_string();
+    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    publish_n(&js, "top.held", 1).await;
+    let db = dir.path().join("data/held.db");
+    daemon
+        .eventually(Duration::from_secs(30), "the first row", || async {
+            sqlite_count(&db, "events") == 1
+        })
+        .await;
+    let blocker = rusqlite::Connection::open(&db).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    publish_n(&js, "top.held", 20).await;
+    let readyz = format!("http://{listen}/readyz");
+    daemon
+        .eventually(
+            Duration::from_secs(60),
+            "/readyz names the failed destination",
+            || async {
+                http(reqwest::Method::GET, &readyz)
+                    .await
+                    .is_some_and(|(_, body)| body.contains("sink main: destination unavailable"))
+            },
+        )
+        .await;
+    let held = snapshot_of(dir.path(), &listen, "main");
+    assert_eq!(held["state"], json!("holding"), "{held}");
+    assert!(
+        held["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("locked")),
+        "{held}"
+    );
+
+    blocker.execute_batch("ROLLBACK").unwrap();
+    drop(blocker);
+    daemon
+        .eventually(Duration::from_secs(60), "the stream drained", || async {
+            drained(&js, "TOP_HELD").await
+        })
+        .await;
+    daemon
+        .eventually(Duration::from_secs(60), "/readyz ready again", || async {
+            http(reqwest::Method::GET, &readyz)
+                .await
+                .is_some_and(|(status, _)| status == 200)
+        })
+        .await;
+    let running = snapshot_of(dir.path(), &listen, "main");
+    assert_eq!(running["state"], json!("running"), "{running}");
+    assert_eq!(running["last_error"], json!(null), "{running}");
     daemon.stop_cleanly();
 }
