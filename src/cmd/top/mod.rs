@@ -69,8 +69,8 @@ pub struct Args {
     sort: SortKey,
     /// Show only sinks whose name or state contains this text, ignoring case (the live
     /// view's `/` key types a new one).
-    #[arg(long, default_value = "")]
-    filter: String,
+    #[arg(long)]
+    filter: Option<String>,
 }
 
 /// The config, when given (exit 78 when it is not valid).
@@ -167,11 +167,21 @@ pub async fn execute(args: Args) -> u8 {
     let result = async {
         let t = target(&args).await?;
         if args.once {
-            let text = once(&t, args.format, args.sort, &args.filter).await?;
+            let text = once(
+                &t,
+                args.format,
+                args.sort,
+                args.filter.as_deref().unwrap_or(""),
+            )
+            .await?;
             super::emit(text.trim_end_matches('\n'));
             Ok(())
         } else {
-            live::run(t, keys::Controls::new(args.sort, args.filter.clone())).await
+            live::run(
+                t,
+                keys::Controls::new(args.sort, args.filter.clone().unwrap_or_default()),
+            )
+            .await
         }
     }
     .await;
