@@ -98,6 +98,15 @@ fn url_of(url: Option<String>, config: Option<&Config>) -> Result<String, (u8, S
     }
 }
 
+/// A configured sink as the rows need it.
+fn configured(spec: &crate::config::SinkSpec) -> rows::Configured {
+    rows::Configured {
+        name: spec.name.clone(),
+        lanes: spec.delivery.priority_lanes.enabled,
+        randomizer: spec.delivery.randomizer.enabled,
+    }
+}
+
 /// Reads the config, connects to its server, and names the endpoints.
 async fn target(args: &Args) -> Result<Target, (u8, String)> {
     let config = load_config(args.config.as_ref())?;
@@ -112,7 +121,7 @@ async fn target(args: &Args) -> Result<Target, (u8, String)> {
         readyz_url,
         server,
         configured: config
-            .map(|c| c.sinks.into_iter().map(|s| s.name).collect())
+            .map(|c| c.sinks.iter().map(configured).collect())
             .unwrap_or_default(),
         interval: Duration::from_millis(args.interval_ms),
     })

@@ -21,6 +21,18 @@ pub struct Backlog {
     pub redelivered: u64,
 }
 
+/// A sink the config names, and which of its optional stages are on: with a config,
+/// lanes and the randomizer's window are shown exactly where they are configured.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Configured {
+    /// The sink's name.
+    pub name: String,
+    /// `delivery.priority_lanes.enabled`.
+    pub lanes: bool,
+    /// `delivery.randomizer.enabled`.
+    pub randomizer: bool,
+}
+
 /// What one scrape read.
 #[derive(Debug, Clone, Default)]
 pub struct Scrape {
@@ -142,12 +154,12 @@ pub fn rate(before: Option<f64>, now: f64, seconds: f64) -> Option<f64> {
 }
 
 /// Every sink name the scrape shows (any sample with a `sink` label) and the config names.
-pub fn sink_names(samples: &[Sample], configured: &[String]) -> BTreeSet<String> {
+pub fn sink_names(samples: &[Sample], configured: &[Configured]) -> BTreeSet<String> {
     samples
         .iter()
         .filter_map(|s| label(s, "sink"))
         .map(str::to_string)
-        .chain(configured.iter().cloned())
+        .chain(configured.iter().map(|c| c.name.clone()))
         .collect()
 }
 
@@ -158,7 +170,7 @@ const RETRIED: &str = "jetsink_batches_total{outcome=retried}";
 
 /// The rows of `now`, with rates against `before` taken `seconds` earlier (`None` on the
 /// first scrape), for the sinks the scrape shows and those `configured`.
-pub fn rows(now: &Scrape, before: Option<(&Scrape, f64)>, configured: &[String]) -> Vec<Row> {
+pub fn rows(now: &Scrape, before: Option<(&Scrape, f64)>, configured: &[Configured]) -> Vec<Row> {
     let totals = Totals::of(&now.samples);
     let earlier = before.map(|(b, secs)| (Totals::of(&b.samples), secs));
     sink_names(&now.samples, configured)
@@ -168,13 +180,20 @@ pub fn rows(now: &Scrape, before: Option<(&Scrape, f64)>, configured: &[String])
                 (Some((b, secs)), Some(n)) => rate(b.get(ACKED, &sink), n, *secs),
                 _ => None,
             };
-            row(&totals, now, sink, rate)
+            let conf = configured.iter().find(|c| c.name == sink);
+            row(&totals, now, sink, rate, conf)
         })
         .collect()
 }
 
 /// One sink's row.
-fn row(t: &Totals, now: &Scrape, sink: String, rate: Option<f64>) -> Row {
+fn row(
+    t: &Totals,
+    now: &Scrape,
+    sink: String,
+    rate: Option<f64>,
+    conf: Option<&Configured>,
+) -> Row {
     let mut derived = derive(&now.samples, now.ready.as_ref(), &sink);
     // A configured sink the daemon shows nothing of is not known to run, whatever a
     // /readyz that does not name it implies.
@@ -187,15 +206,27 @@ fn row(t: &Totals, now: &Scrape, sink: String, rate: Option<f64>) -> Row {
     }
     let (backlog, from) = backlog(t, now.server.as_ref(), &sink);
     let s = sink.as_str();
-    let lanes_on = t
-        .get("jetsink_priority_lane_messages_total", s)
-        .unwrap_or(0.0)
-        > 0.0
-        || t.get("jetsink_current_priority_lanes_active", s)
-            .unwrap_or(0.0)
-            > 0.0;
-    let randomizer_on = t.get("jetsink_randomizer_delayed_total", s).unwrap_or(0.0) > 0.0
-        || t.get("jetsink_randomizer_window", s).unwrap_or(0.0) > 0.0;
+    // Without a config, a stage that has done something is taken to be on.
+    let used =
+        |a: &str, b: &str| t.get(a, s).unwrap_or(0.0) > 0.0 || t.get(b, s).unwrap_or(0.0) > 0.0;
+    let lanes_on = conf.map_or_else(
+        || {
+            used(
+                "jetsink_priority_lane_messages_total",
+                "jetsink_current_priority_lanes_active",
+            )
+        },
+        |c| c.lanes,
+    );
+    let randomizer_on = conf.map_or_else(
+        || {
+            used(
+                "jetsink_randomizer_delayed_total",
+                "jetsink_randomizer_window",
+            )
+        },
+        |c| c.randomizer,
+    );
     Row {
         state: derived.state,
         rate,

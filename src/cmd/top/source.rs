@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 
-use super::rows::{Backlog, Scrape};
+use super::rows::{Backlog, Configured, Scrape};
 use super::state::Readiness;
 use crate::cmd::metrics_show::{self, FetchError, Source};
 use crate::config::{Config, SinkSpec};
@@ -26,8 +26,8 @@ pub struct Target {
     pub readyz_url: String,
     /// The NATS side of `--config`.
     pub server: Option<Server>,
-    /// The config's sink names (a sink the daemon does not show yet is still listed).
-    pub configured: Vec<String>,
+    /// The config's sinks (one the daemon does not show yet is still listed).
+    pub configured: Vec<Configured>,
     /// Between scrapes.
     pub interval: Duration,
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::render::{json, table, Snapshot};
-use super::rows::{rate, rows, Backlog, Row, Scrape};
+use super::rows::{rate, rows, Backlog, Configured, Row, Scrape};
 use super::state::{Readiness, SinkState};
 use crate::shared::prometheus_text::parse;
 
@@ -86,7 +86,8 @@ fn each_column_is_read_from_its_metrics_and_the_rate_from_two_scrapes() {
 }
 
 #[test]
-fn the_servers_backlog_wins_and_a_configured_sink_the_daemon_lacks_is_listed() {
+fn the_servers_backlog_and_the_configs_stages_win_and_a_configured_sink_the_daemon_lacks_is_listed()
+{
     let mut now = scrape(NOW);
     let b = Backlog {
         pending: 9,
@@ -94,11 +95,33 @@ fn the_servers_backlog_wins_and_a_configured_sink_the_daemon_lacks_is_listed() {
         redelivered: 1,
     };
     now.server = Some(BTreeMap::from([("orders".to_string(), b)]));
-    let rows = by_name(rows(&now, None, &["later".to_string()]));
+    let configured = |name: &str, lanes: bool| Configured {
+        name: name.into(),
+        lanes,
+        randomizer: lanes,
+    };
+    let rows = by_name(rows(
+        &now,
+        None,
+        &[
+            configured("later", false),
+            configured("audit", true),
+            configured("orders", false),
+        ],
+    ));
     assert_eq!(rows["orders"].pending, Some(9));
     assert_eq!(rows["orders"].backlog_from, Some("server"));
     assert_eq!(rows["orders"].rate, None, "no rate from one scrape");
     assert_eq!(rows["later"].state, SinkState::Unknown);
+    // With a config, lanes and window show where they are configured, used or not.
+    assert_eq!(
+        (rows["audit"].lanes_active, rows["audit"].randomizer_window),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        rows["orders"].lanes_active, None,
+        "lanes not configured: not shown"
+    );
 }
 
 #[test]
