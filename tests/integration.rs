@@ -68,6 +68,7 @@ mod shuffle;
 mod slow_write;
 mod stage_order;
 mod structure;
+mod top;
 mod trace;
 mod validate_online;
 mod validate_run;

@@ -47,6 +47,9 @@ enum Command {
         #[command(subcommand)]
         command: MetricsCommand,
     },
+    /// A live view of a running daemon, one line per sink: state, rate, backlog, what it
+    /// holds, what failed last; --once prints one snapshot.
+    Top(cmd::top::Args),
     /// Print stored records of an encrypted sink in clear, verifying each belongs to its row.
     Decrypt(cmd::decrypt::Args),
     /// Write a new random AES-256 key file (mode 0600) for `encryption.keys`.
@@ -121,6 +124,7 @@ async fn dispatch(command: Command) -> u8 {
         Command::Metrics {
             command: MetricsCommand::Get(args),
         } => cmd::metrics_show::get::execute(args).await,
+        Command::Top(args) => cmd::top::execute(args).await,
         Command::Replay(args) => cmd::replay::execute(args).await,
         Command::Pause(args) => cmd::pause::execute(args).await,
         Command::Resume(args) => cmd::pause::execute_resume(args).await,

@@ -29,6 +29,7 @@ pub mod run;
 pub mod schema;
 pub mod signals;
 pub mod submit;
+pub mod top;
 pub mod trace;
 pub mod validate;
 
