@@ -385,3 +385,53 @@ async fn a_refused_login_is_exit_78_at_start_and_fail_fast_keeps_exit_69_on_a_cl
     let log = refused_at_start(dir.path(), &closed, 69);
     assert!(log.contains("sink pg: cannot open destination"), "{log}");
 }
+
+/// Writes `cfg` as `jetsink.json` in a fresh directory `<root>/<name>` and points
+/// `<root>/..data` at it by renaming a new symlink over the old one, as the kubelet updates
+/// a mounted ConfigMap; `<root>/jetsink.json` links to `..data/jetsink.json`.
+fn configmap_update(root: &Path, name: &str, cfg: &Value) {
+    let version = root.join(name);
+    std::fs::create_dir_all(&version).unwrap();
+    write_config(&version, cfg);
+    let tmp = root.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(name, &tmp).unwrap();
+    std::fs::rename(&tmp, root.join("..data")).unwrap();
+    let link = root.join("jetsink.json");
+    if std::fs::symlink_metadata(&link).is_err() {
+        std::os::unix::fs::symlink("..data/jetsink.json", &link).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_config_reloads_when_a_configmap_swaps_its_data_symlink() {
+    let server = NatsServer::start();
+    let js = server.js().await;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    streams(&js, &["WA", "WB"]).await;
+    let mount = dir.path().join("config");
+    let one = json!({"a": sqlite_sink("WA", "wa.>", "data/a.db", 50)});
+    configmap_update(&mount, "v1", &daemon_config(&server, &listen, one));
+    let config = mount.join("jetsink.json");
+    let mut daemon = Daemon::start_with_flags(&config, dir.path(), &["--watch-config"]);
+    daemon.wait_for_log(WAIT, "sink running").await;
+    publish_n(&js, "wa.x", 100).await;
+    publish_n(&js, "wb.x", 100).await;
+
+    let two = json!({
+        "a": sqlite_sink("WA", "wa.>", "data/a.db", 50),
+        "b": sqlite_sink("WB", "wb.>", "data/b.db", 50),
+    });
+    configmap_update(&mount, "v2", &daemon_config(&server, &listen, two));
+    let b = dir.path().join("data/b.db");
+    daemon
+        .eventually(WAIT, "the sink the new ConfigMap adds drains", || async {
+            sqlite_count(&b, "events") == 100
+        })
+        .await;
+    assert_eq!(reloads(&listen, "ok").await, 1.0);
+    let a = dir.path().join("data/a.db");
+    assert_eq!(rows(&a), (100, 0));
+    daemon.stop_cleanly();
+}

@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -52,6 +53,9 @@ pub struct Base<'a> {
     /// `run --fail-fast`: a destination that cannot be opened at start fails start-up
     /// (exit 69) instead of being waited for.
     pub fail_fast: bool,
+    /// The largest `shutdown_timeout_ms` of every config run so far, which bounds the
+    /// daemon's shutdown.
+    pub grace: Arc<AtomicU64>,
 }
 
 /// One running sink.
@@ -248,6 +252,9 @@ impl<'a> Fleet<'a> {
         } else {
             tracing::info!(unchanged = ?plan.unchanged, added = ?plan.added, removed = ?plan.removed, changed = ?plan.changed, "applying the reloaded config");
         }
+        self.base
+            .grace
+            .fetch_max(largest_grace(&new), Ordering::AcqRel);
         self.config = new;
         let ok = self.apply(&plan).await;
         self.reloads.reloaded(ok);
@@ -291,6 +298,16 @@ impl<'a> Fleet<'a> {
         }
         ok
     }
+}
+
+/// The largest `delivery.shutdown_timeout_ms` of `config`'s sinks.
+pub fn largest_grace(config: &Config) -> u64 {
+    config
+        .sinks
+        .iter()
+        .map(|s| s.delivery.shutdown_timeout_ms)
+        .max()
+        .unwrap_or(0)
 }
 
 /// The sinks in start order: those that create their stream first, so another sink may

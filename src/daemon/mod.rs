@@ -21,6 +21,7 @@ mod plan;
 mod reload;
 mod supervise;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,10 +54,12 @@ use crate::nats::Links;
 /// Runs the daemon until `stop` turns true and every runner has settled its batch. The
 /// daemon turns `stop` true itself when a sink's loop panics or a client stops
 /// reconnecting.
+/// `grace` is raised to the largest `shutdown_timeout_ms` of each reloaded config.
 pub async fn run(
     config: Config,
     stop: Arc<watch::Sender<bool>>,
     options: Options,
+    grace: Arc<AtomicU64>,
 ) -> Result<(), DaemonError> {
     let shutdown = stop.subscribe();
     let metrics = Metrics::new();
@@ -80,6 +83,7 @@ pub async fn run(
         telemetry: telemetry.as_ref(),
         stop: stop.clone(),
         fail_fast: options.fail_fast,
+        grace,
     };
     let mut fleet = fleet::Fleet::new(base, config.clone(), connections)?;
     fleet.start_all().await?;
@@ -149,14 +153,10 @@ pub async fn run(
 /// 5 s. `jetsink run` is this on the signals; `jetsink quickstart` feeds test messages
 /// beside it.
 pub async fn serve(config: Config, stop: Arc<watch::Sender<bool>>, options: Options) -> u8 {
-    let grace = config
-        .sinks
-        .iter()
-        .map(|s| s.delivery.shutdown_timeout_ms)
-        .max()
-        .unwrap_or(0);
+    // Raised by a reload that starts a sink with a longer `shutdown_timeout_ms`.
+    let grace = Arc::new(AtomicU64::new(fleet::largest_grace(&config)));
     let mut rx = stop.subscribe();
-    let daemon = run(config, stop, options);
+    let daemon = run(config, stop, options, grace.clone());
     tokio::pin!(daemon);
     let result = tokio::select! {
         r = &mut daemon => r,
@@ -164,6 +164,7 @@ pub async fn serve(config: Config, stop: Arc<watch::Sender<bool>>, options: Opti
             // Once a signal arrived (or a sink panicked), bound the wait for the runners
             // to settle.
             let _ = rx.wait_for(|stop| *stop).await;
+            let grace = grace.load(Ordering::Acquire);
             tokio::time::sleep(Duration::from_millis(grace) + Duration::from_secs(5)).await;
         } => Err(DaemonError::ShutdownTimeout),
     };
