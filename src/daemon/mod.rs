@@ -86,6 +86,10 @@ pub async fn run(
         grace,
     };
     let mut fleet = fleet::Fleet::new(base, config.clone(), connections)?;
+    // The fleet holds the connections now and is declared after the guard above, so it
+    // would drop first: this guard, declared after it, marks the closes as jetsink's own
+    // before a start-up refusal drops the fleet.
+    let _quiet_close_fleet = links.closing_on_drop();
     fleet.start_all().await?;
     let served = endpoints::serve(
         endpoints,
