@@ -435,3 +435,39 @@ async fn watch_config_reloads_when_a_configmap_swaps_its_data_symlink() {
     assert_eq!(rows(&a), (100, 0));
     daemon.stop_cleanly();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_and_sigterm_together_stop_cleanly_and_a_restart_writes_every_message_once() {
+    let server = NatsServer::start();
+    let js = server.js().await;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    streams(&js, &["TA", "TB"]).await;
+    publish_n(&js, "ta.x", 200).await;
+    publish_n(&js, "tb.x", 200).await;
+    let one = json!({"a": sqlite_sink("TA", "ta.>", "data/a.db", 20)});
+    let config = write_config(dir.path(), &daemon_config(&server, &listen, one));
+    let mut daemon = Daemon::start(&config, dir.path());
+    daemon.wait_for_log(WAIT, "sink running").await;
+    let two = json!({
+        "a": sqlite_sink("TA", "ta.>", "data/a.db", 20),
+        "b": sqlite_sink("TB", "tb.>", "data/b.db", 20),
+    });
+    write_config(dir.path(), &daemon_config(&server, &listen, two));
+    // Whichever the daemon sees first, it ends stopped: every sink it runs (or the reload
+    // started) settles as at SIGTERM, and no reload starts after the stop.
+    daemon.hangup();
+    daemon.stop_cleanly();
+
+    let mut again = Daemon::start(&config, dir.path());
+    let (a, b) = (dir.path().join("data/a.db"), dir.path().join("data/b.db"));
+    again
+        .eventually(WAIT, "both sinks drain after the restart", || async {
+            sqlite_count(&a, "events") == 200
+                && sqlite_count(&b, "events") == 200
+                && drained(&js, "TA").await
+                && drained(&js, "TB").await
+        })
+        .await;
+    again.stop_cleanly();
+}

@@ -76,6 +76,9 @@ pub struct Fleet<'a> {
     ended_tx: mpsc::UnboundedSender<Ended>,
     ended_rx: mpsc::UnboundedReceiver<Ended>,
     failure: Option<DaemonError>,
+    /// Whether start-up is over: `--fail-fast` applies to start-up only, and a sink a
+    /// reload starts waits for a late destination either way.
+    started: bool,
 }
 
 impl<'a> Fleet<'a> {
@@ -98,6 +101,7 @@ impl<'a> Fleet<'a> {
             ended_tx,
             ended_rx,
             failure: None,
+            started: false,
         })
     }
 
@@ -117,6 +121,7 @@ impl<'a> Fleet<'a> {
         for spec in start_order(&self.config.sinks) {
             self.start(spec).await?;
         }
+        self.started = true;
         Ok(())
     }
 
@@ -140,7 +145,7 @@ impl<'a> Fleet<'a> {
         let prepared = assemble::prepare(&ctx).await?;
         let first = match assemble::open(&ctx.spec, &prepared).await {
             Ok(opened) => Ok(opened),
-            Err(e) if late::may_pass(&e) && !self.base.fail_fast => Err(e),
+            Err(e) if late::may_pass(&e) && (self.started || !self.base.fail_fast) => Err(e),
             Err(e) => return Err(e),
         };
         let name = ctx.spec.name.clone();

@@ -35,6 +35,7 @@ const WIND_DOWN: Duration = Duration::from_secs(4);
 
 pub use error::{DaemonError, Kind};
 pub use fleet::Reloads;
+pub use reload::ReloadMetrics;
 
 /// How `jetsink run` runs the daemon beyond its config.
 #[derive(Default)]
