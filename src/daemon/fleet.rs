@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use tokio::sync::{mpsc, watch};
 
@@ -70,6 +70,8 @@ pub struct Fleet<'a> {
     base: Base<'a>,
     config: Config,
     connections: Connections,
+    /// The connections `/readyz` checks: those of the start, and those a reload opened.
+    watched: Arc<RwLock<Vec<Connection>>>,
     backlog: BacklogGauges,
     reloads: ReloadMetrics,
     slots: BTreeMap<String, Slot>,
@@ -91,10 +93,12 @@ impl<'a> Fleet<'a> {
         let backlog = BacklogGauges::register(base.metrics.registry())?;
         let reloads = ReloadMetrics::new(base.metrics);
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let watched = Arc::new(RwLock::new(connections.values().cloned().collect()));
         Ok(Fleet {
             base,
             config,
             connections,
+            watched,
             backlog,
             reloads,
             slots: BTreeMap::new(),
@@ -108,6 +112,11 @@ impl<'a> Fleet<'a> {
     /// Every NATS connection, those a reload opened included.
     pub fn connections(&self) -> &Connections {
         &self.connections
+    }
+
+    /// The connections `/readyz` checks, shared with the endpoint.
+    pub fn watched(&self) -> Arc<RwLock<Vec<Connection>>> {
+        self.watched.clone()
     }
 
     /// Every NATS connection, once the fleet has stopped, for the final flush.
@@ -172,6 +181,9 @@ impl<'a> Fleet<'a> {
             .map_err(DaemonError::Connect)?;
         tracing::info!(connection = %label, "connected to NATS for a sink the reload added");
         self.connections.insert(label.to_string(), c.clone());
+        if let Ok(mut watched) = self.watched.write() {
+            watched.push(c.clone());
+        }
         Ok(c)
     }
 

@@ -97,6 +97,7 @@ pub async fn run(
         endpoints::Served {
             config: &config,
             connections: fleet.connections(),
+            watched: fleet.watched(),
             metrics: &metrics,
             health: &health,
         },
