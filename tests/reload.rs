@@ -170,6 +170,15 @@ async fn a_reload_removing_one_sink_and_changing_another_writes_every_message_on
         !body.contains("sink b"),
         "the removed sink left /readyz: {body}"
     );
+    let pending = |sink: &str| {
+        format!("jetsink_consumer_pending_messages{{consumer=\"jetsink\",sink=\"{sink}\"}}")
+    };
+    assert_eq!(
+        metric_value(&listen, &pending("b")).await,
+        None,
+        "the removed sink's backlog series are gone"
+    );
+    assert!(metric_value(&listen, &pending("a")).await.is_some());
 
     // b back: it writes what was published while it was gone, each message once.
     write_config(dir.path(), &daemon_config(&server, &listen, all));

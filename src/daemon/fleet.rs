@@ -234,6 +234,7 @@ impl<'a> Fleet<'a> {
             let _ = slot.done.wait_for(|d| *d).await;
         }
         self.base.health.remove(name);
+        self.backlog.forget(name);
     }
 
     /// Reads the config file again and applies it, or changes nothing if it is invalid or
