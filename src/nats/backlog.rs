@@ -104,8 +104,8 @@ impl BacklogGauges {
                     let label = |n: &str| {
                         m.get_label()
                             .iter()
-                            .find(|l| l.get_name() == n)
-                            .map(|l| l.get_value().to_string())
+                            .find(|l| l.name() == n)
+                            .map(|l| l.value().to_string())
                     };
                     (label("sink").as_deref() == Some(sink))
                         .then(|| label("consumer"))
@@ -215,8 +215,8 @@ mod tests {
             .iter()
             .flat_map(|f| f.get_metric().iter())
             .flat_map(|m| m.get_label().iter())
-            .filter(|l| l.get_name() == "sink")
-            .map(|l| l.get_value().to_string())
+            .filter(|l| l.name() == "sink")
+            .map(|l| l.value().to_string())
             .collect();
         assert_eq!(
             sinks.len(),
