@@ -65,6 +65,14 @@ struct Slot {
     done: watch::Receiver<bool>,
 }
 
+/// A sink bound and checked, its destination open or waited for, not yet running.
+struct Ready {
+    ctx: SinkCtx,
+    prepared: assemble::Prepared,
+    first: Result<assemble::Opened, DaemonError>,
+    stop: Arc<watch::Sender<bool>>,
+}
+
 /// Every sink of the daemon.
 pub struct Fleet<'a> {
     base: Base<'a>,
@@ -125,18 +133,29 @@ impl<'a> Fleet<'a> {
     }
 
     /// Starts every sink of the config, all-or-nothing: the first failure is returned
-    /// (a destination that may still come up is waited for instead, unless fail-fast).
+    /// (a destination that may still come up is waited for instead, unless fail-fast),
+    /// and no sink is spawned, so nothing is fetched, until every one is ready.
     pub async fn start_all(&mut self) -> Result<(), DaemonError> {
+        let mut ready = Vec::new();
         for spec in start_order(&self.config.sinks) {
-            self.start(spec).await?;
+            ready.push(self.ready(spec).await?);
+        }
+        for r in ready {
+            self.spawn(r);
         }
         self.started = true;
         Ok(())
     }
 
-    /// Binds, checks and tries to open one sink, then spawns its task (which waits for a
-    /// late destination first).
+    /// [`Fleet::ready`], then [`Fleet::spawn`]: a sink a reload starts.
     async fn start(&mut self, spec: SinkSpec) -> Result<(), DaemonError> {
+        let ready = self.ready(spec).await?;
+        self.spawn(ready);
+        Ok(())
+    }
+
+    /// Binds, checks and tries to open one sink.
+    async fn ready(&mut self, spec: SinkSpec) -> Result<Ready, DaemonError> {
         let conn = self.connection(&spec).await?;
         let (stop, shutdown) = watch::channel(false);
         let stop = Arc::new(stop);
@@ -157,6 +176,22 @@ impl<'a> Fleet<'a> {
             Err(e) if late::may_pass(&e) && (self.started || !self.base.fail_fast) => Err(e),
             Err(e) => return Err(e),
         };
+        Ok(Ready {
+            ctx,
+            prepared,
+            first,
+            stop,
+        })
+    }
+
+    /// Spawns a ready sink's task (which waits for a late destination first).
+    fn spawn(&mut self, ready: Ready) {
+        let Ready {
+            ctx,
+            prepared,
+            first,
+            stop,
+        } = ready;
         let name = ctx.spec.name.clone();
         let fingerprint = reload::fingerprint(&ctx.spec);
         let task = late::sink_task(ctx, prepared, first);
@@ -167,7 +202,6 @@ impl<'a> Fleet<'a> {
             done,
         };
         self.slots.insert(name, slot);
-        Ok(())
     }
 
     /// The connection `spec` uses, opened now if a reload added its label.
