@@ -379,11 +379,20 @@ async fn a_refused_login_is_exit_78_at_start_and_fail_fast_keeps_exit_69_on_a_cl
     let dir = tempfile::tempdir().unwrap();
     streams(&js, &["LPG"]).await;
     let listen = format!("127.0.0.1:{}", free_port());
+    streams(&js, &["LSQ"]).await;
+    publish_n(&js, "lsq.x", 10).await;
     let mut refused = postgres_sink(5432, &pg.name);
     refused["destination"]["user"] = json!("no_such_role_jetsink");
-    let cfg = daemon_config(&server, &listen, json!({"pg": refused}));
+    // "lite" is ready before "pg" is refused: start-up is still all-or-nothing.
+    let sinks = json!({"lite": sqlite_sink("LSQ", "lsq.>", "data/lite.db", 50), "pg": refused});
+    let cfg = daemon_config(&server, &listen, sinks);
     let log = refused_at_start(dir.path(), &cfg, 78);
     assert!(log.contains("sink pg: cannot open destination"), "{log}");
+    let lite = consumer_info(&js, "LSQ", "jetsink").await;
+    assert_eq!(
+        lite.delivered.stream_sequence, 0,
+        "nothing was fetched: {lite:?}"
+    );
 
     let closed = daemon_config(
         &server,
