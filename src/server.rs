@@ -5,6 +5,7 @@
 //! a slow scrape can never delay an ACK.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use async_nats::connection::State;
@@ -30,8 +31,8 @@ pub struct ServerState {
     pub metrics: Metrics,
     /// Liveness and readiness of the sinks.
     pub health: Health,
-    /// Every NATS connection, for its state.
-    pub connections: Vec<Connection>,
+    /// Every NATS connection, for its state; a reload adds those it opens.
+    pub connections: Arc<RwLock<Vec<Connection>>>,
 }
 
 /// Binds the listener now, with `backlog` as its accept queue, so a taken port fails
@@ -85,11 +86,16 @@ async fn healthz(AxumState(s): AxumState<ServerState>) -> Response {
 }
 
 async fn readyz(AxumState(s): AxumState<ServerState>) -> Response {
-    let down: Vec<&str> = s
+    let down: Vec<String> = s
         .connections
-        .iter()
-        .filter(|c| c.client.connection_state() != State::Connected)
-        .map(|c| c.label.as_str())
-        .collect();
+        .read()
+        .map(|cs| {
+            cs.iter()
+                .filter(|c| c.client.connection_state() != State::Connected)
+                .map(|c| c.label.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let down: Vec<&str> = down.iter().map(String::as_str).collect();
     answer(s.health.readiness(&down))
 }

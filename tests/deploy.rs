@@ -418,6 +418,8 @@ fn exported_names() -> BTreeSet<String> {
     backlog.consumer("s", "c");
     jetsink::metrics_snapshot::register(&m);
     jetsink::telemetry::register_metrics(&m, "s");
+    jetsink::health::Health::exporting(&m).sink("s");
+    jetsink::daemon::ReloadMetrics::new(&m);
     let mut names = BTreeSet::new();
     for line in m.render().lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {

@@ -1,6 +1,6 @@
 //! Two `jetsink run` daemons on one file directory, as an overlapping rollout makes them:
-//! the second is refused (exit 69, naming the directory and the holder's pid) while the
-//! first holds the directory, takes over once the first is gone (killed or stopped), and
+//! the second, run with `--fail-fast`, is refused (exit 69, naming the directory and the
+//! holder's pid) while the first holds the directory, takes over once the first is gone (killed or stopped), and
 //! no ACKed line is lost or cut across the handovers.
 
 use crate::common;
@@ -22,7 +22,9 @@ fn line_count(dir: &Path) -> usize {
 /// Starts a daemon that must be refused because `holder` has the directory, and checks
 /// its exit code and what it says.
 fn assert_refused(config: &Path, dir: &Path, holder: &Daemon) {
-    let mut second = Daemon::start(config, dir);
+    // With --fail-fast: without it, the second waits for the directory as for any late
+    // destination, which is what a rolling restart wants.
+    let mut second = Daemon::start_with_flags(config, dir, &["--fail-fast"]);
     let status = second.wait_exit(Duration::from_secs(30));
     let log = second.log_text();
     assert_eq!(

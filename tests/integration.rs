@@ -59,6 +59,7 @@ mod postgres_tls;
 mod quickstart;
 mod randomizer;
 mod readme;
+mod reload;
 mod replay;
 mod results_postgres;
 mod s3_destination;

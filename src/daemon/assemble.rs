@@ -1,18 +1,21 @@
-//! The bind-and-open phase, one sink at a time: bind its consumers, check that each live
-//! consumer can carry what the sink holds unacknowledged, open its destination, create its
-//! dead-letter and results streams, and start the tasks that watch its consumers. What
-//! comes out is a [`Runner`] ready to fetch, or the first failure.
+//! One sink's assembly, in three steps: [`prepare`] binds its consumers, checks that each
+//! live consumer can carry what the sink holds unacknowledged and creates its dead-letter
+//! and results streams; [`open`] opens its destination (once; a caller that waits for a
+//! late destination calls it again); [`run`] builds the [`Runner`], starts the tasks that
+//! watch its consumers and runs until the sink's own stop signal.
+//!
+//! Everything a sink needs is owned by its [`SinkCtx`], so a sink can be started,
+//! stopped and started again by a reload while the others run.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::connect::{self, jetstream_on, Connections};
 use super::error::DaemonError;
-use crate::config::{Config, SinkSpec};
+use crate::config::SinkSpec;
 use crate::dlq::{advisory, DeadLetters, Reason};
-use crate::health::Health;
+use crate::health::{Health, SinkHealth};
 use crate::jobs::ResultPublisher;
 use crate::metrics::Metrics;
 use crate::nats::backlog::{self, BacklogGauges};
@@ -22,96 +25,127 @@ use crate::pipeline::pause::Pause;
 use crate::pipeline::{Binding, Observers, Runner, SinkMetrics, Stages};
 use crate::sinks::{self, Sink, SinkError};
 
-/// The runners, and the tasks beside them that end on shutdown.
-#[derive(Default)]
-pub struct Assembled {
-    /// One per sink.
-    pub runners: Vec<Runner>,
-    /// Advisory listeners and backlog watchers.
-    pub background: Vec<JoinHandle<()>>,
-}
+/// How long a stopped sink's consumer watchers may take to end after its runner.
+const WATCHERS_END: Duration = Duration::from_secs(4);
 
-/// What every sink's assembly shares.
-pub struct Shared<'a> {
-    /// The daemon's config.
-    pub config: &'a Config,
-    /// Every NATS connection.
-    pub connections: &'a Connections,
+/// What one sink runs with, owned, so its task outlives the reload that started it.
+pub struct SinkCtx {
+    /// The sink's settings.
+    pub spec: SinkSpec,
+    /// Its NATS connection.
+    pub conn: Connection,
+    /// JetStream on that connection.
+    pub js: async_nats::jetstream::Context,
     /// The registry.
-    pub metrics: &'a Metrics,
+    pub metrics: Metrics,
     /// Health, per sink.
-    pub health: &'a Health,
-    /// Turns true on shutdown.
-    pub shutdown: &'a watch::Receiver<bool>,
-    /// The trace exporter, with `telemetry.otlp`.
-    pub telemetry: Option<&'a crate::telemetry::Telemetry>,
+    pub health: Health,
+    /// The backlog gauges, registered once per process.
+    pub backlog: BacklogGauges,
+    /// Its tracer, with `telemetry.otlp`.
+    pub tracer: Option<crate::telemetry::SinkTracer>,
+    /// Turns true when this sink is to stop (shutdown, or a reload that removes or
+    /// changes it).
+    pub shutdown: watch::Receiver<bool>,
 }
 
-/// Assembles every sink. Sinks that create their stream go first, so another sink may read
-/// that stream without repeating `create_stream`.
-pub async fn all(shared: &Shared<'_>) -> Result<Assembled, DaemonError> {
-    let backlog = BacklogGauges::register(shared.metrics.registry())?;
-    let mut order: Vec<&SinkSpec> = shared.config.sinks.iter().collect();
-    order.sort_by_key(|s| s.source.create_stream.is_none());
-    let mut out = Assembled::default();
-    for spec in order {
-        one(shared, spec, &backlog, &mut out).await?;
+/// A bound sink whose destination is not open yet.
+pub struct Prepared {
+    bound: Vec<Bound>,
+    created: SystemTime,
+    health: SinkHealth,
+    metrics: SinkMetrics,
+    dead_letters: Option<DeadLetters>,
+    results: Option<ResultPublisher>,
+}
+
+impl Prepared {
+    /// The sink's health entry.
+    pub fn health(&self) -> &SinkHealth {
+        &self.health
     }
-    Ok(out)
 }
 
-async fn one(
-    shared: &Shared<'_>,
-    spec: &SinkSpec,
-    backlog: &BacklogGauges,
-    out: &mut Assembled,
-) -> Result<(), DaemonError> {
-    let conn = connect::of(shared.connections, spec)?;
-    let js = jetstream_on(&conn.client, shared.config);
-    let bound = bind_all(&js, spec).await?;
+/// A sink's opened destination, and its second writer with `batches_in_flight` 2.
+pub struct Opened {
+    sink: Box<dyn Sink>,
+    second: Option<Box<dyn Sink>>,
+}
+
+/// Binds the sink's consumers, checks them and creates its own streams.
+pub async fn prepare(ctx: &SinkCtx) -> Result<Prepared, DaemonError> {
+    let spec = &ctx.spec;
+    let bound = bind_all(&ctx.js, spec).await?;
     check_capacity(spec, &bound)?;
-    let health = shared.health.sink(&spec.name);
+    let health = ctx.health.sink(&spec.name);
     health.set_bound(true);
-    let created = stream_created(&bound);
-    let sink = open_destination(spec, created).await?;
-    let second = second_writer(spec, sink.as_ref(), created).await?;
+    let metrics = SinkMetrics::new(&ctx.metrics, &spec.name);
+    let dead_letters = dead_letters(spec, &ctx.js, &metrics).await?;
+    let results = results(spec, &ctx.js, &metrics).await?;
+    Ok(Prepared {
+        created: stream_created(&bound),
+        bound,
+        health,
+        metrics,
+        dead_letters,
+        results,
+    })
+}
+
+/// Opens the destination, and its second writer, once.
+pub async fn open(spec: &SinkSpec, prepared: &Prepared) -> Result<Opened, DaemonError> {
+    let sink = open_destination(spec, prepared.created).await?;
+    let any_order = sink.commits_in_any_order();
+    let second = second_writer(spec, any_order, prepared.created).await?;
+    Ok(Opened { sink, second })
+}
+
+/// Runs the sink until its stop signal, then waits (bounded) for its consumer watchers.
+pub async fn run(ctx: SinkCtx, prepared: Prepared, opened: Opened) {
+    let spec = &ctx.spec;
+    let Prepared {
+        bound,
+        health,
+        metrics,
+        dead_letters,
+        results,
+        ..
+    } = prepared;
     health.destination_ok();
     tracing::info!(sink = %spec.name, destination = %spec.destination.describe(), "destination open");
     log_encryption(spec);
-    let metrics = SinkMetrics::new(shared.metrics, &spec.name);
-    let dead_letters = dead_letters(spec, &js, &metrics).await?;
-    let results = results(spec, &js, &metrics).await?;
     let watch = Watch {
-        conn,
+        conn: &ctx.conn,
         spec,
         metrics: &metrics,
-        shutdown: shared.shutdown,
+        shutdown: &ctx.shutdown,
     };
-    out.background
-        .extend(watch.advisories(&bound, &dead_letters, &results));
+    let mut background = watch.advisories(&bound, &dead_letters, &results);
     let runner = Runner::new(
         spec.clone(),
         Binding {
-            js,
+            js: ctx.js.clone(),
             consumers: bound.iter().map(|b| b.consumer.clone()).collect(),
-            drops: conn.drops.clone(),
+            drops: ctx.conn.drops.clone(),
         },
-        sink,
+        opened.sink,
         Stages::for_sink(spec),
         dead_letters,
         Observers {
             metrics: metrics.clone(),
             health,
         },
-        shared.shutdown.clone(),
+        ctx.shutdown.clone(),
     )
     .with_results(results)
-    .with_tracer(shared.telemetry.map(|t| t.tracer(&spec.name)))
-    .with_second_writer(second);
-    out.background
-        .push(watch.backlog(&bound, backlog, runner.pause(), runner.outstanding()));
-    out.runners.push(runner);
-    Ok(())
+    .with_tracer(ctx.tracer.clone())
+    .with_second_writer(opened.second);
+    background.push(watch.backlog(&bound, &ctx.backlog, runner.pause(), runner.outstanding()));
+    runner.run().await;
+    let ended = futures::future::join_all(background);
+    if tokio::time::timeout(WATCHERS_END, ended).await.is_err() {
+        tracing::warn!(sink = %spec.name, "consumer watchers still running {} s after the sink stopped; leaving them", WATCHERS_END.as_secs());
+    }
 }
 
 /// Binds the sink's consumer, or one consumer per random subject bucket or lane.
@@ -177,16 +211,16 @@ async fn open_destination(
 }
 
 /// With `delivery.batches_in_flight` 2: a second writer of the destination, opened, once
-/// the first (`opened`) showed that batches may commit in either order.
+/// the first showed that batches may commit in either order (`any_order`).
 async fn second_writer(
     spec: &SinkSpec,
-    opened: &dyn Sink,
+    any_order: bool,
     created: SystemTime,
 ) -> Result<Option<Box<dyn Sink>>, DaemonError> {
     if spec.delivery.batches_in_flight < 2 {
         return Ok(None);
     }
-    if !opened.commits_in_any_order() {
+    if !any_order {
         let setting = format!("{}.batches_in_flight", spec.paths.delivery);
         return Err(DaemonError::Open {
             sink: spec.name.clone(),

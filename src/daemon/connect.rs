@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::error::DaemonError;
-use crate::config::{Config, SinkSpec};
+use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::nats::{connect, Connection, Links};
 
@@ -62,19 +62,6 @@ pub fn stop_when_gone(links: &Links, stop: &Arc<watch::Sender<bool>>) {
             stop.send_replace(true);
         }
     });
-}
-
-/// The connection `spec` uses.
-pub fn of<'a>(
-    connections: &'a Connections,
-    spec: &SinkSpec,
-) -> Result<&'a Connection, DaemonError> {
-    connections
-        .get(spec.connection_label())
-        .ok_or_else(|| DaemonError::NoConnection {
-            sink: spec.name.clone(),
-            label: spec.connection_label().to_string(),
-        })
 }
 
 /// The JetStream context of one connection, with the configured request timeout.

@@ -77,6 +77,8 @@ pub struct Served<'a> {
     pub config: &'a Config,
     /// Every NATS connection.
     pub connections: &'a Connections,
+    /// The connections `/readyz` checks, which a reload adds to.
+    pub watched: std::sync::Arc<std::sync::RwLock<Vec<crate::nats::Connection>>>,
     /// The registry `/metrics` renders.
     pub metrics: &'a Metrics,
     /// What `/healthz` and `/readyz` answer from.
@@ -115,7 +117,7 @@ pub fn serve(
         let state = ServerState {
             metrics: with.metrics.clone(),
             health: with.health.clone(),
-            connections: with.connections.values().cloned().collect(),
+            connections: with.watched,
         };
         tasks.push(tokio::spawn(server::serve(
             listener,

@@ -53,14 +53,6 @@ pub enum DaemonError {
     /// The backlog gauges could not be registered (a bug, too).
     #[error(transparent)]
     BacklogMetrics(#[from] crate::nats::backlog::RegisterError),
-    /// A sink has no connection among those opened (a bug: every sink's label is opened).
-    #[error("sink {sink}: no NATS connection {label} was opened")]
-    NoConnection {
-        /// The sink.
-        sink: String,
-        /// The connection label it asked for.
-        label: String,
-    },
     /// A sink's stream or consumer could not be bound.
     #[error(transparent)]
     Bind(BindError),
@@ -132,7 +124,6 @@ impl DaemonError {
             | DaemonError::ConnectionGone { .. } => Kind::Unavailable,
             DaemonError::ApiMetrics(_)
             | DaemonError::BacklogMetrics(_)
-            | DaemonError::NoConnection { .. }
             | DaemonError::Panicked { .. }
             | DaemonError::ShutdownTimeout => Kind::Failure,
         }
@@ -141,8 +132,7 @@ impl DaemonError {
     /// The sink the failure is about, if one.
     pub fn sink(&self) -> Option<&str> {
         match self {
-            DaemonError::NoConnection { sink, .. }
-            | DaemonError::Capacity { sink, .. }
+            DaemonError::Capacity { sink, .. }
             | DaemonError::Open { sink, .. }
             | DaemonError::Panicked { sink, .. } => Some(sink),
             DaemonError::Bind(e) => Some(e.sink()),

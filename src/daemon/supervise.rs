@@ -1,91 +1,59 @@
-//! The supervise phase: every sink loop runs to its end. The first that panics is logged
-//! with its sink's name and turns `stop` true, so the others settle their batches and stop,
-//! and the process exits non-zero for the service manager to restart it, instead of
-//! running on with one sink dead.
+//! How a sink task is watched: its end (and whether it panicked, with the sink's name) is
+//! reported to the fleet, which stops every sink on a panic so the process exits non-zero
+//! for the service manager to restart it, instead of running on with one sink dead; and a
+//! `done` signal lets a reload wait for one sink to have settled before it starts its
+//! successor.
 
-use std::collections::HashMap;
+use tokio::sync::{mpsc, watch};
 
-use tokio::sync::watch;
-use tokio::task::JoinSet;
+/// A sink task's end.
+pub struct Ended {
+    /// The sink.
+    pub name: String,
+    /// The panic's message, if the task panicked.
+    pub panic: Option<String>,
+}
 
-use super::error::DaemonError;
-
-/// Runs every sink loop to its end, calling `started` once all are spawned; the first
-/// panic, if any.
-pub async fn supervise<F>(
-    loops: impl IntoIterator<Item = (String, F)>,
-    stop: &watch::Sender<bool>,
-    started: impl FnOnce(),
-) -> Option<DaemonError>
+/// Spawns `task` for sink `name`; its end is sent on `ended`, and the answer turns true
+/// after that.
+pub fn spawn<F>(name: String, task: F, ended: mpsc::UnboundedSender<Ended>) -> watch::Receiver<bool>
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
-    let mut set = JoinSet::new();
-    let mut names = HashMap::new();
-    for (name, sink_loop) in loops {
-        names.insert(set.spawn(sink_loop).id(), name);
-    }
-    started();
-    let mut failure = None;
-    while let Some(res) = set.join_next().await {
-        if let Err(e) = res {
-            let sink = names.get(&e.id()).map_or("?", String::as_str);
-            tracing::error!(sink = %sink, error = %e, "sink loop panicked; stopping every sink so the service manager restarts jetsink (unacked messages will be redelivered)");
-            failure.get_or_insert_with(|| DaemonError::Panicked {
-                sink: sink.to_string(),
-                message: e.to_string(),
-            });
-            stop.send_replace(true);
+    let (done_tx, done) = watch::channel(false);
+    let task = tokio::spawn(task);
+    tokio::spawn(async move {
+        let panic = task.await.err().map(|e| e.to_string());
+        if let Some(message) = &panic {
+            tracing::error!(sink = %name, error = %message, "sink loop panicked; stopping every sink so the service manager restarts jetsink (unacked messages will be redelivered)");
         }
-    }
-    failure
+        let _ = ended.send(Ended { name, panic });
+        done_tx.send_replace(true);
+    });
+    done
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use std::time::Duration;
 
-    type SinkLoop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-    /// A sink loop that runs until `stop` turns true, like a runner.
-    async fn until_stopped(
-        mut rx: watch::Receiver<bool>,
-        stopped: Arc<std::sync::atomic::AtomicBool>,
-    ) {
-        let _ = rx.wait_for(|s| *s).await;
-        stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+    #[tokio::test]
+    async fn a_panicking_sink_task_is_reported_with_its_name_before_it_counts_as_done() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut done = spawn("audit".into(), async { panic!("boom") }, tx);
+        let _ = done.wait_for(|d| *d).await;
+        let ended = rx.try_recv().expect("the end was reported before done");
+        assert_eq!(ended.name, "audit");
+        assert!(ended.panic.expect("a panic").contains("boom"));
     }
 
     #[tokio::test]
-    async fn a_panicking_sink_stops_the_others_and_fails_the_process_naming_the_sink() {
-        let (tx, rx) = watch::channel(false);
-        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let healthy = Box::pin(until_stopped(rx, stopped.clone()));
-        let broken = Box::pin(async { panic!("boom") });
-        let loops: Vec<(String, SinkLoop)> =
-            vec![("orders".into(), healthy), ("audit".into(), broken)];
-        // A failure guard only: without the stop, the healthy loop would wait forever.
-        let failure = tokio::time::timeout(Duration::from_secs(60), supervise(loops, &tx, || {}))
-            .await
-            .expect("the healthy sink was told to stop");
-        let e = failure.expect("the panic is returned");
-        assert!(e.to_string().contains("sink audit"), "{e}");
-        assert_eq!(e.sink(), Some("audit"));
-        assert_eq!(e.exit_code(), crate::exit::FAILURE);
-        assert!(*tx.borrow(), "stop was signalled");
-        assert!(
-            stopped.load(std::sync::atomic::Ordering::SeqCst),
-            "the healthy sink settled and stopped"
-        );
-    }
-
-    #[tokio::test]
-    async fn sinks_that_end_normally_are_no_failure() {
-        let (tx, _rx) = watch::channel(false);
-        let loops = ["orders", "audit"].map(|n| (n.to_string(), async {}));
-        assert!(supervise(loops, &tx, || {}).await.is_none());
-        assert!(!*tx.borrow());
+    async fn a_sink_task_that_ends_normally_is_no_panic() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut done = spawn("orders".into(), async {}, tx);
+        let _ = done.wait_for(|d| *d).await;
+        let ended = rx.try_recv().expect("reported");
+        assert_eq!(ended.name, "orders");
+        assert!(ended.panic.is_none());
     }
 }

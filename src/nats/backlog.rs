@@ -85,6 +85,40 @@ impl BacklogGauges {
     }
 }
 
+impl BacklogGauges {
+    /// Removes every series of `sink` (a sink a reload removed), so its last values do
+    /// not stay exported, and alert, as if it still had a backlog.
+    pub fn forget(&self, sink: &str) {
+        use prometheus::core::Collector;
+        for family in [
+            &self.pending,
+            &self.ack_pending,
+            &self.redelivered,
+            &self.waiting,
+        ] {
+            let consumers: Vec<String> = family
+                .collect()
+                .iter()
+                .flat_map(|f| f.get_metric().iter())
+                .filter_map(|m| {
+                    let label = |n: &str| {
+                        m.get_label()
+                            .iter()
+                            .find(|l| l.name() == n)
+                            .map(|l| l.value().to_string())
+                    };
+                    (label("sink").as_deref() == Some(sink))
+                        .then(|| label("consumer"))
+                        .flatten()
+                })
+                .collect();
+            for consumer in consumers {
+                let _ = family.remove_label_values(&[sink, &consumer]);
+            }
+        }
+    }
+}
+
 impl ConsumerGauges {
     /// Sets the gauges from one consumer info answer.
     pub fn record(&self, info: &Info) {
@@ -166,5 +200,29 @@ mod tests {
         let registry = Registry::new();
         BacklogGauges::register(&registry).unwrap();
         assert!(BacklogGauges::register(&registry).is_err());
+    }
+
+    #[test]
+    fn a_forgotten_sink_exports_no_backlog_series_and_the_others_keep_theirs() {
+        let registry = Registry::new();
+        let gauges = BacklogGauges::register(&registry).unwrap();
+        gauges.consumer("gone", "c1");
+        gauges.consumer("gone", "c2");
+        gauges.consumer("kept", "c1");
+        gauges.forget("gone");
+        let sinks: Vec<String> = registry
+            .gather()
+            .iter()
+            .flat_map(|f| f.get_metric().iter())
+            .flat_map(|m| m.get_label().iter())
+            .filter(|l| l.name() == "sink")
+            .map(|l| l.value().to_string())
+            .collect();
+        assert_eq!(
+            sinks.len(),
+            4,
+            "one series per family for the kept sink: {sinks:?}"
+        );
+        assert!(sinks.iter().all(|s| s == "kept"), "{sinks:?}");
     }
 }

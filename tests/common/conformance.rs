@@ -1084,7 +1084,12 @@ pub async fn start_up_exits_78_for_a_wrong_table_and_69_for_an_unreachable_serve
         json!({"type": D::KIND, "port": free_port(), "database": "x", "connect_timeout_ms": 1000}),
         json!({}),
     );
-    let mut daemon = Daemon::start(&write_config(dir.path(), &unreachable), dir.path());
+    // With --fail-fast: without it, an unreachable database is waited for (tests/reload.rs).
+    let mut daemon = Daemon::start_with_flags(
+        &write_config(dir.path(), &unreachable),
+        dir.path(),
+        &["--fail-fast"],
+    );
     let status = daemon.wait_exit(Duration::from_secs(20)).expect("exits");
     assert_eq!(status.code(), Some(69), "{}", daemon.log_text());
 }

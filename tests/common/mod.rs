@@ -235,6 +235,22 @@ impl Daemon {
     /// Like [`Daemon::start_with_log`], run through `wrapper` (a program and its arguments
     /// that then exec jetsink, such as `prlimit --nofile=1024:8192 --`).
     pub fn start_wrapped(config: &Path, dir: &Path, rust_log: &str, wrapper: &[&str]) -> Daemon {
+        Daemon::spawn(config, dir, rust_log, wrapper, &[])
+    }
+
+    /// Like [`Daemon::start`] with more flags of `jetsink run` (`--fail-fast`,
+    /// `--watch-config`).
+    pub fn start_with_flags(config: &Path, dir: &Path, flags: &[&str]) -> Daemon {
+        Daemon::spawn(config, dir, "info", &[], flags)
+    }
+
+    fn spawn(
+        config: &Path,
+        dir: &Path,
+        rust_log: &str,
+        wrapper: &[&str],
+        flags: &[&str],
+    ) -> Daemon {
         let log = dir.join(format!(
             "jetsink-{}.log",
             std::time::SystemTime::now()
@@ -254,6 +270,7 @@ impl Daemon {
         let child = cmd
             .args(["run", "--config"])
             .arg(config)
+            .args(flags)
             .current_dir(dir)
             .env("RUST_LOG", rust_log)
             .stdout(Stdio::null())
@@ -264,6 +281,13 @@ impl Daemon {
             child: Some(child),
             log,
         }
+    }
+
+    /// Sends SIGHUP (a config reload).
+    pub fn hangup(&self) {
+        let _ = Command::new("kill")
+            .args(["-HUP", &self.pid().to_string()])
+            .status();
     }
 
     pub fn pid(&self) -> u32 {
@@ -569,9 +593,11 @@ pub fn write_config(dir: &Path, value: &serde_json::Value) -> PathBuf {
 }
 
 /// Starts `jetsink run` on `cfg` in `dir`, expects it to exit with `code` during
-/// start-up, and returns its log.
+/// start-up, and returns its log. For 69 it runs with `--fail-fast`: without it, a
+/// destination that cannot be opened for a reason that may pass is waited for.
 pub fn refused_at_start(dir: &Path, cfg: &serde_json::Value, code: i32) -> String {
-    let mut daemon = Daemon::start(&write_config(dir, cfg), dir);
+    let flags: &[&str] = if code == 69 { &["--fail-fast"] } else { &[] };
+    let mut daemon = Daemon::start_with_flags(&write_config(dir, cfg), dir, flags);
     let status = daemon.wait_exit(Duration::from_secs(30));
     let log = daemon.log_text();
     assert_eq!(status.and_then(|s| s.code()), Some(code), "{log}");

@@ -73,8 +73,8 @@ pub async fn execute(args: Args) -> u8 {
     let started = matches!(local, local_server::Local::Started { .. });
     let (tx, _) = watch::channel(false);
     let tx = Arc::new(tx);
-    super::signals::stop_on(tx.clone());
-    let daemon = crate::daemon::serve(config.clone(), tx.clone());
+    super::signals::stop_on(tx.clone(), None);
+    let daemon = crate::daemon::serve(config.clone(), tx.clone(), Default::default());
     tokio::pin!(daemon);
     let code = tokio::select! {
         code = &mut daemon => code,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::sinks::contract::SinkError;
 use crate::sinks::util::file_identity::FileIdentity;
-use crate::sinks::util::io_error;
+use crate::sinks::util::{io_error, open_io_error};
 
 /// A destination's directory and what the first open found there.
 pub(crate) struct Directory {
@@ -60,7 +60,7 @@ impl Directory {
                                 ),
                             }
                         } else {
-                            io_error(&format!("cannot create directory {}", dir.display()), &e)
+                            open_io_error(&format!("cannot create directory {}", dir.display()), &e)
                         }
                     })?;
                     if self.fsync {
@@ -83,7 +83,7 @@ impl Directory {
                     })
                 }
                 Err(e) => {
-                    return Err(io_error(
+                    return Err(open_io_error(
                         &format!("cannot access directory {}", dir.display()),
                         &e,
                     ))

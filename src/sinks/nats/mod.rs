@@ -24,6 +24,7 @@ mod atomic;
 pub mod batch;
 pub mod classify;
 pub mod config;
+mod connect_error;
 pub mod copy;
 mod sink;
 pub mod template;

@@ -16,7 +16,7 @@ use super::copy::headers;
 use super::template::{Template, TemplateError};
 use crate::envelope::Envelope;
 use crate::metrics::Metrics;
-use crate::nats::connect::{connect, ConnectError, Links};
+use crate::nats::connect::{connect, Links};
 use crate::nats::server_version::ServerVersion;
 use crate::shared::subject_match::overlap;
 use crate::sinks::contract::{Feed, Probe, Sink, SinkError};
@@ -116,12 +116,7 @@ impl NatsRepublishSink {
         let links = Links::for_destination(&metrics);
         let conn = connect(&self.config.connection(), &label, &links, &metrics)
             .await
-            .map_err(|e| match e {
-                ConnectError::Credentials { key, message } => SinkError::Misconfigured {
-                    message: format!("destination.{key}: {message}"),
-                },
-                other => SinkError::transient(other.to_string()),
-            })?;
+            .map_err(super::connect_error::classify)?;
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
         let js = ContextBuilder::new()
             .timeout(timeout)

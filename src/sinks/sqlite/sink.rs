@@ -24,7 +24,7 @@ use crate::envelope::Envelope;
 use crate::sinks::blocking::BlockingSink;
 use crate::sinks::contract::{Located, Probe, SinkError, Wanted};
 use crate::sinks::util::file_identity::FileIdentity;
-use crate::sinks::util::{io_error, probe_directory};
+use crate::sinks::util::{io_error, open_io_error, probe_directory};
 
 /// Refuses a path that exists and is not a regular file, naming what it is: a directory
 /// cannot be a database, a FIFO would block the open, a device would take the writes and
@@ -173,7 +173,7 @@ impl BlockingSink for SqliteSink {
         if !self.opened_once {
             if let Some(parent) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent).map_err(|e| {
-                    io_error(
+                    open_io_error(
                         &format!("creating directory {} for sqlite", parent.display()),
                         &e,
                     )

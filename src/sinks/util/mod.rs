@@ -20,6 +20,22 @@ pub fn io_error(context: &str, err: &std::io::Error) -> SinkError {
     SinkError::transient(format!("{context}: {err}"))
 }
 
+/// Classifies a filesystem error met while a destination is opened the first time. A
+/// path the process may not use (permission denied, a read-only filesystem) is not
+/// something waiting cures, and a process that waited for it would start up looking
+/// healthy while writing nothing: it is `Misconfigured` (exit 78 at start-up). Anything
+/// else is [`io_error`].
+pub fn open_io_error(context: &str, err: &std::io::Error) -> SinkError {
+    match err.kind() {
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
+            SinkError::Misconfigured {
+                message: format!("{context}: {err}"),
+            }
+        }
+        _ => io_error(context, err),
+    }
+}
+
 /// The longest path the kernel opens (`PATH_MAX` less the NUL), in bytes.
 const PATH_MAX: usize = 4_095;
 /// The longest name of one directory entry (`NAME_MAX`), in bytes.
@@ -169,5 +185,15 @@ mod tests {
             let e = result.unwrap_err();
             assert!(e.to_string().contains("not writable"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_path_the_process_may_not_use_is_a_misconfiguration_at_open_and_an_outage_is_not() {
+        let denied = std::io::Error::from(io::ErrorKind::PermissionDenied);
+        let e = open_io_error("creating directory /x", &denied);
+        assert!(matches!(e, SinkError::Misconfigured { .. }), "{e}");
+        let busy = std::io::Error::from(io::ErrorKind::TimedOut);
+        let e = open_io_error("creating directory /x", &busy);
+        assert!(matches!(e, SinkError::Transient { .. }), "{e}");
     }
 }
