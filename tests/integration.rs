@@ -37,6 +37,7 @@ mod job_latency;
 mod job_queue;
 mod lane_consumers;
 mod lanes;
+mod linger;
 mod listener_limits;
 mod malformed;
 mod metrics_snapshot;

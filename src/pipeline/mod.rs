@@ -13,6 +13,7 @@ mod disposal;
 mod isolate;
 mod keeper;
 pub mod lanes;
+pub mod linger;
 pub mod metrics;
 pub mod outstanding;
 pub mod pause;
