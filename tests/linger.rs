@@ -112,3 +112,36 @@ async fn a_batch_lingering_at_sigterm_is_handed_back_and_written_after_a_restart
     again.stop_cleanly();
     assert_eq!(jsonl_lines(&out).len(), 3, "each message written once");
 }
+
+#[test]
+fn bench_at_a_fixed_rate_publishes_from_a_process_of_its_own_and_loses_nothing() {
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let url = server.url();
+    let args = [
+        "bench",
+        "--server",
+        &url,
+        "--rate",
+        "2000",
+        "--messages",
+        "2000",
+        "--destination",
+        "file",
+        "--linger-ms",
+        "5",
+        "--json",
+    ];
+    let (code, out, err) =
+        jetsink_within(&args, dir.path(), Duration::from_secs(120)).expect("bench ends");
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(report["publisher_separate"], true, "{report}");
+    assert_eq!(report["linger_ms"], 5, "{report}");
+    assert!(
+        report["verified"]
+            .as_str()
+            .is_some_and(|v| v.contains("2000 distinct keys stored")),
+        "{report}"
+    );
+}
