@@ -7,17 +7,16 @@
 //! fill trades a bounded latency for those costs. A pull that came back full (a backlog)
 //! never waits, so a drain is exactly as fast as without the linger.
 //!
-//! The wait itself is one pull request carrying `expires`: the server pushes messages into
-//! it as they are stored and ends it when the batch is full or at the deadline, so
-//! lingering costs one round trip, not a poll loop. This is the pure decision, with the
-//! clock passed in.
+//! The wait itself is a sleep before the no-wait pull that takes the rest (`fetch.rs` says
+//! why not a pull the server holds), so lingering costs no round trip beyond the one a
+//! batch always had. This is the pure decision, with the clock passed in.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Shortest wait worth a pull request: below it, the round trip costs more than the
-/// messages that could still arrive in it.
+/// Shortest wait worth taking: below it, the timer costs more than the messages that could
+/// still arrive.
 pub const MIN_WAIT: Duration = Duration::from_millis(1);
 
 /// How much longer a batch begun at `started` waits for more messages at `now`: `None`
