@@ -40,6 +40,7 @@ mod job_queue;
 mod keda;
 mod lane_consumers;
 mod lanes;
+mod linger;
 mod listener_limits;
 mod malformed;
 mod metrics_snapshot;

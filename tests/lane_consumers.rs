@@ -164,6 +164,7 @@ async fn a_strict_pull_asks_the_first_lane_alone_or_beside_the_next_and_keeps_it
         max_messages: 100,
         max_bytes: 1 << 20,
         wait: Duration::from_millis(200),
+        linger: Duration::ZERO,
     };
     let drops = Default::default();
     let urgent = |n| vec!["work.urgent".to_string(); n];

@@ -192,6 +192,14 @@ pub struct DeliveryConfig {
     /// below the source's AckWait). Default 1000.
     #[serde(default = "default_batch_timeout_ms")]
     pub batch_timeout_ms: u64,
+    /// When a pull finds fewer than `batch_size` messages ready, how long it waits for
+    /// more before the batch is written, in milliseconds (0 to 10000, 0 = write what is
+    /// ready at once; below half the source's AckWait). A full pull (a backlog) never
+    /// waits. Default 20; 0 in job-queue mode (`results`) and where batches are collected
+    /// anyway (the shuffler, a destination's rollover). A sink pulling several consumers
+    /// (subject buckets, lane consumers) never lingers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linger_ms: Option<u64>,
     /// On SIGTERM/SIGINT, how long the batch in hand may still take to commit, in
     /// milliseconds; after it the batch is left unacknowledged for redelivery. Default 10000.
     #[serde(default = "default_shutdown_timeout_ms")]
@@ -231,6 +239,7 @@ impl Default for DeliveryConfig {
             batch_size: default_batch_size(),
             max_batch_bytes: default_max_batch_bytes(),
             batch_timeout_ms: default_batch_timeout_ms(),
+            linger_ms: None,
             shutdown_timeout_ms: default_shutdown_timeout_ms(),
             idempotency_key: IdempotencyKey::default(),
             retry: RetryConfig::default(),

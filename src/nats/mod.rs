@@ -16,6 +16,7 @@ pub mod fetch;
 pub mod fetch_each;
 pub mod fetch_strict;
 pub mod header_block;
+pub mod linger;
 pub mod own_stream;
 pub mod pause;
 pub mod pin;

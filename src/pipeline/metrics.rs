@@ -11,6 +11,11 @@ use crate::metrics::{Metrics, SECONDS};
 use crate::pipeline::lanes::LaneStats;
 use crate::sinks::{ErrorClass, SinkError};
 
+/// Buckets of `jetsink_batch_messages`: 1-2-5 steps up to the largest `batch_size`.
+const BATCH_MESSAGES: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0,
+];
+
 /// One sink's metric handles, labelled once so the hot path does no label lookups.
 #[derive(Clone)]
 pub struct SinkMetrics {
@@ -31,6 +36,9 @@ pub struct SinkMetrics {
     pub written_ahead: IntCounter,
     /// Duration of one write (`jetsink_sink_write_seconds`).
     pub write_seconds: Histogram,
+    /// Messages per batch written, committed or with some refused
+    /// (`jetsink_batch_messages`): how full the batches are at the rate the stream gets.
+    pub batch_messages: Histogram,
     errors: [IntCounter; 4],
     /// Publish → commit latency (`jetsink_commit_lag_seconds`).
     pub commit_lag: Histogram,
@@ -110,6 +118,7 @@ impl SinkMetrics {
             batches_abandoned: batch("abandoned"),
             written_ahead: c("jetsink_batches_written_ahead_total", "Batches written on the second writer while the batch before was written (delivery.batches_in_flight 2)."),
             write_seconds: m.histogram("jetsink_sink_write_seconds", "Time of one write call, commit included.", SECONDS, &s),
+            batch_messages: m.histogram("jetsink_batch_messages", "Messages per batch written (committed, or with some messages refused).", BATCH_MESSAGES, &s),
             errors: [
                 error(ErrorClass::Transient),
                 error(ErrorClass::Permanent),

@@ -14,6 +14,7 @@ pub mod documented;
 mod isolate;
 mod keeper;
 pub mod lanes;
+pub mod linger;
 pub mod metrics;
 pub mod outstanding;
 pub mod pause;

@@ -9,7 +9,8 @@ use time::OffsetDateTime;
 
 use super::cpu::Watched;
 use super::error::BenchError;
-use super::options::{feed, limits, Options};
+use super::feeder;
+use super::options::{limits, Options};
 use super::probe;
 use super::stats::Pass;
 use crate::nats::fetch_batch;
@@ -44,7 +45,7 @@ pub async fn pass(
     let mut bytes = 0u64;
     probe::reset_peak_rss();
     bar.set_position(0);
-    let feeder = feed(opts, js, subject);
+    let feeder = feeder::start(opts, js, subject);
     let cpu = watched.read();
     let started = Instant::now();
     while done < opts.messages {
@@ -79,7 +80,7 @@ pub async fn pass(
     let elapsed = started.elapsed();
     let cpu = cpu.until(&watched.read(), done);
     if let Some(f) = feeder {
-        let _ = f.await;
+        f.finish().await;
     }
     let pass = Pass::new(
         "ceiling",

@@ -33,6 +33,11 @@ pub struct Report {
     pub destination: String,
     /// Offered load, when fixed.
     pub rate: Option<u64>,
+    /// With `rate`: whether a separate `jetsink publish` process published it (its CPU is
+    /// then not in jetsink's), or this one.
+    pub publisher_separate: Option<bool>,
+    /// The pipeline pass's linger (`delivery.linger_ms`, in effect).
+    pub linger_ms: u64,
     /// Prefill publish rate (messages per second), when prefilled.
     pub publish_rate: Option<f64>,
     /// Every pass in order: ceiling, destination (when there is one), pipeline, ...
@@ -186,6 +191,8 @@ async fn measure(
         batch_size: opts.delivery().batch_size,
         destination: describe(&opts.target),
         rate: opts.rate,
+        publisher_separate: opts.rate.map(|_| super::feeder::separate(opts)),
+        linger_ms: linger_ms(opts),
         publish_rate,
         median_ceiling: median(&rate_of("ceiling")),
         median_destination: (!destination_rates.is_empty()).then(|| median(&destination_rates)),
@@ -199,6 +206,26 @@ async fn measure(
         cores,
         verified: verified.join("; "),
     })
+}
+
+/// The linger the pipeline pass runs with: the flag's, the configured sink's, or the
+/// default for what the sink does (it reads one consumer in the bench).
+fn linger_ms(opts: &Options) -> u64 {
+    let configured = match &opts.target {
+        Target::Configured(spec) => spec.as_ref().clone(),
+        // A built-in file or SQLite destination writes each batch: the plain default.
+        _ => {
+            return opts
+                .delivery()
+                .linger_ms
+                .unwrap_or(crate::pipeline::linger::DEFAULT_LINGER_MS)
+        }
+    };
+    let spec = crate::config::SinkSpec {
+        delivery: opts.delivery(),
+        ..configured
+    };
+    crate::pipeline::linger::for_sink(&spec, true).as_millis() as u64
 }
 
 /// What one run measured: the prefill rate (none with `--rate`), the ceiling, the
@@ -255,14 +282,20 @@ impl Report {
     /// The human-readable table.
     pub fn to_text(&self) -> String {
         let mut out = format!(
-            "jetsink bench: {} messages x {} B, batch {}, destination {}, nats-server {}\n",
-            self.messages, self.size, self.batch_size, self.destination, self.server_version
+            "jetsink bench: {} messages x {} B, batch {}, linger {} ms, destination {}, nats-server {}\n",
+            self.messages, self.size, self.batch_size, self.linger_ms, self.destination, self.server_version
         );
         match (self.publish_rate, self.rate) {
             (Some(r), _) => {
                 out.push_str(&format!("prefill: {r:.0} msg/s (every PubAck awaited)\n"))
             }
-            (None, Some(r)) => out.push_str(&format!("offered load: {r} msg/s during each pass\n")),
+            (None, Some(r)) => {
+                let by = match self.publisher_separate {
+                    Some(true) => "published by a separate `jetsink publish` process, whose CPU is not in jetsink's",
+                    _ => "published by this process, whose CPU is in jetsink's",
+                };
+                out.push_str(&format!("offered load: {r} msg/s during each pass, {by}\n"))
+            }
             _ => {}
         }
         out.push_str(
@@ -332,6 +365,7 @@ mod tests {
             batch_size: 1,
             runs: 1,
             rate: None,
+            linger_ms: None,
             target: Target::Discard,
             progress: false,
             traceparent: false,

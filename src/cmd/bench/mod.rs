@@ -27,6 +27,7 @@ mod ceiling;
 pub mod cpu;
 mod direct;
 mod error;
+mod feeder;
 mod measure;
 mod options;
 mod pipeline;
@@ -83,6 +84,9 @@ pub struct Args {
     /// Offered load (msg/s) published during each pass instead of a prefilled backlog.
     #[arg(long)]
     rate: Option<u64>,
+    /// The pipeline pass's delivery.linger_ms (default: the sink's, or jetsink's default).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    linger_ms: Option<u64>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -132,6 +136,7 @@ pub async fn execute(args: Args) -> u8 {
         batch_size: args.batch_size as usize,
         runs: args.runs as usize,
         rate: args.rate,
+        linger_ms: args.linger_ms,
         target,
         progress: !args.json && std::io::stderr().is_terminal(),
         traceparent: args.traceparent,

@@ -1,15 +1,13 @@
 //! What a bench measures and where: the options the command's flags become, the target
-//! destination, the server, and the small helpers every pass shares (the offered load, the
-//! pull bounds, the publish plan). Every pass module imports this one; none imports
-//! another pass.
+//! destination, the server, and the small helpers every pass shares (the pull bounds, the
+//! publish plan; the offered load is `feeder.rs`). Every pass module imports this one;
+//! none imports another pass.
 
 use std::time::Duration;
 
-use async_nats::jetstream;
-
 use super::error::BenchError;
 use super::scratch::{self, Place};
-use crate::cmd::publish::{publish, PublishPlan};
+use crate::cmd::publish::PublishPlan;
 use crate::config::{DeliveryConfig, DestinationConfig, SinkSpec};
 use crate::nats::FetchLimits;
 
@@ -46,6 +44,9 @@ pub struct Options {
     pub runs: usize,
     /// Offered load in messages per second; `None` drains a prefilled backlog.
     pub rate: Option<u64>,
+    /// `delivery.linger_ms` of the pipeline pass (`--linger-ms`), over the default or the
+    /// configured sink's.
+    pub linger_ms: Option<u64>,
     /// Where the pipeline writes.
     pub target: Target,
     /// Draw a progress bar.
@@ -60,13 +61,15 @@ impl Options {
     /// The delivery settings of both NATS passes: a configured sink's own, or the default
     /// ones with `--batch-size`.
     pub fn delivery(&self) -> DeliveryConfig {
-        match &self.target {
+        let mut d = match &self.target {
             Target::Configured(spec) => spec.delivery.clone(),
             _ => DeliveryConfig {
                 batch_size: self.batch_size,
                 ..DeliveryConfig::default()
             },
-        }
+        };
+        d.linger_ms = self.linger_ms.or(d.linger_ms);
+        d
     }
 
     /// The destination of pass `tag` of run `run` (`None` to discard), and the scratch
@@ -234,28 +237,15 @@ pub fn describe(target: &Target) -> String {
     }
 }
 
-/// Starts the offered load for one pass, when `--rate` is set.
-pub fn feed(
-    opts: &Options,
-    js: &jetstream::Context,
-    subject: &str,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let rate = opts.rate?;
-    let js = js.clone();
-    let plan = plan(subject.to_string(), opts, Some(rate));
-    Some(tokio::spawn(async move {
-        if let Err(e) = publish(&js, &plan).await {
-            tracing::error!(error = %e, "benchmark publisher failed");
-        }
-    }))
-}
-
 /// The pull bounds of `d`.
 pub fn limits(d: &DeliveryConfig) -> FetchLimits {
     FetchLimits {
         max_messages: d.batch_size,
         max_bytes: d.max_batch_bytes,
         wait: Duration::from_millis(d.batch_timeout_ms),
+        // The bare consumer takes what is ready, as it always did: the ceiling stays the
+        // same figure whatever the pipeline's linger.
+        linger: Duration::ZERO,
     }
 }
 
@@ -291,6 +281,7 @@ mod tests {
                 batch_size: 1,
                 runs: 1,
                 rate: None,
+                linger_ms: None,
                 target: Target::Configured(Box::new(c.sinks.remove(0))),
                 progress: false,
                 traceparent: false,

@@ -10,7 +10,8 @@ use tokio::sync::watch;
 
 use super::cpu::Watched;
 use super::error::BenchError;
-use super::options::{describe, feed, Options};
+use super::feeder;
+use super::options::{describe, Options};
 use super::stats::Pass;
 use super::{probe, verify};
 use crate::config::{DeliveryConfig, DestinationConfig, SinkSpec, SourceConfig};
@@ -217,7 +218,7 @@ async fn drain(
         .with_second_writer(second);
     probe::reset_peak_rss();
     bar.set_position(0);
-    let feeder = feed(opts, js, subject);
+    let feeder = feeder::start(opts, js, subject);
     let cpu = watched.read();
     let started = Instant::now();
     let handle = tokio::spawn(runner.run());
@@ -239,7 +240,7 @@ async fn drain(
         t.finish().await;
     }
     if let Some(f) = feeder {
-        let _ = f.await;
+        f.finish().await;
     }
     let mut lags = lags.lock().map(|l| l.clone()).unwrap_or_default();
     let pass = Pass::new(

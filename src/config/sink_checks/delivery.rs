@@ -144,6 +144,26 @@ pub(crate) fn check_rollover(
     consumer_carries(a.messages, &size_at, d.batch_size, source, p, issues);
 }
 
+/// Checks `delivery.linger_ms`: a lingering batch is held unacknowledged, so the wait
+/// must stay well inside AckWait (half of it leaves the other half for the write), or a
+/// slow write after a long linger would see its messages delivered again.
+fn check_linger(d: &DeliveryConfig, ack_wait_ms: u64, p: &SinkPaths, issues: &mut Issues) {
+    let Some(linger) = d.linger_ms else {
+        return;
+    };
+    let at = format!("{}.linger_ms", p.delivery);
+    issues.range(at.clone(), linger, 0, 10_000);
+    if linger > 0 && linger.saturating_mul(2) >= ack_wait_ms {
+        issues.push(
+            at,
+            format!(
+                "must be below half the source's ack_wait_ms ({ack_wait_ms}): a lingering batch \
+                 is held unacknowledged, and its write needs the other half; got {linger}"
+            ),
+        );
+    }
+}
+
 /// Checks the batch, timeout and retry ranges; `ack_wait_ms` is the source's, which the
 /// batch timeout must stay below.
 pub(crate) fn check(d: &DeliveryConfig, ack_wait_ms: u64, p: &SinkPaths, issues: &mut Issues) {
@@ -174,6 +194,7 @@ pub(crate) fn check(d: &DeliveryConfig, ack_wait_ms: u64, p: &SinkPaths, issues:
             ),
         );
     }
+    check_linger(d, ack_wait_ms, p, issues);
     issues.range(
         format!("{}.shutdown_timeout_ms", p.delivery),
         d.shutdown_timeout_ms,
@@ -228,6 +249,30 @@ mod tests {
         let mut issues = Issues::default();
         check(&d, 30_000, &SinkPaths::multi("sinks.orders"), &mut issues);
         issues.0.iter().map(|i| i.to_string()).collect()
+    }
+
+    #[test]
+    fn a_linger_must_stay_below_half_the_ack_wait_and_within_its_range() {
+        let with = |linger: u64, ack_wait: u64| {
+            let d = DeliveryConfig {
+                linger_ms: Some(linger),
+                ..DeliveryConfig::default()
+            };
+            let mut issues = Issues::default();
+            check(&d, ack_wait, &SinkPaths::multi("sinks.orders"), &mut issues);
+            issues.0.iter().map(|i| i.to_string()).collect::<Vec<_>>()
+        };
+        assert!(with(0, 2_000).is_empty());
+        assert!(with(999, 2_000).is_empty());
+        let half = with(1_000, 2_000);
+        assert_eq!(half.len(), 1, "{half:?}");
+        assert!(
+            half[0].starts_with("sinks.orders.delivery.linger_ms: must be below half the source's ack_wait_ms (2000)"),
+            "{half:?}"
+        );
+        let long = with(10_001, 60_000);
+        assert_eq!(long.len(), 1, "{long:?}");
+        assert!(long[0].contains("must be between 0 and 10000"), "{long:?}");
     }
 
     /// The issues of an s3 sink with `rollover` and the given delivery and source tweaks.

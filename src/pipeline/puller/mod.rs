@@ -125,14 +125,15 @@ impl Puller {
         metrics: SinkMetrics,
         health: SinkHealth,
     ) -> Puller {
+        let order = Order::for_sink(&spec, consumers.len());
+        let (single, concurrent, strict) =
+            (order.is_single(), order.concurrent(), order.is_strict());
         let limits = FetchLimits {
             max_messages: spec.delivery.batch_size,
             max_bytes: spec.delivery.max_batch_bytes,
             wait: Duration::from_millis(spec.delivery.batch_timeout_ms),
+            linger: crate::pipeline::linger::for_sink(&spec, single),
         };
-        let order = Order::for_sink(&spec, consumers.len());
-        let (single, concurrent, strict) =
-            (order.is_single(), order.concurrent(), order.is_strict());
         let pinned = spec.source.pinned.as_ref().map(|p| {
             let gauge = metrics.pinned();
             gauge.set(0);

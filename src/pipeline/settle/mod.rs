@@ -270,6 +270,9 @@ impl<A: Acknowledger> Settler<A> {
                 }
             }
         }
+        self.metrics
+            .batch_messages
+            .observe(hand.envelopes.len() as f64);
         if isolated {
             self.metrics.batches_isolated.inc();
         } else {
