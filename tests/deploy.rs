@@ -280,17 +280,7 @@ fn each_workload_runs_a_valid_config_with_its_secrets_from_secret_refs_non_root_
         }
 
         // The grace period outlasts jetsink's own bound: the largest shutdown timeout + 5 s.
-        let largest_ms = config["sinks"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(_, s)| {
-                s["delivery"]["shutdown_timeout_ms"]
-                    .as_u64()
-                    .unwrap_or(10_000)
-            })
-            .max()
-            .unwrap_or(10_000);
+        let largest_ms = largest_shutdown_timeout_ms(&config);
         let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
         assert!(
             grace * 1000 > largest_ms + 5_000,
@@ -556,4 +546,20 @@ fn every_metric_the_dashboard_and_alert_rules_name_is_one_the_daemon_exports() {
         unknown.is_empty(),
         "deploy/prometheus-rules.yml names metrics jetsink does not export: {unknown:?}"
     );
+}
+
+/// The largest `delivery.shutdown_timeout_ms` of a config's sinks (10 s, the default, where a
+/// sink does not set it): what a pod's grace period and KEDA's scale-down pace must outlast.
+pub fn largest_shutdown_timeout_ms(config: &Value) -> u64 {
+    config["sinks"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(_, s)| {
+            s["delivery"]["shutdown_timeout_ms"]
+                .as_u64()
+                .unwrap_or(10_000)
+        })
+        .max()
+        .unwrap_or(10_000)
 }

@@ -5,7 +5,7 @@
 //! cool-down leave each stopping worker its whole shutdown, and a worker's own in-hand
 //! jobs never count as a reason to add another.
 
-use crate::deploy::{render, repo, validator, yaml_docs};
+use crate::deploy::{largest_shutdown_timeout_ms, render, repo, validator, yaml_docs};
 
 use std::process::Command;
 
@@ -130,17 +130,7 @@ fn scale_down_and_cool_down_leave_each_stopping_worker_its_whole_shutdown() {
     let so = &one(&docs, "ScaledObject")["spec"];
     let deployment = one(&docs, "Deployment");
     let config = config_of(&docs, deployment);
-    let shutdown_ms = config["sinks"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(_, s)| {
-            s["delivery"]["shutdown_timeout_ms"]
-                .as_u64()
-                .unwrap_or(10_000)
-        })
-        .max()
-        .unwrap_or(10_000);
+    let shutdown_ms = largest_shutdown_timeout_ms(&config);
     let grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         .as_u64()
         .unwrap_or(30);
