@@ -280,7 +280,7 @@ fn each_workload_runs_a_valid_config_with_its_secrets_from_secret_refs_non_root_
         }
 
         // The grace period outlasts jetsink's own bound: the largest shutdown timeout + 5 s.
-        let largest_ms = largest_shutdown_timeout_ms(&config);
+        let largest_ms = largest_shutdown_timeout_ms(config);
         let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
         assert!(
             grace * 1000 > largest_ms + 5_000,
