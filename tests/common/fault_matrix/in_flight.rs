@@ -14,12 +14,13 @@ use super::world::World;
 use crate::common::Daemon;
 
 impl World {
-    /// SIGTERM with two batches of every database sink waiting on a locked table.
+    /// SIGTERM with two batches of every database sink waiting on a locked table; the
+    /// destinations seen with two writes waiting at once.
     pub(super) async fn term_with_two_batches_waiting(
         &self,
         daemon: &mut Daemon,
         publisher: &Publisher,
-    ) {
+    ) -> Vec<Dest> {
         let pg = match (self.dests.contains(&Dest::Postgres), &self.pg) {
             (true, Some(db)) => Some(pg_lock(db).await),
             _ => None,
@@ -47,6 +48,10 @@ impl World {
                 },
             )
             .await;
+        let both: Vec<Dest> = [(Dest::Postgres, pg.is_some()), (Dest::Mysql, my.is_some())]
+            .into_iter()
+            .filter_map(|(d, locked)| locked.then_some(d))
+            .collect();
         let _ = Command::new("kill")
             .args(["-TERM", &daemon.pid().to_string()])
             .status();
@@ -57,5 +62,6 @@ impl World {
             c.query_drop("UNLOCK TABLES").await.expect("unlock events");
             let _ = c.disconnect().await;
         }
+        both
     }
 }

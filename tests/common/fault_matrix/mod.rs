@@ -133,7 +133,7 @@ pub fn judge(o: &Outcome, d: Dest, expect: Expect) -> Result<String, String> {
     if let Some((metric, values)) = &o.at_work {
         if values.get(&d).is_none_or(|v| *v == 0.0) {
             wrong.push(format!(
-                "{metric} stayed 0 in every process of the run: the mode did nothing"
+                "{metric} stayed 0 in every process of the run and no two writes were seen waiting at once: the mode did nothing"
             ));
         }
     }

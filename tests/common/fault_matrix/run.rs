@@ -89,7 +89,9 @@ impl World {
                 })
                 .await;
             self.count_work(&mut at_work).await;
-            daemon = self.inject(*event, daemon, &publisher, &mut notes).await;
+            daemon = self
+                .inject(*event, daemon, &publisher, &mut notes, &mut at_work)
+                .await;
             at_faults.push((*event, at));
         }
         let faulted = started.elapsed().as_secs_f64();
@@ -179,6 +181,7 @@ impl World {
         mut daemon: Daemon,
         publisher: &Publisher,
         notes: &mut Vec<String>,
+        at_work: &mut Option<(&'static str, BTreeMap<Dest, f64>)>,
     ) -> Daemon {
         match event {
             Event::KillJetsink => {
@@ -189,8 +192,18 @@ impl World {
             }
             Event::TermJetsink => {
                 if self.mode == Mode::InFlight {
-                    self.term_with_two_batches_waiting(&mut daemon, publisher)
+                    // Two writes of a sink seen waiting at once are the mode at work, as
+                    // much as its counter: the batch written ahead commits only after the
+                    // SIGTERM, in a process whose counters are gone once it exits (with a
+                    // linger, a fast destination may write no batch ahead before that).
+                    let both = self
+                        .term_with_two_batches_waiting(&mut daemon, publisher)
                         .await;
+                    if let Some((_, sums)) = at_work {
+                        for d in both {
+                            *sums.entry(d).or_default() += 1.0;
+                        }
+                    }
                 }
                 stop(&mut daemon, "a SIGTERM mid-drain", notes)
             }
