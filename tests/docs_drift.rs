@@ -426,15 +426,8 @@ fn item_types(node: &Value, defs: &Value) -> BTreeSet<String> {
         .get("items")
         .map(|i| schema_types(i, defs))
         .unwrap_or_default();
-    for key in ["anyOf", "oneOf", "allOf"] {
-        for sub in node
-            .get(key)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            out.extend(item_types(sub, defs));
-        }
+    for sub in subschemas(&node) {
+        out.extend(item_types(sub, defs));
     }
     out
 }
@@ -479,15 +472,8 @@ fn schema_types(node: &Value, defs: &Value) -> BTreeSet<String> {
         Some(Value::Array(ts)) => out.extend(ts.iter().filter_map(Value::as_str).map(String::from)),
         _ => {}
     }
-    for key in ["anyOf", "oneOf", "allOf"] {
-        for sub in node
-            .get(key)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            out.extend(schema_types(sub, defs));
-        }
+    for sub in subschemas(&node) {
+        out.extend(schema_types(sub, defs));
     }
     if node.get("type").is_none() {
         for e in node
@@ -533,18 +519,11 @@ fn variant_tag(node: &Value, defs: &Value) -> Option<String> {
 /// `lanes[].name`, a destination variant's keys as `destination[sqlite].path`.
 fn walk(node: &Value, path: &str, defs: &Value, out: &mut BTreeMap<String, SchemaKey>) {
     let node = resolve(node, defs);
-    for key in ["anyOf", "oneOf", "allOf"] {
-        for sub in node
-            .get(key)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let sub = resolve(sub, defs);
-            match variant_tag(&sub, defs) {
-                Some(tag) => walk(&sub, &format!("{path}[{tag}]"), defs, out),
-                None => walk(&sub, path, defs, out),
-            }
+    for sub in subschemas(&node) {
+        let sub = resolve(sub, defs);
+        match variant_tag(&sub, defs) {
+            Some(tag) => walk(&sub, &format!("{path}[{tag}]"), defs, out),
+            None => walk(&sub, path, defs, out),
         }
     }
     let join = |key: &str| match path {
@@ -853,4 +832,13 @@ fn a_key_type_or_default_that_disagrees_with_the_schema_is_reported() {
         );
     }
     assert_eq!(drift.len(), expected.len(), "{drift:#?}");
+}
+
+/// The alternatives and parts of a schema node (`anyOf`, `oneOf`, `allOf`), which every
+/// walk of the schema descends into.
+fn subschemas(node: &Value) -> impl Iterator<Item = &Value> {
+    ["anyOf", "oneOf", "allOf"]
+        .into_iter()
+        .filter_map(|key| node.get(key).and_then(Value::as_array))
+        .flatten()
 }

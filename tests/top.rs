@@ -72,19 +72,7 @@ async fn top_once_lists_every_sink_with_its_state_and_rate() {
     let dir = tempfile::tempdir().unwrap();
     let (mut daemon, listen) = two_sinks_drained(&server, dir.path()).await;
     let url = format!("http://{listen}/metrics");
-    let args = [
-        "top",
-        "--once",
-        "--format",
-        "json",
-        "--interval-ms",
-        "200",
-        "--url",
-        &url,
-    ];
-    let (code, out, err) = jetsink(&args, dir.path());
-    assert_eq!(code, 0, "{err}");
-    let snapshot: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    let (snapshot, out) = top_json(dir.path(), &url);
     assert_eq!(snapshot["ready"], json!(true), "{out}");
     let sinks = snapshot["sinks"].as_array().expect("sinks");
     let names: Vec<&str> = sinks.iter().filter_map(|s| s["sink"].as_str()).collect();
@@ -241,20 +229,7 @@ async fn the_live_view_draws_on_a_terminal_and_quits_on_q() {
 
 /// `top --once --format json` for `listen`, parsed, with `sink`'s entry.
 fn snapshot_of(dir: &Path, listen: &str, sink: &str) -> serde_json::Value {
-    let url = format!("http://{listen}");
-    let args = [
-        "top",
-        "--once",
-        "--format",
-        "json",
-        "--interval-ms",
-        "100",
-        "--url",
-        &url,
-    ];
-    let (code, out, err) = jetsink(&args, dir);
-    assert_eq!(code, 0, "{err}");
-    let snapshot: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    let (snapshot, out) = top_json(dir, &format!("http://{listen}"));
     let found = snapshot["sinks"]
         .as_array()
         .and_then(|s| s.iter().find(|e| e["sink"] == json!(sink)).cloned());
@@ -324,4 +299,23 @@ async fn a_sink_whose_destination_fails_shows_holding_with_its_error_then_runnin
     assert_eq!(running["state"], json!("running"), "{running}");
     assert_eq!(running["last_error"], json!(null), "{running}");
     daemon.stop_cleanly();
+}
+
+/// `top --once --format json --url URL`, which must exit 0: the parsed snapshot and the
+/// text it was parsed from.
+fn top_json(dir: &Path, url: &str) -> (serde_json::Value, String) {
+    let args = [
+        "top",
+        "--once",
+        "--format",
+        "json",
+        "--interval-ms",
+        "100",
+        "--url",
+        url,
+    ];
+    let (code, out, err) = jetsink(&args, dir);
+    assert_eq!(code, 0, "{err}");
+    let snapshot = serde_json::from_str(&out).expect(&out);
+    (snapshot, out)
 }
