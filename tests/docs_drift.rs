@@ -322,6 +322,36 @@ fn the_batches_held_and_pulled_ahead_are_the_codes() {
 }
 
 #[test]
+fn the_default_linger_and_its_rate_sample_are_the_codes() {
+    use jetsink::pipeline::documented::{DEFAULT_LINGER_MS, LINGER_RATE_SAMPLE};
+    assert_states(
+        "docs/configuration.md",
+        &[format!(
+            "| `linger_ms` | integer | `{DEFAULT_LINGER_MS}`; `0` with `results`"
+        )],
+    );
+    assert_states(
+        "docs/architecture.md",
+        &[
+            format!("**linger** (`delivery.linger_ms`, default {DEFAULT_LINGER_MS} ms;"),
+            format!("the pull before it, from {LINGER_RATE_SAMPLE} messages on)"),
+        ],
+    );
+    assert_states(
+        "docs/operations.md",
+        &[format!(
+            "`delivery.linger_ms` (default {DEFAULT_LINGER_MS} ms)"
+        )],
+    );
+    assert_states(
+        "docs/job-queue.md",
+        &[format!(
+            "| `delivery.linger_ms` | `0` | `{DEFAULT_LINGER_MS}` |"
+        )],
+    );
+}
+
+#[test]
 fn the_readiness_stage_thresholds_are_the_codes() {
     use jetsink::nats::{fetch::NO_WAIT_LIMIT, BIND_REQUEST_ATTEMPTS};
     use jetsink::pipeline::documented::REBIND_AFTER;

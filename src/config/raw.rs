@@ -195,7 +195,7 @@ pub struct DeliveryConfig {
     /// When a pull finds fewer than `batch_size` messages ready, how long it waits for
     /// more before the batch is written, in milliseconds (0 to 10000, 0 = write what is
     /// ready at once; below half the source's AckWait). A full pull (a backlog) never
-    /// waits. Default 20; 0 in job-queue mode (`results`) and where batches are collected
+    /// waits. Default 30; 0 in job-queue mode (`results`) and where batches are collected
     /// anyway (the shuffler, a destination's rollover). A sink pulling several consumers
     /// (subject buckets, lane consumers) never lingers.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -16,7 +16,9 @@
 //! With a linger (`delivery.linger_ms`, see `linger.rs`), a batch that is not full after
 //! either step waits out what is left of the linger before the no-wait pull that takes
 //! the rest: at a steady rate batches fill instead of carrying a handful each, and a full
-//! pull (a backlog) never waits.
+//! pull (a backlog) never waits. After a partial pull (the [`Cadence`] the caller keeps)
+//! the wait comes first and one no-wait pull takes the batch: a steady rate then costs one
+//! pull per batch, not a no-wait pull that finds nothing, a long poll and a no-wait pull.
 //!
 //! The no-wait pull is sent and read here rather than through the client's `fetch`: when
 //! a pull's message count fills with bytes to spare, nats-server 2.14 answers `409 Batch
@@ -45,6 +47,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::connect::Drops;
+use super::linger::Cadence;
 use super::pin::{Pin, PullRequest, PIN_HEADER};
 
 /// Bounds of one batch.
@@ -92,14 +95,22 @@ pub const NO_WAIT_LIMIT: Duration = Duration::from_millis(3_000);
 /// With `pin` (a pinned priority group), every pull carries the group, and the pin id
 /// while this instance holds the pin; a standby (no pin id) skips the no-wait pull, which
 /// the server would only hold, and waits in the long poll until the server pins it.
+///
+/// `cadence`: what the previous pull of this consumer came back as, which decides how this
+/// one lingers ([`Cadence::plan`]).
 pub async fn fetch_batch(
     js: &Context,
     consumer: &PullConsumer,
     limits: FetchLimits,
     drops: &Drops,
     pin: Option<&Pin>,
+    cadence: Cadence,
 ) -> Result<Vec<Message>, async_nats::Error> {
     if pin.is_none_or(Pin::held) {
+        let plan = cadence.plan(limits.linger, Instant::now());
+        if let Some(wait) = plan.wait_first {
+            tokio::time::sleep(wait).await;
+        }
         let started = Instant::now();
         let (ready, err) = no_wait(
             js,
@@ -111,10 +122,11 @@ pub async fn fetch_batch(
         )
         .await?;
         if !ready.is_empty() {
-            // Without a linger, what was ready is the batch: nothing more was.
-            return Ok(match limits.linger.is_zero() {
-                true => ready,
-                false => fill(js, consumer, limits, drops, pin, ready, started).await,
+            // Without a linger, after waiting it out first, or behind a full pull, what
+            // was ready is the batch: its messages have waited as long as they may.
+            return Ok(match plan.fill {
+                false => ready,
+                true => fill(js, consumer, limits, drops, pin, ready, started).await,
             });
         }
         if let Some(e) = err {
@@ -394,7 +406,7 @@ pub(super) async fn idle_round(
         linger: Duration::ZERO,
         ..limits
     };
-    fetch_batch(js, first, limits, drops, None)
+    fetch_batch(js, first, limits, drops, None, Cadence::Unknown)
         .await
         .map_err(|e| last_err.unwrap_or(e))
 }

@@ -13,6 +13,13 @@ pub const SCHEDULED_DEPTH: usize = super::puller::SCHEDULED_DEPTH;
 /// `consumer not bound` when that binding fails too.
 pub const REBIND_AFTER: u32 = super::puller::REBIND_AFTER;
 
+/// `delivery.linger_ms` of a sink that writes each batch as pulled, in milliseconds.
+pub const DEFAULT_LINGER_MS: u64 = super::linger::DEFAULT_LINGER_MS;
+
+/// Fewest messages a partial pull must have taken before their rate shortens the next
+/// pull's wait below the linger.
+pub const LINGER_RATE_SAMPLE: usize = crate::nats::linger::RATE_SAMPLE;
+
 /// The log target of `destination failed; holding the batch`, `destination recovered`
 /// and `batch abandoned at shutdown`.
 pub const SETTLE_LOG_TARGET: &str = super::settle::LOG_TARGET;

@@ -49,9 +49,16 @@ pub async fn pass(
     let cpu = watched.read();
     let started = Instant::now();
     while done < opts.messages {
-        let batch = fetch_batch(js, &consumer, lim, &Default::default(), None)
-            .await
-            .map_err(|e| BenchError::Nats(format!("ceiling pull: {e}")))?;
+        let batch = fetch_batch(
+            js,
+            &consumer,
+            lim,
+            &Default::default(),
+            None,
+            Default::default(),
+        )
+        .await
+        .map_err(|e| BenchError::Nats(format!("ceiling pull: {e}")))?;
         let now = OffsetDateTime::now_utc();
         // A bare consumer as the client hands it out: each message with its context.
         let batch: Vec<jetstream::Message> = batch

@@ -28,6 +28,7 @@ use super::retry::backoff;
 use super::room::Room;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
+use crate::nats::linger::Cadence;
 use crate::nats::{fetch_any, fetch_batch, fetch_each, fetch_strict, Drops, FetchLimits, Pin};
 use crate::pipeline::metrics::SinkMetrics;
 use crate::pipeline::pause::Pause;
@@ -79,6 +80,9 @@ pub(super) struct Puller {
     /// The visiting order of the consumers and its rng, shared with the pull task, which
     /// draws the next order itself for each batch it pulls ahead.
     order: Arc<StdMutex<(Order, StdRng)>>,
+    /// What the last pull of a single consumer came back as, which decides how the next
+    /// lingers ([`Cadence`]). Shared with the pull tasks, each pulling after the one before.
+    cadence: Arc<StdMutex<Cadence>>,
     /// One consumer.
     single: bool,
     /// Buckets pulled all at once.
@@ -162,6 +166,7 @@ impl Puller {
             limits,
             drops,
             order: Arc::new(StdMutex::new((order, StdRng::from_os_rng()))),
+            cadence: Arc::default(),
             single,
             concurrent,
             strict,
@@ -257,11 +262,20 @@ impl Puller {
             let consumer = self.consumers[0].clone();
             let js = self.js.clone();
             let pin = self.pinned.as_ref().map(|p| p.pin.clone());
+            let cadence = self.cadence.clone();
             // Pulls batch after batch while the slot has room: the runner takes each as it
             // arrives, and the server goes on delivering the next meanwhile.
             return tokio::spawn(async move {
                 loop {
-                    let pulled = fetch_batch(&js, &consumer, limits, &drops, pin.as_deref()).await;
+                    let last = *cadence.lock().unwrap_or_else(|p| p.into_inner());
+                    let pulled =
+                        fetch_batch(&js, &consumer, limits, &drops, pin.as_deref(), last).await;
+                    let now = pulled.as_ref().map_or(Cadence::Unknown, |m| {
+                        let full = limits.filled_by(m.iter().map(|m| m.payload.len()));
+                        let batch = limits.max_messages;
+                        Cadence::after(last, m.len(), full, batch, Instant::now())
+                    });
+                    *cadence.lock().unwrap_or_else(|p| p.into_inner()) = now;
                     if !leave(&into, &prepare, limits, room, pulled).await? {
                         return Ok(());
                     }
