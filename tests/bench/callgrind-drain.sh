@@ -25,26 +25,18 @@ OUT=$(realpath -m "${OUT:-callgrind.$DEST.out}")
 case "$DEST" in file|sqlite|postgres|mysql) ;; *) echo "destination must be file, sqlite, postgres or mysql" >&2; exit 2 ;; esac
 table="callgrind_$$"
 
-work=$(mktemp -d)
-server_pid=""
-daemon_pid=""
-cleanup() {
-  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null || true
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
-  rm -rf "$work"
+# shellcheck source=tests/bench/common.sh
+source "$(dirname "$0")/common.sh"
+cleanup_more() {
   case "$DEST" in
     postgres) psql -h 127.0.0.1 -U postgres -qc "DROP TABLE IF EXISTS $table" >/dev/null 2>&1 || true ;;
     mysql) mysql -h 127.0.0.1 -u root test -e "DROP TABLE IF EXISTS $table" >/dev/null 2>&1 || true ;;
   esac
 }
-trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 port=$(free_port)
 http=$(free_port)
-nats-server -a 127.0.0.1 -p "$port" -js -sd "$work/js" >/dev/null 2>&1 &
-server_pid=$!
-sleep 0.5
+start_nats "$port" "$work/js"
 
 case "$DEST" in
   file) destination="{\"type\": \"file\", \"directory\": \"$work/out\", \"fsync\": true}" ;;

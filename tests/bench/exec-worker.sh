@@ -18,23 +18,13 @@ B=${3:-$((4 * C))}
 JETSINK=$(realpath "${JETSINK:-target/release/jetsink}")
 [ -x "$JETSINK" ] || { echo "build first: cargo build --release" >&2; exit 2; }
 
-work=$(mktemp -d)
-server_pid=""
-daemon_pid=""
-cleanup() {
-  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null || true
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=tests/bench/common.sh
+source "$(dirname "$0")/common.sh"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 port=$(free_port)
 http=$(free_port)
-nats-server -a 127.0.0.1 -p "$port" -js -sd "$work/js" >/dev/null 2>&1 &
-server_pid=$!
-sleep 0.5
+start_nats "$port" "$work/js"
 
 results=""
 if [ "${RESULTS:-0}" = 1 ]; then

@@ -20,15 +20,8 @@ URGENT=${2:-10000}
 BATCH=${BATCH:-500}
 [ -x "$JETSINK" ] || { echo "build first: cargo build --release" >&2; exit 2; }
 
-work=$(mktemp -d)
-server_pid=""
-daemon_pid=""
-cleanup() {
-  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null || true
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=tests/bench/common.sh
+source tests/bench/common.sh
 
 URGENT_WHEN=${URGENT_WHEN:-live}
 WARM=${WARM:-2000}
@@ -73,15 +66,12 @@ if pub is not None and pub.wait() != 0:
 PY
 }
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 
 run_mode() {
   local mode=$1 dir="$work/$1"
   mkdir -p "$dir"
-  [ -n "$server_pid" ] && { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; }
-  nats-server -a 127.0.0.1 -p "$port" -js -sd "$dir/js" >/dev/null 2>&1 &
-  server_pid=$!
-  sleep 0.5
+  start_nats "$port" "$dir/js"
   local lanes enabled=true pull=""
   case "$mode" in
     per-lane)

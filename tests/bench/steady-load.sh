@@ -20,26 +20,15 @@ JETSINK=$(realpath "${JETSINK:-target/release/jetsink}")
 [ -x "$JETSINK" ] || { echo "build first: cargo build --release" >&2; exit 2; }
 N=$((RATE * SECS))
 
-work=$(mktemp -d)
-server_pid=""
-daemon_pid=""
-cleanup() {
-  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null || true
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=tests/bench/common.sh
+source "$(dirname "$0")/common.sh"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-cpu() { awk -v t="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); print ($12 + $13) / t}' "/proc/$1/stat"; }
 acked() {
   curl -s "http://127.0.0.1:$http/metrics" |
     awk '/^jetsink_messages_acked_total/ {s += $2} END {print s + 0}'
 }
 port=$(free_port)
-nats-server -a 127.0.0.1 -p "$port" -js -sd "$work/js" >/dev/null 2>&1 &
-server_pid=$!
-sleep 0.5
+start_nats "$port" "$work/js"
 delivery="{\"batch_size\": 500${LINGER:+, \"linger_ms\": $LINGER}}"
 
 # One daemon run over `subject`: with `steady`, the publisher runs beside it; otherwise the
@@ -68,7 +57,7 @@ JSON
     kill -TERM "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=""
     "$JETSINK" publish --server "nats://127.0.0.1:$port" --subject "$subject" --count "$N" --size 200 >/dev/null
   fi
-  local n0 j0 t0
+  local n0 t0
   n0=$(cpu "$server_pid")
   t0=$(date +%s.%N)
   "$JETSINK" run --config "$work/$label.json" >"$work/$label.log" 2>&1 &
