@@ -38,7 +38,7 @@ use crate::envelope::Envelope;
 use crate::sinks::contract::SinkError;
 use crate::sinks::parquet::read::ReadError;
 use crate::sinks::parquet::{EncodeError, Encoder, Options, SettingsRefused};
-use crate::sinks::util::archive::{self, object_name, Known, Named};
+use crate::sinks::util::archive::{self, object_name, predates_stream, Known, Named};
 use crate::sinks::util::holdings::Holdings;
 use crate::sinks::util::io_error;
 
@@ -150,7 +150,7 @@ impl ParquetFiles {
                 let modified = modified.map_err(|e| {
                     io_error(&format!("cannot stat {}", entry.path().display()), &e)
                 })?;
-                if modified < since {
+                if predates_stream(modified, since) {
                     older += 1;
                     continue;
                 }

@@ -27,7 +27,7 @@ use std::time::SystemTime;
 
 use super::naming::FileStamp;
 use crate::files::{self, FileError, Kind};
-use crate::sinks::util::archive::Known;
+use crate::sinks::util::archive::{predates_stream, Known};
 use crate::sinks::util::holdings::{gapless, runs_of, Holdings};
 
 /// First line of every seal.
@@ -195,7 +195,7 @@ impl Catalog {
             }
             let path = entry.path();
             let meta = entry.metadata()?;
-            if since.is_some_and(|since| meta.modified().is_ok_and(|m| m < since)) {
+            if since.is_some_and(|since| meta.modified().is_ok_and(|m| predates_stream(m, since))) {
                 continue;
             }
             if current == Some(path.as_path()) {

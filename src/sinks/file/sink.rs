@@ -23,6 +23,7 @@ use crate::envelope::Envelope;
 use crate::sinks::blocking::BlockingSink;
 use crate::sinks::contract::{Feed, Probe, SinkError, Written};
 use crate::sinks::parquet::Format;
+use crate::sinks::util::archive::predates_stream;
 use crate::sinks::util::file_identity::FileIdentity;
 use crate::sinks::util::io_error;
 
@@ -349,7 +350,7 @@ impl BlockingSink for FileSink {
             let older = self.since.is_some_and(|since| {
                 file.metadata()
                     .and_then(|m| m.modified())
-                    .is_ok_and(|m| m < since)
+                    .is_ok_and(|m| predates_stream(m, since))
             });
             if let Some(len) = len.filter(|_| !older) {
                 if self.config.rotate_bytes == 0 || len < self.config.rotate_bytes {

@@ -36,7 +36,7 @@ use super::config::Compression;
 use super::encode::decode;
 use crate::sinks::contract::SinkError;
 use crate::sinks::parquet::read as parquet_read;
-use crate::sinks::util::archive::{gives_back, object_name, Known, Named};
+use crate::sinks::util::archive::{gives_back, object_name, predates_stream, Known, Named};
 use crate::sinks::util::holdings::Holdings;
 
 /// Most partition folders whose catalogs a sink keeps.
@@ -47,21 +47,6 @@ pub(super) const FOLDERS: usize = 64;
 /// instances) may have stored that message's object since, and died before its ACK; the
 /// redelivery comes at least AckWait after that write.
 pub(super) const RELIST_AFTER: Duration = Duration::from_secs(1);
-
-/// Whether an object listed as modified at `modified` predates a stream created at
-/// `created`, and so holds a deleted stream's messages. S3 lists `LastModified` to the whole
-/// second (AWS and moto alike), so an object written in the very second the stream was
-/// created lists as older than the stream: only an object of an earlier whole second
-/// predates it. (Counting one of a deleted stream written in that same second is the
-/// price; taking a fresh object for a deleted stream's wrote its messages twice.)
-fn before_stream(modified: SystemTime, created: SystemTime) -> bool {
-    let whole = created
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(SystemTime::UNIX_EPOCH, |d| {
-            SystemTime::UNIX_EPOCH + Duration::from_secs(d.as_secs())
-        });
-    modified < whole
-}
 
 /// How the objects' records are stored.
 #[derive(Debug, Clone, Copy)]
@@ -220,7 +205,7 @@ impl Folders<'_> {
             if self
                 .catalogs
                 .since
-                .is_some_and(|since| before_stream(SystemTime::from(meta.last_modified), since))
+                .is_some_and(|since| predates_stream(SystemTime::from(meta.last_modified), since))
             {
                 continue;
             }
@@ -405,21 +390,6 @@ mod tests {
             held(&store, &mut catalogs, &[1, 2, 3]).await,
             BTreeSet::new()
         );
-    }
-
-    #[test]
-    fn an_object_listed_in_the_second_its_stream_was_created_is_not_older_than_the_stream() {
-        let at = |secs: u64, millis: u64| {
-            SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis)
-        };
-        let created = at(1_000, 300);
-        // Written at .800 of that second, listed as .000: the stream's own.
-        assert!(!before_stream(at(1_000, 0), created));
-        assert!(!before_stream(at(1_001, 0), created));
-        // A whole second earlier: a deleted stream's.
-        assert!(before_stream(at(999, 0), created));
-        assert!(before_stream(at(999, 999), created));
-        assert!(!before_stream(at(0, 0), SystemTime::UNIX_EPOCH));
     }
 
     /// A standby taking over, or a competing instance, gets messages another instance

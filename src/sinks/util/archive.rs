@@ -13,7 +13,9 @@
 //!   this naming did not write, or one that cannot be read, holds nothing;
 //! - [`split`]: the members of a batch to write and those already stored (a sequence twice
 //!   in one batch is written once);
-//! - [`Known`]: the sets read from hashed units, kept within a bound.
+//! - [`Known`]: the sets read from hashed units, kept within a bound;
+//! - [`predates_stream`]: whether a unit is older than the source stream, so holds a
+//!   deleted stream's messages.
 //!
 //! One stream per prefix: the names carry sequences, not the stream, so a prefix (a
 //! folder of objects, a directory and prefix of files) must hold one stream's messages, as
@@ -23,6 +25,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
@@ -188,10 +191,43 @@ impl Known {
     }
 }
 
+/// Whether a unit (file or object) last modified at `modified` predates the source stream,
+/// created at `created`, and so holds the messages of a deleted stream of the same name,
+/// whose sequences the new stream uses again. S3 lists `LastModified` to the whole second
+/// (AWS and moto alike), and some file systems keep coarse times too, so a unit written in
+/// the very second the stream was created can show a time before it: only a unit of an
+/// earlier whole second predates the stream. Counting a deleted stream's unit written in
+/// that same second is the price; taking a fresh unit for a deleted stream's wrote its
+/// messages twice after a crash before their ACKs.
+pub fn predates_stream(modified: SystemTime, created: SystemTime) -> bool {
+    let whole = created
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(SystemTime::UNIX_EPOCH, |d| {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(d.as_secs())
+        });
+    modified < whole
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_unit_listed_in_the_second_its_stream_was_created_is_not_older_than_the_stream() {
+        let at = |secs: u64, millis: u64| {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis)
+        };
+        let created = at(1_000, 300);
+        // Written at .800 of that second, listed as .000: the stream's own.
+        assert!(!predates_stream(at(1_000, 0), created));
+        assert!(!predates_stream(at(1_000, 800), created));
+        assert!(!predates_stream(at(1_001, 0), created));
+        // A whole second earlier: a deleted stream's.
+        assert!(predates_stream(at(999, 0), created));
+        assert!(predates_stream(at(999, 999), created));
+        assert!(!predates_stream(at(0, 0), SystemTime::UNIX_EPOCH));
+    }
 
     fn envelope(seq: u64, delivered: u64) -> Envelope {
         crate::envelope::normalize(
