@@ -217,8 +217,18 @@ impl Slot {
     /// Takes the batch pulled ahead to be written ahead, in one step (the keeper sees it
     /// waiting or being written, never neither) — only a batch the runner has nothing to
     /// do with before its write: nothing refused early and nothing past a replay's bound.
+    /// What an empty pull left first is dropped: it only tells a runner waiting for a pull
+    /// that one ended, and this runner is writing; kept, it would fill the room a pull for
+    /// the second writer needs.
     pub(super) async fn take_to_write(&self) -> Option<Prepared> {
         let mut held = self.held.lock().await;
+        while held
+            .ahead
+            .front()
+            .is_some_and(|p| p.pulled == 0 && p.beyond.is_empty())
+        {
+            held.next_ahead();
+        }
         let ready = held.ahead.front().is_some_and(|p| {
             p.refused.is_empty() && p.beyond.is_empty() && !p.batch.envelopes.is_empty()
         });
@@ -500,6 +510,28 @@ mod tests {
             "shutdown"
         );
         assert!(!slot.may_pull(Room::batches(9)).await);
+    }
+
+    #[tokio::test]
+    async fn an_empty_pull_waiting_in_the_slot_neither_blocks_the_write_ahead_nor_the_next_pull() {
+        let slot = Slot::default();
+        let room = Room::batches(1);
+        slot.put(Prepared::default(), room, false).await;
+        assert!(!slot.may_pull(room).await, "the empty pull fills the room");
+        assert!(slot.take_to_write().await.is_none(), "nothing to write");
+        assert!(slot.may_pull(room).await, "dropped: room for the next pull");
+        slot.put(Prepared::default(), room, false).await;
+        slot.put(pulled(1..=2), Room::batches(2), false).await;
+        let written = slot.take_to_write().await.expect("the batch behind it");
+        assert_eq!(written.batch.replies.len(), 2);
+        // A batch of nothing but messages past a replay's bound is the runner's to ACK.
+        let beyond = Prepared {
+            beyond: vec![async_nats::Subject::from("past.the.bound")],
+            ..Prepared::default()
+        };
+        slot.put(beyond, room, false).await;
+        assert!(slot.take_to_write().await.is_none());
+        assert_eq!(slot.take().await.map(|p| p.beyond.len()), Some(1));
     }
 
     #[tokio::test]

@@ -156,6 +156,7 @@ macro_rules! conformance_suite {
             stored_keys_counts_one_stream_and_declines_a_mapping_without_the_key,
             sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once,
             two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commit,
+            the_second_writer_takes_what_arrives_after_a_pull_ahead_found_nothing,
             table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_returns,
             a_row_breaking_a_check_constraint_is_isolated_and_the_rest_commit,
             column_mapping_fills_a_typed_user_table,
@@ -887,6 +888,82 @@ pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commi
             .await,
         1000
     );
+}
+
+/// With two batches in flight, a pull ahead that found nothing during a blocked write is
+/// followed by another: a message arriving later is written ahead by the second writer
+/// instead of waiting for the first write to end.
+pub async fn the_second_writer_takes_what_arrives_after_a_pull_ahead_found_nothing<
+    D: TestDatabase,
+>() {
+    let db = D::create("pullon").await;
+    let server = NatsServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let js = server.js().await;
+    let (stream, subjects) = (
+        format!("{}PULLON", D::STREAM),
+        format!("{}pullon.>", D::KIND),
+    );
+    let subject = format!("{}pullon.x", D::KIND);
+    create_stream(&js, &stream, &subjects).await;
+    publish_n(&js, &subject, 1).await;
+    let cfg = config(
+        &server,
+        &stream,
+        &subjects,
+        db.destination(json!({})),
+        json!({"batch_size": 100, "batch_timeout_ms": 200, "batches_in_flight": 2}),
+    );
+    let path = write_config(dir.path(), &cfg);
+    let mut daemon = Daemon::start_with_log(&path, dir.path(), "info,jetsink::pipeline=debug");
+    eventually(Duration::from_secs(30), "the first row", || async {
+        db.count("events").await == 1
+    })
+    .await;
+    let lock = db.lock_writes("events").await;
+    publish_n(&js, &subject, 1).await;
+    eventually(
+        Duration::from_secs(30),
+        "a write waiting for the lock",
+        || async { db.count(D::lock_waiters()).await == 1 },
+    )
+    .await;
+    // Every pull from here on is a pull ahead of the blocked write.
+    let empty = "pull found no message";
+    let before = daemon.log_text().matches(empty).count();
+    let log = daemon.log.clone();
+    daemon
+        .eventually(
+            Duration::from_secs(30),
+            "a pull ahead that found nothing",
+            || {
+                let now = std::fs::read_to_string(&log).unwrap_or_default();
+                async move { now.matches(empty).count() > before }
+            },
+        )
+        .await;
+    publish_n(&js, &subject, 1).await;
+    eventually(
+        Duration::from_secs(30),
+        "the later message written ahead, waiting for the lock",
+        || async { db.count(D::lock_waiters()).await == 2 },
+    )
+    .await;
+    assert_eq!(
+        db.count("events").await,
+        1,
+        "nothing written under the lock"
+    );
+    drop(lock);
+    eventually(Duration::from_secs(30), "every row", || async {
+        db.count("events").await == 3
+    })
+    .await;
+    eventually(Duration::from_secs(20), "every message ACKed", || async {
+        consumer_state(&js, &stream, "jetsink").await == (0, 0)
+    })
+    .await;
+    daemon.stop_cleanly();
 }
 
 pub async fn table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_returns<

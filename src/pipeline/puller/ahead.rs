@@ -66,6 +66,11 @@ impl Ahead {
         self.spare = Some(writer);
     }
 
+    /// Whether a second writer waits here for a batch pulled ahead (none while it writes).
+    pub(crate) fn lent(&self) -> bool {
+        self.spare.is_some()
+    }
+
     /// Runs `work` to completion while noting a background pull that ends meanwhile, so a
     /// failed pull ahead is logged and the next batch pulls again at once.
     pub(crate) async fn alongside<F: Future>(&mut self, work: F) -> F::Output {

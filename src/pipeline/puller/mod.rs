@@ -263,6 +263,7 @@ impl Puller {
             let js = self.js.clone();
             let pin = self.pinned.as_ref().map(|p| p.pin.clone());
             let cadence = self.cadence.clone();
+            let name = self.spec.name.clone();
             // Pulls batch after batch while the slot has room: the runner takes each as it
             // arrives, and the server goes on delivering the next meanwhile.
             return tokio::spawn(async move {
@@ -270,6 +271,9 @@ impl Puller {
                     let last = *cadence.lock().unwrap_or_else(|p| p.into_inner());
                     let pulled =
                         fetch_batch(&js, &consumer, limits, &drops, pin.as_deref(), last).await;
+                    if pulled.as_ref().is_ok_and(Vec::is_empty) {
+                        tracing::debug!(sink = %name, "pull found no message");
+                    }
                     let now = pulled.as_ref().map_or(Cadence::Unknown, |m| {
                         let full = limits.filled_by(m.iter().map(|m| m.payload.len()));
                         let batch = limits.max_messages;

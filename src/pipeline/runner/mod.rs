@@ -372,8 +372,10 @@ impl Runner {
             if self.settler.healthy() && !self.stop.stopping() {
                 self.puller.pull_ahead(&mut self.ahead).await;
             }
+            // Pulling goes on while it is written, for a second writer waiting.
+            let puller = Some(&mut self.puller);
             self.settler
-                .settle(batch, first, &mut self.ahead, &mut self.stop)
+                .settle_pulling(batch, first, &mut self.ahead, puller, &mut self.stop)
                 .await;
             self.metrics.inflight.set(0);
         }

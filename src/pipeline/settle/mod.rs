@@ -32,7 +32,7 @@ use super::acks::{AckQueue, Acknowledger};
 use super::batch::Batch;
 use super::disposal::Disposal;
 use super::keeper::Keeper;
-use super::puller::Ahead;
+use super::puller::{Ahead, Puller};
 use super::retry::{backoff, HeldBound, Suspects};
 use crate::config::RetryConfig;
 use crate::envelope::Envelope;
@@ -51,6 +51,7 @@ mod written;
 use stop::cut_at;
 pub(super) use stop::Stop;
 use verdict::Attempt;
+use written::Beside;
 
 /// The log target of the settler's lines (`destination failed; holding the batch`,
 /// `destination recovered`, `batch abandoned at shutdown`): the module, as `tracing` names it.
@@ -230,6 +231,20 @@ impl<A: Acknowledger> Settler<A> {
         ahead: &mut Ahead,
         stop: &mut Stop,
     ) {
+        self.settle_pulling(batch, first, ahead, None, stop).await;
+    }
+
+    /// [`Settler::settle`], pulling on with `puller` while the batch is written and a
+    /// second writer waits for the batch after it ([`Beside`]).
+    pub(super) async fn settle_pulling(
+        &mut self,
+        batch: Batch,
+        first: Option<FirstWrite>,
+        ahead: &mut Ahead,
+        puller: Option<&mut Puller>,
+        stop: &mut Stop,
+    ) {
+        let mut beside = Beside { ahead, puller };
         let Batch { envelopes, replies } = batch;
         let replies = Arc::new(replies);
         self.keeper.hold(replies.clone()).await;
@@ -255,7 +270,7 @@ impl<A: Acknowledger> Settler<A> {
         let mut first = first;
         while let Some(part) = todo.pop() {
             match self
-                .attempts(&hand, part, first.take(), &mut todo, ahead, stop)
+                .attempts(&hand, part, first.take(), &mut todo, &mut beside, stop)
                 .await
             {
                 PartEnd::Settled { refused } => isolated |= refused,
@@ -288,7 +303,7 @@ impl<A: Acknowledger> Settler<A> {
         part: Part,
         mut first: Option<FirstWrite>,
         todo: &mut Vec<Part>,
-        ahead: &mut Ahead,
+        beside: &mut Beside<'_>,
         stop: &mut Stop,
     ) -> PartEnd {
         let Part {
@@ -314,7 +329,7 @@ impl<A: Acknowledger> Settler<A> {
                     (s, now)
                 });
                 let started = Instant::now();
-                let written = self.write(&envelopes, ahead, stop).await;
+                let written = self.write(&envelopes, beside, stop).await;
                 self.metrics
                     .write_seconds
                     .observe(started.elapsed().as_secs_f64());
@@ -374,27 +389,23 @@ impl<A: Acknowledger> Settler<A> {
             let delay = backoff(&self.retry, attempt, &mut self.rng);
             tracing::warn!(sink = %self.name, error = %message, messages = held.len(), attempt = attempt + 1, retry_in_ms = delay.as_millis() as u64, "destination failed; holding the batch");
             attempt = attempt.saturating_add(1);
-            if self.hold(delay, ahead, stop).await {
+            if self.hold(delay, beside.ahead, stop).await {
                 return PartEnd::Abandoned(held);
             }
             positions = held;
         }
     }
 
-    /// Writes a part, cutting it short when the shutdown deadline passes meanwhile. While
-    /// the destination is healthy, a batch pulled ahead meanwhile is written ahead (with a
-    /// second writer lent to `ahead`).
-    async fn write(&mut self, part: &[Envelope], ahead: &mut Ahead, stop: &Stop) -> Written {
+    /// Writes a part, cutting it short when the shutdown deadline passes meanwhile, beside
+    /// the pull ahead ([`Beside`]).
+    async fn write(&mut self, part: &[Envelope], beside: &mut Beside<'_>, stop: &Stop) -> Written {
         let Some(sink) = self.sink.as_mut() else {
             // Only while a write ahead is awaited, which never writes through here.
             return Written::Batch(Err(SinkError::transient("no writer is free")));
         };
         let work = cut_at(&self.cut, stop.deadline_passed(), sink.write(part));
-        if self.healthy && !stop.signalled() {
-            ahead.alongside_writing(work).await
-        } else {
-            ahead.alongside(work).await
-        }
+        let on = self.healthy && !stop.signalled();
+        beside.run(on, work).await
     }
 
     /// Holds the messages in hand for `delay` before the next attempt, beating the

@@ -1,4 +1,5 @@
-//! A batch written ahead (`delivery.batches_in_flight` 2) taken into the settler's hand.
+//! A batch written ahead (`delivery.batches_in_flight` 2) taken into the settler's hand,
+//! and every write run beside the pull ahead.
 
 use super::stop::cut_at;
 use super::{FirstWrite, Settler, Stop};
@@ -24,11 +25,8 @@ impl<A: Acknowledger> Settler<A> {
             ahead.lend(mine);
         }
         let wait = cut_at(&self.cut, stop.deadline_passed(), writing);
-        let joined = match (self.healthy && !stop.signalled(), puller) {
-            (true, Some(puller)) => puller.alongside_writing(ahead, wait).await,
-            (true, None) => ahead.alongside_writing(wait).await,
-            (false, _) => ahead.alongside(wait).await,
-        };
+        let healthy = self.healthy && !stop.signalled();
+        let joined = Beside { ahead, puller }.run(healthy, wait).await;
         self.keeper.slot().hand_written().await;
         let done = match joined {
             Ok(done) => done,
@@ -46,5 +44,35 @@ impl<A: Acknowledger> Settler<A> {
             began: done.began,
         };
         Some((done.prepared, first))
+    }
+}
+
+/// What a write runs beside: the pull ahead, and the puller that pulls on while a second
+/// writer waits.
+pub(super) struct Beside<'a> {
+    pub(super) ahead: &'a mut Ahead,
+    pub(super) puller: Option<&'a mut Puller>,
+}
+
+impl Beside<'_> {
+    /// Runs `work`, a write. While the destination is `healthy` (and no stop is
+    /// signalled) a batch pulled ahead meanwhile is written ahead with the writer lent to
+    /// the pull ahead (`delivery.batches_in_flight` 2), and given the puller, pulling goes
+    /// on whenever the slot has room while that writer is lent: a pull ahead that came back
+    /// empty would otherwise leave it idle for the rest of a long write, however many
+    /// messages arrive meanwhile. With one writer the pull started before the write is the
+    /// only one (the next starts when the runner takes a batch). A failing destination
+    /// gets no write ahead and no pull ahead.
+    pub(super) async fn run<F: std::future::Future>(
+        &mut self,
+        healthy: bool,
+        work: F,
+    ) -> F::Output {
+        let lent = self.ahead.lent();
+        match (healthy, self.puller.as_deref_mut()) {
+            (true, Some(puller)) if lent => puller.alongside_writing(self.ahead, work).await,
+            (true, _) => self.ahead.alongside_writing(work).await,
+            (false, _) => self.ahead.alongside(work).await,
+        }
     }
 }
