@@ -1,7 +1,8 @@
 //! The load of a fault matrix test and what the server says of it: a publisher that keeps
 //! messages arriving while faults are injected, as fast as the server takes them but never
-//! more than [`AHEAD`] past the slowest sink's acknowledgements (so when the slowest has
-//! written a share, no sink has finished: every fault lands mid-drain for every
+//! more than [`AHEAD`] past the slowest sink's acknowledgements, nor past the next fault's
+//! share until that fault is in (so when the slowest has written a share, no sink has
+//! finished, however fast the sinks drain: every fault lands mid-drain for every
 //! destination), and each sink's consumer state.
 
 use std::collections::BTreeMap;
@@ -74,19 +75,27 @@ pub struct Publisher {
     task: tokio::task::JoinHandle<()>,
     /// The last message whose PubAck came.
     pub published: Arc<AtomicU64>,
-    /// Published up to here whatever the sinks' floors say (set by a test).
+    /// Published up to here whatever the sinks' floors and the ceiling say (set by a test).
     pub allowed: Arc<AtomicU64>,
+    /// Never published past here unless `allowed` says so (set by a test).
+    ceiling: Arc<AtomicU64>,
 }
 
 impl Publisher {
     pub fn start(js: jetstream::Context, n: u64, dests: Vec<Dest>) -> Publisher {
         let published = Arc::new(AtomicU64::new(0));
         let allowed = Arc::new(AtomicU64::new(0));
-        let (p, a) = (published.clone(), allowed.clone());
+        let ceiling = Arc::new(AtomicU64::new(u64::MAX));
+        let (p, a, c) = (published.clone(), allowed.clone(), ceiling.clone());
         let task = tokio::spawn(async move {
             let mut floor = 0;
             for i in 1..=n {
-                while i > (floor + AHEAD).max(a.load(Ordering::SeqCst)) {
+                let may = |floor: u64| {
+                    (floor + AHEAD)
+                        .min(c.load(Ordering::SeqCst))
+                        .max(a.load(Ordering::SeqCst))
+                };
+                while i > may(floor) {
                     tokio::time::sleep(POLL).await;
                     floor = slowest_floor(&js, &dests).await;
                 }
@@ -98,7 +107,16 @@ impl Publisher {
             task,
             published,
             allowed,
+            ceiling,
         }
+    }
+
+    /// Publishes no further than `up_to` until told otherwise (or allowed past it): the
+    /// run holds the publisher short of a fault's share plus [`AHEAD`] until that fault is
+    /// injected, so sinks that drain faster than the run observes them cannot have written
+    /// every message before the last fault.
+    pub fn hold_at(&self, up_to: u64) {
+        self.ceiling.store(up_to, Ordering::SeqCst);
     }
 
     pub fn published(&self) -> u64 {

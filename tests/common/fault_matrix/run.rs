@@ -1,17 +1,22 @@
 //! One fault matrix test from start to end: the publisher and jetsink started, each fault
 //! injected once every sink's ACK floor shows the drain part-way (the i-th of k faults at
-//! i/(k+2) of the messages) and every sink holds delivered messages it has not ACKed, the
+//! i/(k+2) of the messages, the publisher held short of the drain's end until it is in) and,
+//! as far as a few reads find it, every sink holds delivered messages it has not ACKed, the
 //! drain completed, jetsink stopped, and every destination read back.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::flow::{states, Publisher, SinkState, POLL};
+use super::flow::{states, Publisher, SinkState, AHEAD, POLL};
 use super::readback::Copies;
 use super::sinks::{Dest, Mode};
 use super::world::World;
 use super::{DLQ, STREAM};
 use crate::common::{stored, stream_messages, Daemon};
+
+/// How many reads of the consumers' states seek every sink with messages in hand before a
+/// fault ([`World::in_hand`]).
+const IN_HAND_POLLS: usize = 30;
 
 /// A fault the matrix injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,24 +81,19 @@ impl World {
             self.mode.at_work().map(|m| (m, BTreeMap::new()));
         for (i, event) in events.iter().enumerate() {
             let share = (i as u64 + 1) * self.n / (events.len() as u64 + 2);
+            publisher.hold_at(share + AHEAD);
             let floor = format!("every ACK floor at {share}");
             self.wait_for(&mut daemon, &floor, |s| s.ack_floor >= share)
                 .await;
-            // The fault once every sink holds messages it has not ACKed, while the
-            // publisher runs ahead of the floors so none runs dry meanwhile.
             self.running(&mut daemon).await;
-            let at = self
-                .wait_for(&mut daemon, "every sink with messages in hand", |s| {
-                    publisher.allow(publisher.published() + 50);
-                    s.ack_pending > 0
-                })
-                .await;
+            let at = self.in_hand(&publisher, share).await;
             self.count_work(&mut at_work).await;
             daemon = self
                 .inject(*event, daemon, &publisher, &mut notes, &mut at_work)
                 .await;
             at_faults.push((*event, at));
         }
+        publisher.hold_at(u64::MAX);
         let faulted = started.elapsed().as_secs_f64();
         let patience = self.patience();
         daemon
@@ -148,6 +148,31 @@ impl World {
                 async move { text.matches("sink running").count() >= sinks }
             })
             .await;
+    }
+
+    /// The moment for the fault at `share`: every sink holding messages it has not ACKed,
+    /// sought for up to [`IN_HAND_POLLS`] reads while the publisher feeds the sinks (never
+    /// past `share` + 2 × [`AHEAD`], so the fault still lands mid-drain); the states of
+    /// the read that found it, or of the last read. A sink holds messages only while it
+    /// pulls and writes (after a partial pull it waits for the next batch with the messages
+    /// still in the stream), so all of them at once is a matter of timing, which no test
+    /// may wait on; that the fault lands mid-drain is what the cells require.
+    async fn in_hand(&self, publisher: &Publisher, share: u64) -> BTreeMap<Dest, SinkState> {
+        let cap = (share + 2 * AHEAD).min(self.n.saturating_sub(1));
+        let mut last = BTreeMap::new();
+        for _ in 0..IN_HAND_POLLS {
+            publisher.allow((publisher.published() + 50).min(cap));
+            tokio::time::sleep(POLL).await;
+            let Some(s) = states(&self.js, &self.dests).await else {
+                continue;
+            };
+            let all = s.len() == self.dests.len() && s.values().all(|s| s.ack_pending > 0);
+            last = s;
+            if all {
+                break;
+            }
+        }
+        last
     }
 
     /// Waits until every sink's consumer satisfies `ok` (failing with jetsink's log if it
