@@ -9,6 +9,7 @@ use rand::rngs::StdRng;
 use tokio::time::Instant;
 
 use super::order::Order;
+use crate::nats::linger::Cadence;
 use crate::nats::FetchLimits;
 use crate::pipeline::batch::Prepare;
 use crate::pipeline::keeper::Slot;
@@ -57,6 +58,24 @@ pub(super) async fn leave_all(
         .is_some_and(|m| limits.filled_by(m.iter().map(|m| m.payload.len())));
     let prepared = batches.into_iter().map(|m| prepare.prepare(m)).collect();
     Ok(into.put_all(prepared, first_lane, room, more).await)
+}
+
+/// What a pull of sink `sink`'s single consumer came back as, the one before having come
+/// back as `before` ([`Cadence::after`]); an empty pull is noted at debug level.
+pub(super) fn came_back(
+    sink: &str,
+    before: Cadence,
+    pulled: &Result<Vec<async_nats::Message>, async_nats::Error>,
+    limits: FetchLimits,
+) -> Cadence {
+    let Ok(m) = pulled else {
+        return Cadence::Unknown;
+    };
+    if m.is_empty() {
+        tracing::debug!(sink = %sink, "pull found no message");
+    }
+    let full = limits.filled_by(m.iter().map(|m| m.payload.len()));
+    Cadence::after(before, m.len(), full, limits.max_messages, Instant::now())
 }
 
 /// How many of a strict pull's batches, at its front, came from the first lane: its

@@ -48,7 +48,7 @@ mod rebind;
 
 use ahead::PendingPull;
 pub(super) use ahead::{Ahead, WriteTask};
-use chain::{first_lane_batches, leave, leave_all, visiting_order};
+use chain::{came_back, first_lane_batches, leave, leave_all, visiting_order};
 use depth::pull_depth;
 pub(super) use depth::{PULL_DEPTH, SCHEDULED_DEPTH};
 use interleave::interleave;
@@ -271,14 +271,7 @@ impl Puller {
                     let last = *cadence.lock().unwrap_or_else(|p| p.into_inner());
                     let pulled =
                         fetch_batch(&js, &consumer, limits, &drops, pin.as_deref(), last).await;
-                    if pulled.as_ref().is_ok_and(Vec::is_empty) {
-                        tracing::debug!(sink = %name, "pull found no message");
-                    }
-                    let now = pulled.as_ref().map_or(Cadence::Unknown, |m| {
-                        let full = limits.filled_by(m.iter().map(|m| m.payload.len()));
-                        let batch = limits.max_messages;
-                        Cadence::after(last, m.len(), full, batch, Instant::now())
-                    });
+                    let now = came_back(&name, last, &pulled, limits);
                     *cadence.lock().unwrap_or_else(|p| p.into_inner()) = now;
                     if !leave(&into, &prepare, limits, room, pulled).await? {
                         return Ok(());

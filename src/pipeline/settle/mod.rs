@@ -42,16 +42,17 @@ use crate::pipeline::metrics::SinkMetrics;
 use crate::sinks::{CutShort, Sink, SinkError, Written};
 use crate::telemetry::{BatchSpans, Outcome, SinkTracer};
 
+mod beside;
 mod finish;
 mod outcomes;
 mod stop;
 pub(super) mod verdict;
 mod written;
 
+use beside::Beside;
 use stop::cut_at;
 pub(super) use stop::Stop;
 use verdict::Attempt;
-use written::Beside;
 
 /// The log target of the settler's lines (`destination failed; holding the batch`,
 /// `destination recovered`, `batch abandoned at shutdown`): the module, as `tracing` names it.

@@ -1,6 +1,6 @@
-//! A batch written ahead (`delivery.batches_in_flight` 2) taken into the settler's hand,
-//! and every write run beside the pull ahead.
+//! A batch written ahead (`delivery.batches_in_flight` 2) taken into the settler's hand.
 
+use super::beside::Beside;
 use super::stop::cut_at;
 use super::{FirstWrite, Settler, Stop};
 use crate::pipeline::acks::Acknowledger;
@@ -44,35 +44,5 @@ impl<A: Acknowledger> Settler<A> {
             began: done.began,
         };
         Some((done.prepared, first))
-    }
-}
-
-/// What a write runs beside: the pull ahead, and the puller that pulls on while a second
-/// writer waits.
-pub(super) struct Beside<'a> {
-    pub(super) ahead: &'a mut Ahead,
-    pub(super) puller: Option<&'a mut Puller>,
-}
-
-impl Beside<'_> {
-    /// Runs `work`, a write. While the destination is `healthy` (and no stop is
-    /// signalled) a batch pulled ahead meanwhile is written ahead with the writer lent to
-    /// the pull ahead (`delivery.batches_in_flight` 2), and given the puller, pulling goes
-    /// on whenever the slot has room while that writer is lent: a pull ahead that came back
-    /// empty would otherwise leave it idle for the rest of a long write, however many
-    /// messages arrive meanwhile. With one writer the pull started before the write is the
-    /// only one (the next starts when the runner takes a batch). A failing destination
-    /// gets no write ahead and no pull ahead.
-    pub(super) async fn run<F: std::future::Future>(
-        &mut self,
-        healthy: bool,
-        work: F,
-    ) -> F::Output {
-        let lent = self.ahead.lent();
-        match (healthy, self.puller.as_deref_mut()) {
-            (true, Some(puller)) if lent => puller.alongside_writing(self.ahead, work).await,
-            (true, _) => self.ahead.alongside_writing(work).await,
-            (false, _) => self.ahead.alongside(work).await,
-        }
     }
 }
