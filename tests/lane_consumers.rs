@@ -169,8 +169,27 @@ async fn a_strict_pull_asks_the_first_lane_alone_or_beside_the_next_and_keeps_it
     let drops = Default::default();
     let urgent = |n| vec!["work.urgent".to_string(); n];
     let routine = |n| vec!["work.routine".to_string(); n];
+    // A no-wait pull answers from what its consumer counts as pending, and CI once saw the
+    // routine lane's pull come back empty just after its publish was acknowledged (nats-server
+    // 2.14, a loaded machine): each pull waits until both consumers count what was published.
+    let counted = |u: u64, r: u64| {
+        let js = js.clone();
+        async move {
+            eventually(
+                Duration::from_secs(30),
+                "both lanes count their messages",
+                || async {
+                    let urgent = consumer_info(&js, "WORK", "urgent").await.num_pending;
+                    let routine = consumer_info(&js, "WORK", "routine").await.num_pending;
+                    (urgent, routine) == (u, r)
+                },
+            )
+            .await;
+        }
+    };
 
     publish_n(&js, "work.routine", 10).await;
+    counted(0, 10).await;
     let p = fetch_strict(&js, &consumers, &[0, 1], limits, &drops, false)
         .await
         .unwrap();
@@ -179,6 +198,7 @@ async fn a_strict_pull_asks_the_first_lane_alone_or_beside_the_next_and_keeps_it
 
     publish_n(&js, "work.urgent", 3).await;
     publish_n(&js, "work.routine", 5).await;
+    counted(3, 5).await;
     let p = fetch_strict(&js, &consumers, &[0, 1], limits, &drops, true)
         .await
         .unwrap();
@@ -191,6 +211,7 @@ async fn a_strict_pull_asks_the_first_lane_alone_or_beside_the_next_and_keeps_it
 
     publish_n(&js, "work.urgent", 2).await;
     publish_n(&js, "work.routine", 4).await;
+    counted(2, 4).await;
     let p = fetch_strict(&js, &consumers, &[0, 1], limits, &drops, false)
         .await
         .unwrap();
