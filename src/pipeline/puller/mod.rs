@@ -228,18 +228,22 @@ impl Puller {
         }
     }
 
-    /// Runs `work` — the wait for a batch written ahead — while the batch pulled ahead is
-    /// written ahead as soon as it is there and the next pull starts as soon as the slot is
-    /// free: two writes and a pull in flight, so no write waits for a pull.
+    /// Runs `work` — a write, or the wait for a batch written ahead — while the batch pulled
+    /// ahead is written ahead as soon as it is there and the next pull starts as soon as the
+    /// slot is free (until `stopped`: a pull during shutdown would only be handed back):
+    /// two writes and a pull in flight, so no write waits for a pull.
     pub(super) async fn alongside_writing<F: Future>(
         &mut self,
         ahead: &mut Ahead,
+        stopped: impl Fn() -> bool,
         work: F,
     ) -> F::Output {
         tokio::pin!(work);
         loop {
             ahead.write_ahead().await;
-            self.pull_ahead(ahead).await;
+            if !stopped() {
+                self.pull_ahead(ahead).await;
+            }
             let slot = ahead.slot.clone();
             tokio::select! {
                 biased;

@@ -1,6 +1,7 @@
 //! What every write of the settle loop runs beside: the pull ahead, and with two batches
 //! in flight the puller pulling on for the second writer.
 
+use super::stop::Stop;
 use crate::pipeline::puller::{Ahead, Puller};
 
 /// What a write runs beside: the pull ahead, and the puller that pulls on while a second
@@ -16,17 +17,22 @@ impl Beside<'_> {
     /// the pull ahead (`delivery.batches_in_flight` 2), and given the puller, pulling goes
     /// on whenever the slot has room while that writer is lent: a pull ahead that came back
     /// empty would otherwise leave it idle for the rest of a long write, however many
-    /// messages arrive meanwhile. With one writer the pull started before the write is the
-    /// only one (the next starts when the runner takes a batch). A failing destination
-    /// gets no write ahead and no pull ahead.
+    /// messages arrive meanwhile (and no pull starts once `stop` is signalled: it would only
+    /// be handed back). With one writer the pull started before the write is the only one
+    /// (the next starts when the runner takes a batch). A failing destination gets no write
+    /// ahead and no pull ahead.
     pub(super) async fn run<F: std::future::Future>(
         &mut self,
         healthy: bool,
+        stop: &Stop,
         work: F,
     ) -> F::Output {
         let lent = self.ahead.lent();
+        let stopped = || stop.signalled();
         match (healthy, self.puller.as_deref_mut()) {
-            (true, Some(puller)) if lent => puller.alongside_writing(self.ahead, work).await,
+            (true, Some(puller)) if lent => {
+                puller.alongside_writing(self.ahead, stopped, work).await
+            }
             (true, _) => self.ahead.alongside_writing(work).await,
             (false, _) => self.ahead.alongside(work).await,
         }

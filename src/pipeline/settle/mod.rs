@@ -406,7 +406,7 @@ impl<A: Acknowledger> Settler<A> {
         };
         let work = cut_at(&self.cut, stop.deadline_passed(), sink.write(part));
         let on = self.healthy && !stop.signalled();
-        beside.run(on, work).await
+        beside.run(on, stop, work).await
     }
 
     /// Holds the messages in hand for `delay` before the next attempt, beating the

@@ -26,7 +26,7 @@ impl<A: Acknowledger> Settler<A> {
         }
         let wait = cut_at(&self.cut, stop.deadline_passed(), writing);
         let healthy = self.healthy && !stop.signalled();
-        let joined = Beside { ahead, puller }.run(healthy, wait).await;
+        let joined = Beside { ahead, puller }.run(healthy, stop, wait).await;
         self.keeper.slot().hand_written().await;
         let done = match joined {
             Ok(done) => done,
