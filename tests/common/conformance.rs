@@ -823,21 +823,31 @@ pub async fn sigkill_mid_drain_then_restart_stores_10000_rows_exactly_once<D: Te
     );
 }
 
-/// `delivery.batches_in_flight` 2: with the table locked, two batches wait at once on two
-/// sessions (one alone would leave one waiting); once it is unlocked every row is stored
-/// and every message ACKed.
-pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commit<
-    D: TestDatabase,
->() {
-    let db = D::create("inflight").await;
+/// A sink with `delivery.batches_in_flight` 2 on a database and stream of its own (named
+/// after `tag`), its first message written, then its table locked against writes.
+struct LockedInFlight<D: TestDatabase> {
+    db: D,
+    /// Kept for the test's length: dropping them stops the server and removes the files.
+    _server: NatsServer,
+    _dir: tempfile::TempDir,
+    js: async_nats::jetstream::Context,
+    stream: String,
+    subject: String,
+    cfg: Value,
+    daemon: Daemon,
+    lock: D::WriteLock,
+}
+
+async fn locked_in_flight<D: TestDatabase>(tag: &str, rust_log: &str) -> LockedInFlight<D> {
+    let db = D::create(tag).await;
     let server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let js = server.js().await;
     let (stream, subjects) = (
-        format!("{}FLIGHT", D::STREAM),
-        format!("{}flight.>", D::KIND),
+        format!("{}{}", D::STREAM, tag.to_uppercase()),
+        format!("{}{tag}.>", D::KIND),
     );
-    let subject = format!("{}flight.x", D::KIND);
+    let subject = format!("{}{tag}.x", D::KIND);
     create_stream(&js, &stream, &subjects).await;
     publish_n(&js, &subject, 1).await;
     let cfg = config(
@@ -847,13 +857,34 @@ pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commi
         db.destination(json!({})),
         json!({"batch_size": 100, "batch_timeout_ms": 200, "batches_in_flight": 2}),
     );
-    let mut daemon = Daemon::start(&write_config(dir.path(), &cfg), dir.path());
+    let daemon = Daemon::start_with_log(&write_config(dir.path(), &cfg), dir.path(), rust_log);
     eventually(Duration::from_secs(30), "the first row", || async {
         db.count("events").await == 1
     })
     .await;
     let lock = db.lock_writes("events").await;
-    publish_n(&js, &subject, 999).await;
+    LockedInFlight {
+        db,
+        _server: server,
+        _dir: dir,
+        js,
+        stream,
+        subject,
+        cfg,
+        daemon,
+        lock,
+    }
+}
+
+/// `delivery.batches_in_flight` 2: with the table locked, two batches wait at once on two
+/// sessions (one alone would leave one waiting); once it is unlocked every row is stored
+/// and every message ACKed.
+pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commit<
+    D: TestDatabase,
+>() {
+    let mut run = locked_in_flight::<D>("flight", "info").await;
+    let (db, js, stream, subject) = (&run.db, &run.js, &run.stream, &run.subject);
+    publish_n(js, subject, 999).await;
     eventually(
         Duration::from_secs(30),
         "two writes waiting for the lock",
@@ -865,24 +896,27 @@ pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commi
         1,
         "nothing written under the lock"
     );
-    drop(lock);
+    drop(run.lock);
     eventually(Duration::from_secs(60), "every row", || async {
         db.count("events").await == 1000
     })
     .await;
     eventually(Duration::from_secs(20), "every message ACKed", || async {
-        consumer_state(&js, &stream, "jetsink").await == (0, 0)
+        consumer_state(js, stream, "jetsink").await == (0, 0)
     })
     .await;
     // The batch that waited on the second writer counts as written ahead.
-    let listen = cfg["http"]["listen"].as_str().expect("listen").to_string();
+    let listen = run.cfg["http"]["listen"]
+        .as_str()
+        .expect("listen")
+        .to_string();
     let ahead = metric_value(
         &listen,
         "jetsink_batches_written_ahead_total{sink=\"main\"}",
     )
     .await;
     assert!(ahead.is_some_and(|n| n >= 1.0), "{ahead:?}");
-    daemon.stop_cleanly();
+    run.daemon.stop_cleanly();
     assert_eq!(
         db.count("(SELECT DISTINCT idempotency_key FROM events) k")
             .await,
@@ -896,32 +930,9 @@ pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commi
 pub async fn the_second_writer_takes_what_arrives_after_a_pull_ahead_found_nothing<
     D: TestDatabase,
 >() {
-    let db = D::create("pullon").await;
-    let server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let js = server.js().await;
-    let (stream, subjects) = (
-        format!("{}PULLON", D::STREAM),
-        format!("{}pullon.>", D::KIND),
-    );
-    let subject = format!("{}pullon.x", D::KIND);
-    create_stream(&js, &stream, &subjects).await;
-    publish_n(&js, &subject, 1).await;
-    let cfg = config(
-        &server,
-        &stream,
-        &subjects,
-        db.destination(json!({})),
-        json!({"batch_size": 100, "batch_timeout_ms": 200, "batches_in_flight": 2}),
-    );
-    let path = write_config(dir.path(), &cfg);
-    let mut daemon = Daemon::start_with_log(&path, dir.path(), "info,jetsink::pipeline=debug");
-    eventually(Duration::from_secs(30), "the first row", || async {
-        db.count("events").await == 1
-    })
-    .await;
-    let lock = db.lock_writes("events").await;
-    publish_n(&js, &subject, 1).await;
+    let mut run = locked_in_flight::<D>("pullon", "info,jetsink::pipeline=debug").await;
+    let (db, js, stream, subject) = (&run.db, &run.js, &run.stream, &run.subject);
+    publish_n(js, subject, 1).await;
     eventually(
         Duration::from_secs(30),
         "a write waiting for the lock",
@@ -930,9 +941,9 @@ pub async fn the_second_writer_takes_what_arrives_after_a_pull_ahead_found_nothi
     .await;
     // Every pull from here on is a pull ahead of the blocked write.
     let empty = "pull found no message";
-    let before = daemon.log_text().matches(empty).count();
-    let log = daemon.log.clone();
-    daemon
+    let before = run.daemon.log_text().matches(empty).count();
+    let log = run.daemon.log.clone();
+    run.daemon
         .eventually(
             Duration::from_secs(30),
             "a pull ahead that found nothing",
@@ -942,7 +953,7 @@ pub async fn the_second_writer_takes_what_arrives_after_a_pull_ahead_found_nothi
             },
         )
         .await;
-    publish_n(&js, &subject, 1).await;
+    publish_n(js, subject, 1).await;
     eventually(
         Duration::from_secs(30),
         "the later message written ahead, waiting for the lock",
@@ -954,16 +965,16 @@ pub async fn the_second_writer_takes_what_arrives_after_a_pull_ahead_found_nothi
         1,
         "nothing written under the lock"
     );
-    drop(lock);
+    drop(run.lock);
     eventually(Duration::from_secs(30), "every row", || async {
         db.count("events").await == 3
     })
     .await;
     eventually(Duration::from_secs(20), "every message ACKed", || async {
-        consumer_state(&js, &stream, "jetsink").await == (0, 0)
+        consumer_state(js, stream, "jetsink").await == (0, 0)
     })
     .await;
-    daemon.stop_cleanly();
+    run.daemon.stop_cleanly();
 }
 
 pub async fn table_renamed_away_mid_drain_holds_the_batch_and_drains_after_it_returns<
