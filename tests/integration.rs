@@ -57,6 +57,7 @@ mod pause;
 mod pinned;
 mod postgres;
 mod postgres_tls;
+mod pull_inbox;
 mod quickstart;
 mod randomizer;
 mod readme;

@@ -41,14 +41,12 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::Context;
-use async_nats::{Message, StatusCode, Subject};
-use futures::StreamExt;
-use tokio::sync::watch;
+use async_nats::Message;
 use tokio::time::Instant;
 
 use super::connect::Drops;
-use super::linger::Cadence;
-use super::pin::{Pin, PullRequest, PIN_HEADER};
+use super::pin::{Pin, PullRequest};
+use super::pull::{pull, Pulls};
 
 /// Bounds of one batch.
 #[derive(Debug, Clone, Copy)]
@@ -79,8 +77,6 @@ impl FetchLimits {
     }
 }
 
-/// Largest message count a pull's vector is sized for up front.
-const MAX_PRESIZE: usize = 4_096;
 /// Extra time past a pull's `expires` before the local timeout gives up on it.
 const GRACE: Duration = Duration::from_millis(2_000);
 /// Local bound of a no-wait pull. Such a pull carries no `expires`: the server answers it
@@ -96,18 +92,18 @@ pub const NO_WAIT_LIMIT: Duration = Duration::from_millis(3_000);
 /// while this instance holds the pin; a standby (no pin id) skips the no-wait pull, which
 /// the server would only hold, and waits in the long poll until the server pins it.
 ///
-/// `cadence`: what the previous pull of this consumer came back as, which decides how this
-/// one lingers ([`Cadence::plan`]).
+/// `pulls`: what the previous pulls of this consumer left — how the last came back, which
+/// decides how this one lingers ([`super::linger::Cadence::plan`]), and their reply inbox.
 pub async fn fetch_batch(
     js: &Context,
     consumer: &PullConsumer,
     limits: FetchLimits,
     drops: &Drops,
     pin: Option<&Pin>,
-    cadence: Cadence,
+    pulls: &mut Pulls,
 ) -> Result<Vec<Message>, async_nats::Error> {
     if pin.is_none_or(Pin::held) {
-        let plan = cadence.plan(limits.linger, Instant::now());
+        let plan = pulls.cadence.plan(limits.linger, Instant::now());
         if let Some(wait) = plan.wait_first {
             tokio::time::sleep(wait).await;
         }
@@ -119,6 +115,7 @@ pub async fn fetch_batch(
             limits.max_bytes,
             drops,
             pin,
+            Some(&mut *pulls),
         )
         .await?;
         if !ready.is_empty() {
@@ -126,7 +123,7 @@ pub async fn fetch_batch(
             // was ready is the batch: its messages have waited as long as they may.
             return Ok(match plan.fill {
                 false => ready,
-                true => fill(js, consumer, limits, drops, pin, ready, started).await,
+                true => fill(js, consumer, limits, drops, pin, pulls, (ready, started)).await,
             });
         }
         if let Some(e) = err {
@@ -140,7 +137,8 @@ pub async fn fetch_batch(
     // what the scan for unreadable messages relies on. The client also refuses `batch()`
     // on a pinned consumer (it cannot carry the pin id).
     let request = PullRequest::new(1, 0, Some(limits.wait), pin);
-    let (first, err) = pull(js, consumer, request, limits.wait + GRACE, drops, pin).await?;
+    let limit = limits.wait + GRACE;
+    let (first, err) = pull(js, consumer, request, limit, drops, pin, Some(pulls)).await?;
     if let Some(e) = err {
         if first.is_empty() {
             return Err(e);
@@ -150,10 +148,11 @@ pub async fn fetch_batch(
         return Ok(first);
     }
     // The linger counts from the first message's arrival, as its latency does.
-    Ok(fill(js, consumer, limits, drops, pin, first, Instant::now()).await)
+    let begun = (first, Instant::now());
+    Ok(fill(js, consumer, limits, drops, pin, pulls, begun).await)
 }
 
-/// Completes a batch begun at `started` with `got`: while it is not full, it waits out what
+/// Completes `begun`, a batch begun at its instant with its messages: while it is not full, it waits out what
 /// is left of the linger, then a no-wait pull takes whatever came meanwhile (without a
 /// linger, at once). Whatever fails here is only "no more right now": what was got is kept.
 ///
@@ -168,9 +167,10 @@ async fn fill(
     limits: FetchLimits,
     drops: &Drops,
     pin: Option<&Pin>,
-    mut got: Vec<Message>,
-    started: Instant,
+    pulls: &mut Pulls,
+    begun: (Vec<Message>, Instant),
 ) -> Vec<Message> {
+    let (mut got, started) = begun;
     let used: usize = got.iter().map(|m| m.payload.len()).sum();
     if got.len() >= limits.max_messages || used >= limits.max_bytes {
         return got;
@@ -180,7 +180,7 @@ async fn fill(
         tokio::time::sleep(wait).await;
     }
     let (count, bytes) = (limits.max_messages - got.len(), limits.max_bytes - used);
-    if let Ok((rest, _)) = no_wait(js, consumer, count, bytes, drops, pin).await {
+    if let Ok((rest, _)) = no_wait(js, consumer, count, bytes, drops, pin, Some(pulls)).await {
         got.extend(rest);
     }
     got
@@ -193,143 +193,10 @@ pub(super) async fn no_wait(
     max_bytes: usize,
     drops: &Drops,
     pin: Option<&Pin>,
+    pulls: Option<&mut Pulls>,
 ) -> Result<(Vec<Message>, Option<async_nats::Error>), async_nats::Error> {
     let request = PullRequest::new(max_messages, max_bytes, None, pin);
-    pull(js, consumer, request, NO_WAIT_LIMIT, drops, pin).await
-}
-
-/// Sends `request` and reads its replies for up to `limit`: the messages received, and
-/// why the pull ended early, if it did. With `pin`, each message's `Nats-Pin-Id` is noted
-/// and a `423` drops the pin id (the pull then simply ends empty).
-async fn pull(
-    js: &Context,
-    consumer: &PullConsumer,
-    request: PullRequest<'_>,
-    limit: Duration,
-    drops: &Drops,
-    pin: Option<&Pin>,
-) -> Result<(Vec<Message>, Option<async_nats::Error>), async_nats::Error> {
-    let max_messages = request.batch;
-    let mut dropped = drops.watch();
-    let client = js.client();
-    let inbox = Subject::from(client.new_inbox());
-    let mut replies = client.subscribe(inbox.clone()).await?;
-    let info = consumer.cached_info();
-    let subject = format!(
-        "$JS.API.CONSUMER.MSG.NEXT.{}.{}",
-        info.stream_name, info.name
-    );
-    client
-        .publish_with_reply(subject, inbox, request.body().into())
-        .await?;
-    let deadline = Instant::now() + limit;
-    let mut out = Vec::new();
-    loop {
-        let next = tokio::select! {
-            // Messages already received come out before the drop is noticed.
-            biased;
-            next = tokio::time::timeout_at(deadline, replies.next()) => next,
-            _ = connection_dropped(&mut dropped) => {
-                return Ok((out, Some(DROPPED_MID_PULL.into())));
-            }
-        };
-        let reply = match next {
-            Ok(Some(reply)) => reply,
-            Ok(None) => return Ok((out, None)),
-            Err(_) => {
-                let e = format!("pull did not finish within {limit:?}");
-                return Ok((out, Some(e.into())));
-            }
-        };
-        let stored = reply.reply.as_ref().is_some_and(|r| is_stored(r));
-        match pull_reply(reply.status, reply.description.as_deref(), stored) {
-            PullReply::Message => {
-                if let (Some(pin), Some(id)) = (
-                    pin,
-                    reply.headers.as_ref().and_then(|h| h.get_last(PIN_HEADER)),
-                ) {
-                    pin.delivered(id.as_str());
-                }
-                if out.is_empty() {
-                    out.reserve(max_messages.min(MAX_PRESIZE));
-                }
-                out.push(reply);
-                if out.len() >= max_messages {
-                    return Ok((out, None));
-                }
-            }
-            PullReply::Ignore => {}
-            PullReply::End => return Ok((out, None)),
-            PullReply::PinLost => {
-                if let Some(pin) = pin {
-                    pin.lost();
-                }
-                return Ok((out, None));
-            }
-            PullReply::Fail => {
-                let e = format!(
-                    "error while processing messages from the stream: {}, {:?}",
-                    reply.status.unwrap_or(StatusCode::OK),
-                    reply.description
-                );
-                return Ok((out, Some(e.into())));
-            }
-        }
-    }
-}
-
-/// What a reply to a no-wait pull means for the pull.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PullReply {
-    /// A message: keep it.
-    Message,
-    /// A status that ends nothing: a heartbeat, or nats-server 2.14's `409 Batch Completed`,
-    /// which an R3 consumer sends before the messages it counts.
-    Ignore,
-    /// The pull is over: nothing (more) ready, or it expired.
-    End,
-    /// `423`: the pull carried a pin id that is not the current pin of its priority group
-    /// (the server pinned another client); the pull is over.
-    PinLost,
-    /// Any other status: the pull failed (the text says why, for example MaxBytes).
-    Fail,
-}
-
-/// What a reply to a pull is. `stored`: it carries a `$JS.ACK` reply subject, so it is a
-/// message of the stream, whatever status its own header block puts on its version line
-/// (a publisher may store `NATS/1.0 503`): the server's own statuses never carry one.
-fn pull_reply(status: Option<StatusCode>, description: Option<&str>, stored: bool) -> PullReply {
-    if stored {
-        return PullReply::Message;
-    }
-    match status {
-        None | Some(StatusCode::OK) => PullReply::Message,
-        Some(StatusCode::IDLE_HEARTBEAT) => PullReply::Ignore,
-        Some(StatusCode::NOT_FOUND) | Some(StatusCode::TIMEOUT) => PullReply::End,
-        Some(StatusCode::PIN_ID_MISMATCH) => PullReply::PinLost,
-        Some(StatusCode::REQUEST_TERMINATED)
-            if description.is_some_and(|d| d.eq_ignore_ascii_case("batch completed")) =>
-        {
-            PullReply::Ignore
-        }
-        Some(_) => PullReply::Fail,
-    }
-}
-
-/// Whether a reply subject is a JetStream acknowledgement subject, which only a delivered
-/// stream message carries (both layouts: `$JS.ACK.<stream>…` and `$JS.ACK.<domain>.<hash>…`).
-fn is_stored(reply: &str) -> bool {
-    reply.starts_with("$JS.ACK.")
-}
-
-/// The error of a pull its connection dropped under.
-pub const DROPPED_MID_PULL: &str = "the NATS connection dropped during the pull";
-
-/// Resolves when the connection drops; never if its drop count can no longer change.
-async fn connection_dropped(dropped: &mut watch::Receiver<u64>) {
-    if dropped.changed().await.is_err() {
-        std::future::pending::<()>().await;
-    }
+    pull(js, consumer, request, NO_WAIT_LIMIT, drops, pin, pulls).await
 }
 
 /// The server ends a byte-bounded pull with a 409 when the next message does not fit.
@@ -369,7 +236,16 @@ pub(super) async fn first_ready(
     for &i in order.iter().skip(skip) {
         let Some(c) = consumers.get(i) else { continue };
         let started = Instant::now();
-        let res = no_wait(js, c, limits.max_messages, limits.max_bytes, drops, None).await;
+        let res = no_wait(
+            js,
+            c,
+            limits.max_messages,
+            limits.max_bytes,
+            drops,
+            None,
+            None,
+        )
+        .await;
         tracing::debug!(bucket = i, elapsed_ms = started.elapsed().as_millis() as u64, ok = res.is_ok(), messages = res.as_ref().map(|r| r.0.len()).unwrap_or(0), err = ?res.as_ref().ok().and_then(|r| r.1.as_ref().map(|e| e.to_string())), "bucket pull");
         match res {
             Ok((m, _)) if !m.is_empty() => return Ok(m),
@@ -406,13 +282,13 @@ pub(super) async fn idle_round(
         linger: Duration::ZERO,
         ..limits
     };
-    fetch_batch(js, first, limits, drops, None, Cadence::Unknown)
+    fetch_batch(js, first, limits, drops, None, &mut Pulls::default())
         .await
         .map_err(|e| last_err.unwrap_or(e))
 }
 
 #[cfg(test)]
-mod pull_reply_tests {
+mod limits_tests {
     use super::*;
 
     #[test]
@@ -438,74 +314,5 @@ mod pull_reply_tests {
             limits.filled_by([5_000].into_iter()),
             "larger than max_bytes alone"
         );
-    }
-
-    #[test]
-    fn batch_completed_409_does_not_end_the_pull_but_other_409s_fail_it() {
-        let conflict = Some(StatusCode::REQUEST_TERMINATED);
-        assert_eq!(pull_reply(None, None, false), PullReply::Message);
-        assert_eq!(
-            pull_reply(conflict, Some("Batch Completed"), false),
-            PullReply::Ignore
-        );
-        assert_eq!(
-            pull_reply(Some(StatusCode::IDLE_HEARTBEAT), None, false),
-            PullReply::Ignore
-        );
-        assert_eq!(
-            pull_reply(Some(StatusCode::NOT_FOUND), Some("No Messages"), false),
-            PullReply::End
-        );
-        assert_eq!(
-            pull_reply(Some(StatusCode::TIMEOUT), Some("Request Timeout"), false),
-            PullReply::End
-        );
-        for other in [
-            "Message Size Exceeds MaxBytes",
-            "Consumer Deleted",
-            "Exceeded MaxRequestBatch of 10",
-        ] {
-            assert_eq!(
-                pull_reply(conflict, Some(other), false),
-                PullReply::Fail,
-                "{other}"
-            );
-        }
-        assert_eq!(pull_reply(conflict, None, false), PullReply::Fail);
-        for description in ["Nats-Pin-Id mismatch", "Nats-Wrong-Pin-Id"] {
-            assert_eq!(
-                pull_reply(Some(StatusCode::PIN_ID_MISMATCH), Some(description), false),
-                PullReply::PinLost
-            );
-        }
-        assert_eq!(
-            pull_reply(Some(StatusCode::NO_RESPONDERS), None, false),
-            PullReply::Fail
-        );
-    }
-
-    #[test]
-    fn a_stored_message_is_a_message_whatever_status_its_own_header_block_carries() {
-        // A publisher may store `NATS/1.0 503` or `NATS/1.0 404`: the server delivers it
-        // with its ACK reply subject, and it must reach the sink, not end the pull.
-        for status in [
-            None,
-            Some(StatusCode::OK),
-            Some(StatusCode::NO_RESPONDERS),
-            Some(StatusCode::NOT_FOUND),
-            Some(StatusCode::TIMEOUT),
-            Some(StatusCode::IDLE_HEARTBEAT),
-            Some(StatusCode::REQUEST_TERMINATED),
-        ] {
-            assert_eq!(
-                pull_reply(status, Some("x"), true),
-                PullReply::Message,
-                "{status:?}"
-            );
-        }
-        assert!(is_stored("$JS.ACK.ORDERS.db.1.2.3.4.5"));
-        assert!(is_stored("$JS.ACK.hub.ACC.ORDERS.db.1.2.3.4.5.tok"));
-        assert!(!is_stored("_INBOX.abc"));
-        assert!(!is_stored("$JS.FC.ORDERS.x"));
     }
 }

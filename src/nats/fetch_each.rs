@@ -63,9 +63,11 @@ pub async fn fetch_each(
         .collect();
     let pulls = asked.iter().map(|&(i, (messages, bytes))| async move {
         let c = &consumers[i];
-        match no_wait(js, c, messages, bytes, drops, None).await {
+        match no_wait(js, c, messages, bytes, drops, None, None).await {
             Ok((m, Some(e))) if m.is_empty() && is_size_limit(&e) => {
-                no_wait(js, c, 1, 0, drops, None).await.map(|(m, _)| m)
+                no_wait(js, c, 1, 0, drops, None, None)
+                    .await
+                    .map(|(m, _)| m)
             }
             Ok((m, Some(e))) if m.is_empty() => Err(e),
             Ok((m, _)) => Ok(m),

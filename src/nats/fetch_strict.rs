@@ -43,9 +43,17 @@ pub async fn fetch_strict(
 ) -> Result<StrictPull, async_nats::Error> {
     let pull = |i: usize| async move {
         match consumers.get(i) {
-            Some(c) => no_wait(js, c, limits.max_messages, limits.max_bytes, drops, None)
-                .await
-                .map(|(m, _)| m),
+            Some(c) => no_wait(
+                js,
+                c,
+                limits.max_messages,
+                limits.max_bytes,
+                drops,
+                None,
+                None,
+            )
+            .await
+            .map(|(m, _)| m),
             None => Ok(Vec::new()),
         }
     };

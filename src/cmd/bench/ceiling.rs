@@ -13,7 +13,7 @@ use super::feeder;
 use super::options::{limits, Options};
 use super::probe;
 use super::stats::Pass;
-use crate::nats::fetch_batch;
+use crate::nats::{fetch_batch, Pulls};
 
 /// Drains `subject` with a bare consumer and ACKs every message.
 pub async fn pass(
@@ -48,17 +48,13 @@ pub async fn pass(
     let feeder = feeder::start(opts, js, subject);
     let cpu = watched.read();
     let started = Instant::now();
+    // One reply inbox for every pull, as a sink keeps (its cadence is never updated: each
+    // pull takes what is ready, lingering as a first pull does).
+    let mut pulls = Pulls::default();
     while done < opts.messages {
-        let batch = fetch_batch(
-            js,
-            &consumer,
-            lim,
-            &Default::default(),
-            None,
-            Default::default(),
-        )
-        .await
-        .map_err(|e| BenchError::Nats(format!("ceiling pull: {e}")))?;
+        let batch = fetch_batch(js, &consumer, lim, &Default::default(), None, &mut pulls)
+            .await
+            .map_err(|e| BenchError::Nats(format!("ceiling pull: {e}")))?;
         let now = OffsetDateTime::now_utc();
         // A bare consumer as the client hands it out: each message with its context.
         let batch: Vec<jetstream::Message> = batch

@@ -5,12 +5,13 @@
 use std::sync::Mutex as StdMutex;
 
 use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::Context;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
 
 use super::order::Order;
 use crate::nats::linger::Cadence;
-use crate::nats::FetchLimits;
+use crate::nats::{fetch_batch, Drops, FetchLimits, Pin, Pulls};
 use crate::pipeline::batch::Prepare;
 use crate::pipeline::keeper::Slot;
 use crate::pipeline::pause::Pause;
@@ -60,22 +61,39 @@ pub(super) async fn leave_all(
     Ok(into.put_all(prepared, first_lane, room, more).await)
 }
 
-/// What a pull of sink `sink`'s single consumer came back as, the one before having come
-/// back as `before` ([`Cadence::after`]); an empty pull is noted at debug level.
-pub(super) fn came_back(
-    sink: &str,
-    before: Cadence,
-    pulled: &Result<Vec<async_nats::Message>, async_nats::Error>,
+/// The next pull of sink `sink`'s single consumer, carrying on from the pulls before it
+/// (`pulls`: how the last came back, [`Cadence::after`], and their reply inbox); an empty
+/// pull is noted at debug level.
+pub(super) async fn pull_next(
+    js: &Context,
+    consumer: &PullConsumer,
     limits: FetchLimits,
-) -> Cadence {
-    let Ok(m) = pulled else {
-        return Cadence::Unknown;
+    drops: &Drops,
+    pin: Option<&Pin>,
+    pulls: &StdMutex<Pulls>,
+    sink: &str,
+) -> Result<Vec<async_nats::Message>, async_nats::Error> {
+    // Each pull task pulls after the one before it, so this takes what the last left.
+    let mut carried = std::mem::take(&mut *pulls.lock().unwrap_or_else(|p| p.into_inner()));
+    let pulled = fetch_batch(js, consumer, limits, drops, pin, &mut carried).await;
+    carried.cadence = match &pulled {
+        Ok(m) => {
+            if m.is_empty() {
+                tracing::debug!(sink = %sink, "pull found no message");
+            }
+            let full = limits.filled_by(m.iter().map(|m| m.payload.len()));
+            Cadence::after(
+                carried.cadence,
+                m.len(),
+                full,
+                limits.max_messages,
+                Instant::now(),
+            )
+        }
+        Err(_) => Cadence::Unknown,
     };
-    if m.is_empty() {
-        tracing::debug!(sink = %sink, "pull found no message");
-    }
-    let full = limits.filled_by(m.iter().map(|m| m.payload.len()));
-    Cadence::after(before, m.len(), full, limits.max_messages, Instant::now())
+    *pulls.lock().unwrap_or_else(|p| p.into_inner()) = carried;
+    pulled
 }
 
 /// How many of a strict pull's batches, at its front, came from the first lane: its

@@ -28,8 +28,7 @@ use super::retry::backoff;
 use super::room::Room;
 use crate::config::SinkSpec;
 use crate::health::SinkHealth;
-use crate::nats::linger::Cadence;
-use crate::nats::{fetch_any, fetch_batch, fetch_each, fetch_strict, Drops, FetchLimits, Pin};
+use crate::nats::{fetch_any, fetch_each, fetch_strict, Drops, FetchLimits, Pin, Pulls};
 use crate::pipeline::metrics::SinkMetrics;
 use crate::pipeline::pause::Pause;
 
@@ -48,7 +47,7 @@ mod rebind;
 
 use ahead::PendingPull;
 pub(super) use ahead::{Ahead, WriteTask};
-use chain::{came_back, first_lane_batches, leave, leave_all, visiting_order};
+use chain::{first_lane_batches, leave, leave_all, pull_next, visiting_order};
 use depth::pull_depth;
 pub(super) use depth::{PULL_DEPTH, SCHEDULED_DEPTH};
 use interleave::interleave;
@@ -80,9 +79,10 @@ pub(super) struct Puller {
     /// The visiting order of the consumers and its rng, shared with the pull task, which
     /// draws the next order itself for each batch it pulls ahead.
     order: Arc<StdMutex<(Order, StdRng)>>,
-    /// What the last pull of a single consumer came back as, which decides how the next
-    /// lingers ([`Cadence`]). Shared with the pull tasks, each pulling after the one before.
-    cadence: Arc<StdMutex<Cadence>>,
+    /// What the pulls of a single consumer carry from one to the next ([`Pulls`]: how the
+    /// last came back, their reply inbox). Shared with the pull tasks, each pulling after
+    /// the one before.
+    pulls: Arc<StdMutex<Pulls>>,
     /// One consumer.
     single: bool,
     /// Buckets pulled all at once.
@@ -166,7 +166,7 @@ impl Puller {
             limits,
             drops,
             order: Arc::new(StdMutex::new((order, StdRng::from_os_rng()))),
-            cadence: Arc::default(),
+            pulls: Arc::default(),
             single,
             concurrent,
             strict,
@@ -266,18 +266,15 @@ impl Puller {
             let consumer = self.consumers[0].clone();
             let js = self.js.clone();
             let pin = self.pinned.as_ref().map(|p| p.pin.clone());
-            let cadence = self.cadence.clone();
+            let pulls = self.pulls.clone();
             let name = self.spec.name.clone();
             // Pulls batch after batch while the slot has room: the runner takes each as it
             // arrives, and the server goes on delivering the next meanwhile.
             return tokio::spawn(async move {
                 loop {
-                    let last = *cadence.lock().unwrap_or_else(|p| p.into_inner());
-                    let pulled =
-                        fetch_batch(&js, &consumer, limits, &drops, pin.as_deref(), last).await;
-                    let now = came_back(&name, last, &pulled, limits);
-                    *cadence.lock().unwrap_or_else(|p| p.into_inner()) = now;
-                    if !leave(&into, &prepare, limits, room, pulled).await? {
+                    let pin = pin.as_deref();
+                    let pulled = pull_next(&js, &consumer, limits, &drops, pin, &pulls, &name);
+                    if !leave(&into, &prepare, limits, room, pulled.await).await? {
                         return Ok(());
                     }
                 }

@@ -5,33 +5,16 @@
 
 use std::time::Duration;
 
-use async_nats::{Client, HeaderMap, StatusCode, Subscriber};
+use async_nats::{Client, HeaderMap, StatusCode};
 use bytes::Bytes;
 use futures::StreamExt;
 
 use super::batch::{parse_reply, Attempt, Reply};
+use crate::nats::inbox::Inbox;
 use crate::sinks::contract::SinkError;
 
 /// One copy ready to send: subject, headers (batch headers set), payload.
 pub(super) type Outgoing = (String, HeaderMap, Bytes);
-
-/// The subscription every reply of the sink's atomic batches arrives on.
-pub(super) struct Inbox {
-    prefix: String,
-    sub: Subscriber,
-}
-
-impl Inbox {
-    /// Subscribes to a fresh inbox on `client`; the client keeps it across reconnects.
-    pub(super) async fn open(client: &Client) -> Result<Inbox, SinkError> {
-        let prefix = client.new_inbox();
-        let sub = client
-            .subscribe(format!("{prefix}.>"))
-            .await
-            .map_err(|e| SinkError::transient(format!("subscribe to the reply inbox: {e}")))?;
-        Ok(Inbox { prefix, sub })
-    }
-}
 
 /// Sends `copies` as batch `id` and reads what the server answers. A copy the client
 /// refuses to send for its size is that message's refusal; any other send failure leaves
@@ -45,10 +28,10 @@ pub(super) async fn publish(
 ) -> Result<Attempt, SinkError> {
     let n = copies.len();
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut reply = String::with_capacity(inbox.prefix.len() + id.len() + 8);
+    let mut reply = String::with_capacity(inbox.prefix().len() + id.len() + 8);
     for (i, (subject, headers, payload)) in copies.into_iter().enumerate() {
         reply.clear();
-        reply.push_str(&inbox.prefix);
+        reply.push_str(inbox.prefix());
         reply.push('.');
         reply.push_str(id);
         reply.push('.');
@@ -77,9 +60,9 @@ pub(super) async fn publish(
         .await
         .map_err(|e| SinkError::transient(format!("flush of the atomic batch: {e}")))?;
     let mut attempt = Attempt::default();
-    let mine = format!("{}.{id}.", inbox.prefix);
+    let mine = format!("{}.{id}.", inbox.prefix());
     loop {
-        let msg = match tokio::time::timeout_at(deadline, inbox.sub.next()).await {
+        let msg = match tokio::time::timeout_at(deadline, inbox.replies().next()).await {
             Ok(Some(msg)) => msg,
             // Closed (the client is gone) or no commit in time: `commit` stays `None`.
             Ok(None) | Err(_) => return Ok(attempt),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_nats::jetstream::context::{Context, ContextBuilder, GetStreamErrorKind, PublishError};
 use async_trait::async_trait;
 
-use super::atomic::{self, Inbox, Outgoing};
+use super::atomic::{self, Outgoing};
 use super::batch::{mark, verdict, Verdict};
 use super::classify::{classify, Outcome};
 use super::config::NatsRepublishConfig;
@@ -17,6 +17,7 @@ use super::template::{Template, TemplateError};
 use crate::envelope::Envelope;
 use crate::metrics::Metrics;
 use crate::nats::connect::{connect, Links};
+use crate::nats::inbox::Inbox;
 use crate::nats::server_version::ServerVersion;
 use crate::shared::subject_match::overlap;
 use crate::sinks::contract::{Feed, Probe, Sink, SinkError};
@@ -229,7 +230,10 @@ impl NatsRepublishSink {
         }
         let client = js.client();
         if self.inbox.is_none() {
-            self.inbox = Some(Inbox::open(&client).await?);
+            self.inbox =
+                Some(Inbox::open(&client).await.map_err(|e| {
+                    SinkError::transient(format!("subscribe to the reply inbox: {e}"))
+                })?);
         }
         let Some(inbox) = self.inbox.as_mut() else {
             return Err(SinkError::transient("no reply inbox"));
