@@ -16,11 +16,11 @@ use std::time::Duration;
 use crate::config::SinkSpec;
 
 /// Default linger of a sink that writes each batch as pulled, in milliseconds: it adds at
-/// most this to a message's publish→commit latency (p99 32–35 ms measured at 5,000 and
+/// most this to a message's publish→commit latency (p99 40–45 ms measured at 1,000 to
 /// 20,000 msg/s, under the 50 ms the steady-load target allows), and at 5,000 msg/s it
-/// gathers about 150 messages per batch (see docs/benchmarks.md, "Steady load"; 20 ms
-/// left jetsink's CPU per message at 2.4–2.6 times a backlog's, 30 ms at about 2).
-pub const DEFAULT_LINGER_MS: u64 = 30;
+/// gathers about 210 messages per batch (see docs/benchmarks.md, "Steady load"; 20 ms
+/// left jetsink's CPU per message at 2.4–2.6 times a backlog's, 30 ms at 1.9–2.7 times).
+pub const DEFAULT_LINGER_MS: u64 = 40;
 
 /// The linger of `spec`'s pulls; `single`: the sink reads one consumer.
 pub fn for_sink(spec: &SinkSpec, single: bool) -> Duration {
