@@ -199,6 +199,19 @@ pub(super) async fn no_wait(
     pull(js, consumer, request, NO_WAIT_LIMIT, drops, pin, pulls).await
 }
 
+/// A no-wait pull of up to a full batch from one of several consumers: no pin (a pinned
+/// sink reads one consumer) and an inbox of its own (only a single consumer's pulls keep
+/// one, [`Pulls`]).
+pub(super) async fn ready(
+    js: &Context,
+    consumer: &PullConsumer,
+    limits: FetchLimits,
+    drops: &Drops,
+) -> Result<(Vec<Message>, Option<async_nats::Error>), async_nats::Error> {
+    let (messages, bytes) = (limits.max_messages, limits.max_bytes);
+    no_wait(js, consumer, messages, bytes, drops, None, None).await
+}
+
 /// The server ends a byte-bounded pull with a 409 when the next message does not fit.
 pub(super) fn is_size_limit(e: &async_nats::Error) -> bool {
     let text = e.to_string().to_ascii_lowercase();
@@ -236,16 +249,7 @@ pub(super) async fn first_ready(
     for &i in order.iter().skip(skip) {
         let Some(c) = consumers.get(i) else { continue };
         let started = Instant::now();
-        let res = no_wait(
-            js,
-            c,
-            limits.max_messages,
-            limits.max_bytes,
-            drops,
-            None,
-            None,
-        )
-        .await;
+        let res = ready(js, c, limits, drops).await;
         tracing::debug!(bucket = i, elapsed_ms = started.elapsed().as_millis() as u64, ok = res.is_ok(), messages = res.as_ref().map(|r| r.0.len()).unwrap_or(0), err = ?res.as_ref().ok().and_then(|r| r.1.as_ref().map(|e| e.to_string())), "bucket pull");
         match res {
             Ok((m, _)) if !m.is_empty() => return Ok(m),

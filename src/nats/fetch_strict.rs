@@ -16,7 +16,7 @@ use async_nats::jetstream::Context;
 use async_nats::Message;
 
 use super::connect::Drops;
-use super::fetch::{first_ready, no_wait, FetchLimits};
+use super::fetch::{first_ready, ready, FetchLimits};
 
 /// What one strict pull got.
 #[derive(Debug, Default)]
@@ -43,17 +43,7 @@ pub async fn fetch_strict(
 ) -> Result<StrictPull, async_nats::Error> {
     let pull = |i: usize| async move {
         match consumers.get(i) {
-            Some(c) => no_wait(
-                js,
-                c,
-                limits.max_messages,
-                limits.max_bytes,
-                drops,
-                None,
-                None,
-            )
-            .await
-            .map(|(m, _)| m),
+            Some(c) => ready(js, c, limits, drops).await.map(|(m, _)| m),
             None => Ok(Vec::new()),
         }
     };

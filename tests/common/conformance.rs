@@ -835,7 +835,29 @@ struct LockedInFlight<D: TestDatabase> {
     subject: String,
     cfg: Value,
     daemon: Daemon,
-    lock: D::WriteLock,
+    /// Taken by [`LockedInFlight::unlock_and_drain`].
+    lock: Option<D::WriteLock>,
+}
+
+impl<D: TestDatabase> LockedInFlight<D> {
+    /// Checks that nothing was written under the lock (the first row alone), unlocks the
+    /// table, and waits until it holds `rows` rows and every message is ACKed.
+    async fn unlock_and_drain(&mut self, rows: i64) {
+        assert_eq!(
+            self.db.count("events").await,
+            1,
+            "nothing written under the lock"
+        );
+        drop(self.lock.take());
+        eventually(Duration::from_secs(60), "every row", || async {
+            self.db.count("events").await == rows
+        })
+        .await;
+        eventually(Duration::from_secs(20), "every message ACKed", || async {
+            consumer_state(&self.js, &self.stream, "jetsink").await == (0, 0)
+        })
+        .await;
+    }
 }
 
 async fn locked_in_flight<D: TestDatabase>(tag: &str, rust_log: &str) -> LockedInFlight<D> {
@@ -872,7 +894,7 @@ async fn locked_in_flight<D: TestDatabase>(tag: &str, rust_log: &str) -> LockedI
         subject,
         cfg,
         daemon,
-        lock,
+        lock: Some(lock),
     }
 }
 
@@ -883,7 +905,7 @@ pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commi
     D: TestDatabase,
 >() {
     let mut run = locked_in_flight::<D>("flight", "info").await;
-    let (db, js, stream, subject) = (&run.db, &run.js, &run.stream, &run.subject);
+    let (db, js, subject) = (&run.db, &run.js, &run.subject);
     publish_n(js, subject, 999).await;
     eventually(
         Duration::from_secs(30),
@@ -891,20 +913,7 @@ pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commi
         || async { db.count(D::lock_waiters()).await == 2 },
     )
     .await;
-    assert_eq!(
-        db.count("events").await,
-        1,
-        "nothing written under the lock"
-    );
-    drop(run.lock);
-    eventually(Duration::from_secs(60), "every row", || async {
-        db.count("events").await == 1000
-    })
-    .await;
-    eventually(Duration::from_secs(20), "every message ACKed", || async {
-        consumer_state(js, stream, "jetsink").await == (0, 0)
-    })
-    .await;
+    run.unlock_and_drain(1000).await;
     // The batch that waited on the second writer counts as written ahead.
     let listen = run.cfg["http"]["listen"]
         .as_str()
@@ -918,7 +927,8 @@ pub async fn two_batches_in_flight_wait_for_a_locked_table_at_once_and_all_commi
     assert!(ahead.is_some_and(|n| n >= 1.0), "{ahead:?}");
     run.daemon.stop_cleanly();
     assert_eq!(
-        db.count("(SELECT DISTINCT idempotency_key FROM events) k")
+        run.db
+            .count("(SELECT DISTINCT idempotency_key FROM events) k")
             .await,
         1000
     );
@@ -931,7 +941,7 @@ pub async fn the_second_writer_takes_what_arrives_after_a_pull_ahead_found_nothi
     D: TestDatabase,
 >() {
     let mut run = locked_in_flight::<D>("pullon", "info,jetsink::pipeline=debug").await;
-    let (db, js, stream, subject) = (&run.db, &run.js, &run.stream, &run.subject);
+    let (db, js, subject) = (&run.db, &run.js, &run.subject);
     publish_n(js, subject, 1).await;
     eventually(
         Duration::from_secs(30),
@@ -960,20 +970,7 @@ pub async fn the_second_writer_takes_what_arrives_after_a_pull_ahead_found_nothi
         || async { db.count(D::lock_waiters()).await == 2 },
     )
     .await;
-    assert_eq!(
-        db.count("events").await,
-        1,
-        "nothing written under the lock"
-    );
-    drop(run.lock);
-    eventually(Duration::from_secs(30), "every row", || async {
-        db.count("events").await == 3
-    })
-    .await;
-    eventually(Duration::from_secs(20), "every message ACKed", || async {
-        consumer_state(js, stream, "jetsink").await == (0, 0)
-    })
-    .await;
+    run.unlock_and_drain(3).await;
     run.daemon.stop_cleanly();
 }
 
