@@ -19,7 +19,7 @@ use crate::config::SinkSpec;
 /// most this to a message's publish→commit latency (p99 40–45 ms measured at 1,000 to
 /// 20,000 msg/s, under the 50 ms the steady-load target allows), and at 5,000 msg/s it
 /// gathers about 210 messages per batch (see docs/benchmarks.md, "Steady load"; 20 ms
-/// left jetsink's CPU per message at 2.4–2.6 times a backlog's, 30 ms at 1.9–2.7 times).
+/// left jetsink's CPU per message at 2.4–2.6 times a backlog's, 30 ms at 1.8–2.7 times).
 pub const DEFAULT_LINGER_MS: u64 = 40;
 
 /// The linger of `spec`'s pulls; `single`: the sink reads one consumer.
